@@ -1,0 +1,297 @@
+// Command airlock is the safety layer's binary: the server and its operator commands.
+// It turns flags and environment into a config, wires the parts, and runs; the rules
+// live in internal/.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "airlock",
+		Short: "A safety layer for workflows and agents that call AI models and then touch the outside world",
+		Long: `airlock claims each unit of work once under an idempotency key, holds it under a
+lease, and moves it only by compare-and-set, recording every step as an event.
+
+Every option below can also be set by its environment variable (shown in brackets);
+a flag wins over the environment, which wins over the default.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	for _, o := range config.Options {
+		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
+	}
+	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), versionCmd(), benchCmd())
+	return root
+}
+
+// loadConfig resolves the options table from the flags given and the environment.
+func loadConfig(cmd *cobra.Command) (config.Config, error) {
+	given := map[string]string{}
+	for _, o := range config.Options {
+		if f := cmd.Flags().Lookup(o.Flag); f != nil && f.Changed {
+			given[o.Flag] = f.Value.String()
+		}
+	}
+	return config.Load(given, os.LookupEnv)
+}
+
+func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
+	backend, target := cfg.Backend()
+	if backend == "postgres" {
+		return postgres.Open(ctx, target)
+	}
+	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous})
+}
+
+func newLogger(cfg config.Config) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+}
+
+func serveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "Run the HTTP API (migrates the database first unless --migrate=false)",
+		Long: `serve runs airlock's HTTP API on --listen. With no configuration it uses the SQLite
+file ./airlock.db, created on first start. Stop it with SIGINT or SIGTERM: it finishes
+requests in flight, then exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return serve(ctx, cfg, newLogger(cfg))
+		},
+	}
+}
+
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if cfg.Migrate {
+		if err := st.Migrate(ctx); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	} else if err := st.SchemaCurrent(ctx); err != nil {
+		return err
+	}
+	m := metrics.New()
+	svc := runs.NewService(st, runs.Config{
+		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
+		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,
+	}, metrics.Alerter{Log: log, Metrics: m}, nil)
+	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
+	srv := &http.Server{
+		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	backend, _ := cfg.Backend()
+	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func migrateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply pending database migrations and exit",
+		Long: `migrate applies the migrations embedded in this binary that the database has not
+run yet. It is safe to run from several processes at once: they take turns.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			st, err := openStore(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := st.Migrate(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "database is up to date")
+			return nil
+		},
+	}
+}
+
+// withStore opens the configured, migrated store for an operator command.
+func withStore(cmd *cobra.Command, fn func(st store.Store) error) error {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(cmd.Context()); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return fn(st)
+}
+
+func apikeyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "apikey",
+		Short: "Create, list and revoke API keys for machine clients",
+		Long: `API keys authenticate machine clients (n8n, agents) as Authorization: Bearer <key>.
+A key is printed once, when it is created; airlock stores only its SHA-256.
+
+Scopes: runs (claim, heartbeat, transition, read), read (read only), admin (all).`,
+	}
+	var name, scopes string
+	create := &cobra.Command{
+		Use:   "create --name NAME --scope SCOPES",
+		Short: "Create a key and print it once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sc, err := apikeys.ParseScopes(scopes)
+			if err != nil {
+				return fmt.Errorf("--scope: %w", err)
+			}
+			return withStore(cmd, func(st store.Store) error {
+				k, raw, err := apikeys.Create(cmd.Context(), st, name, sc, time.Now())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), "created API key", k.ID, "("+k.Name+"); it is shown once, store it now:")
+				fmt.Fprintln(cmd.OutOrStdout(), raw)
+				return nil
+			})
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "who uses the key, e.g. n8n (required)")
+	create.Flags().StringVar(&scopes, "scope", apikeys.ScopeRuns, "comma-separated scopes: runs, read, admin")
+	_ = create.MarkFlagRequired("name")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List keys (never their values)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd, func(st store.Store) error {
+				keys, err := st.APIKeyList(cmd.Context())
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+				for _, k := range keys {
+					revoked := "-"
+					if k.RevokedAt != nil {
+						revoked = k.RevokedAt.UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, strings.Join(k.Scopes, ","), k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a key: requests with it get 401 at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, func(st store.Store) error {
+				err := st.APIKeyRevoke(cmd.Context(), args[0], time.Now())
+				if errors.Is(err, store.ErrNotFound) {
+					return fmt.Errorf("no unrevoked API key has id %q", args[0])
+				}
+				if err == nil {
+					fmt.Fprintln(cmd.OutOrStdout(), "revoked", args[0])
+				}
+				return err
+			})
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "airlock", versionString())
+		},
+	}
+}

@@ -1,0 +1,168 @@
+// Package config is airlock's one table of options: each has a flag, an environment
+// variable, a default and a parser, and a bad value stops start-up with a message that
+// names the option.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the validated result.
+type Config struct {
+	DatabaseURL       string
+	Listen            string
+	LeaseDefault      time.Duration
+	LeaseMax          time.Duration
+	LeaseLifetimeMax  time.Duration
+	ReclaimAlertAfter int64
+	MaxBodyBytes      int64
+	Migrate           bool
+	SQLiteSynchronous string
+	LogLevel          slog.Level
+}
+
+// Backend names the store a database URL selects.
+func (c Config) Backend() (backend, target string) {
+	u := c.DatabaseURL
+	switch {
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		return "postgres", u
+	case strings.HasPrefix(u, "sqlite://"):
+		return "sqlite", strings.TrimPrefix(u, "sqlite://")
+	case strings.HasPrefix(u, "sqlite:"):
+		return "sqlite", strings.TrimPrefix(u, "sqlite:")
+	}
+	return "sqlite", u
+}
+
+// Option is one row of the table.
+type Option struct {
+	Flag    string // --flag
+	Env     string // environment variable
+	Default string
+	Help    string
+	set     func(c *Config, v string) error
+}
+
+// Options is the table. Order is the order of --help and of the README's table.
+var Options = []Option{
+	{"database-url", "AIRLOCK_DATABASE_URL", "airlock.db",
+		"SQLite file path (or sqlite:PATH), or a postgres:// URL",
+		func(c *Config, v string) error {
+			if strings.TrimSpace(v) == "" {
+				return errors.New("must not be empty")
+			}
+			if strings.HasPrefix(v, "mysql:") || strings.HasPrefix(v, "http") {
+				return errors.New("must be a SQLite path or a postgres:// URL")
+			}
+			c.DatabaseURL = v
+			return nil
+		}},
+	{"listen", "AIRLOCK_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (host:port)",
+		func(c *Config, v string) error {
+			_, port, err := net.SplitHostPort(v)
+			if err != nil {
+				return err
+			}
+			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+				return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+			}
+			c.Listen = v
+			return nil
+		}},
+	{"lease-default", "AIRLOCK_LEASE_DEFAULT", "5m", "lease length when a claim names none",
+		duration(func(c *Config) *time.Duration { return &c.LeaseDefault })},
+	{"lease-max", "AIRLOCK_LEASE_MAX", "1h", "longest lease a claim or heartbeat may ask for",
+		duration(func(c *Config) *time.Duration { return &c.LeaseMax })},
+	{"lease-lifetime-max", "AIRLOCK_LEASE_LIFETIME_MAX", "24h",
+		"total life of one owner's lease, heartbeats included; past it the owner lets it lapse and claims again",
+		duration(func(c *Config) *time.Duration { return &c.LeaseLifetimeMax })},
+	{"reclaim-alert-after", "AIRLOCK_RECLAIM_ALERT_AFTER", "3", "alert when one key's lease has been reclaimed more times than this",
+		func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return errors.New("must be a whole number ≥ 0")
+			}
+			c.ReclaimAlertAfter = n
+			return nil
+		}},
+	{"max-body-bytes", "AIRLOCK_MAX_BODY_BYTES", "1048576", "largest request body accepted (bytes)",
+		func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1024 || n > 64<<20 {
+				return errors.New("must be a number of bytes from 1024 to 67108864")
+			}
+			c.MaxBodyBytes = n
+			return nil
+		}},
+	{"migrate", "AIRLOCK_MIGRATE", "true", "apply pending database migrations when serve starts",
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("must be true or false")
+			}
+			c.Migrate = b
+			return nil
+		}},
+	{"sqlite-synchronous", "AIRLOCK_SQLITE_SYNCHRONOUS", "full",
+		"SQLite durability: full, or normal (faster; may lose the last commits on power loss)",
+		func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "full", "normal":
+				c.SQLiteSynchronous = strings.ToUpper(v)
+				return nil
+			}
+			return errors.New("must be full or normal")
+		}},
+	{"log-level", "AIRLOCK_LOG_LEVEL", "info", "debug, info, warn or error",
+		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+}
+
+func duration(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return errors.New("must be a duration such as 90s, 5m or 1h")
+		}
+		if d < time.Second {
+			return errors.New("must be at least 1s")
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+// Load resolves every option: a flag that was set wins, then the environment, then the
+// default. flags holds only the flags given on the command line.
+func Load(flags map[string]string, lookupEnv func(string) (string, bool)) (Config, error) {
+	var c Config
+	for _, o := range Options {
+		v, source := o.Default, "default"
+		if ev, ok := lookupEnv(o.Env); ok {
+			v, source = ev, o.Env
+		}
+		if fv, ok := flags[o.Flag]; ok {
+			v, source = fv, "--"+o.Flag
+		}
+		if err := o.set(&c, strings.TrimSpace(v)); err != nil {
+			shown := strconv.Quote(v)
+			if o.Flag == "database-url" {
+				shown = "(value hidden: it may hold a password)"
+			}
+			return Config{}, fmt.Errorf("invalid %s (from %s) %s: %v", o.Env, source, shown, err)
+		}
+	}
+	switch {
+	case c.LeaseDefault > c.LeaseMax:
+		return Config{}, fmt.Errorf("invalid AIRLOCK_LEASE_DEFAULT: %s is longer than AIRLOCK_LEASE_MAX %s", c.LeaseDefault, c.LeaseMax)
+	case c.LeaseMax > c.LeaseLifetimeMax:
+		return Config{}, fmt.Errorf("invalid AIRLOCK_LEASE_MAX: %s is longer than AIRLOCK_LEASE_LIFETIME_MAX %s", c.LeaseMax, c.LeaseLifetimeMax)
+	}
+	return c, nil
+}

@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/runs"
+)
+
+// Error is an API error with a stable machine-readable code.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"error"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func apiError(status int, code, msg string) *Error {
+	return &Error{Status: status, Code: code, Message: msg}
+}
+
+// errorTable maps domain sentinels to HTTP: the only place that does.
+var errorTable = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{runs.ErrNotFound, http.StatusNotFound, "run_not_found"},
+	{runs.ErrPayloadMismatch, http.StatusConflict, "payload_mismatch"},
+	{runs.ErrLeaseLost, http.StatusConflict, "lease_lost"},
+	{runs.ErrVersionConflict, http.StatusConflict, "version_conflict"},
+	{runs.ErrLeaseLifetimeExceeded, http.StatusConflict, "lease_lifetime_exceeded"},
+	{runs.ErrEffectsOpen, http.StatusConflict, "effects_open"},
+	{runs.ErrInvalidTransition, http.StatusUnprocessableEntity, "invalid_transition"},
+	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
+	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
+}
+
+// toAPIError classifies err. Unknown errors become 500 "internal" with a generic message:
+// their text may name hosts or SQL and is only logged.
+func toAPIError(err error) (*Error, bool) {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae, true
+	}
+	var fe *runs.FieldError
+	if errors.As(err, &fe) {
+		return apiError(http.StatusBadRequest, "invalid_field", fe.Error()), true
+	}
+	for _, t := range errorTable {
+		if errors.Is(err, t.err) {
+			return apiError(t.status, t.code, messageOf(err, t.err)), true
+		}
+	}
+	return apiError(http.StatusInternalServerError, "internal", "internal error; see the server log for the request id"), false
+}
+
+// messageOf keeps the domain's explanation but not the operation prefixes ("claim
+// \"key\": ") that wrapping added: the client knows what it called.
+func messageOf(err, sentinel error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, sentinel.Error()); i >= 0 {
+		return msg[i:]
+	}
+	return sentinel.Error()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"internal","message":"could not encode the response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

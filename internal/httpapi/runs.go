@@ -1,0 +1,273 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+type claimRequest struct {
+	Key             string          `json:"key"`
+	Payload         json.RawMessage `json:"payload"`
+	PayloadHash     string          `json:"payload_hash"`
+	TriggerSource   string          `json:"trigger_source"`
+	WorkflowVersion string          `json:"workflow_version"`
+	LeaseSeconds    *int64          `json:"lease_seconds"`
+	Meta            *runs.Meta      `json:"meta"`
+}
+
+type claimResponse struct {
+	Claimed        bool            `json:"claimed"`
+	Reclaimed      bool            `json:"reclaimed,omitempty"`
+	Key            string          `json:"key"`
+	State          store.State     `json:"state"`
+	Version        int64           `json:"version"`
+	PayloadHash    string          `json:"payload_hash"`
+	LeaseOwner     string          `json:"lease_owner,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+}
+
+func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
+	var req claimRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := validKey("key", req.Key); err != nil {
+		return err
+	}
+	hasPayload := len(req.Payload) > 0 && !bytes.Equal(req.Payload, []byte("null"))
+	switch {
+	case hasPayload && req.PayloadHash != "":
+		return invalid("payload_hash", "give payload or payload_hash, not both")
+	case !hasPayload && req.PayloadHash == "":
+		return missing("payload or payload_hash")
+	}
+	hash := req.PayloadHash
+	if hasPayload {
+		var err error
+		if hash, err = runs.HashPayload(req.Payload); err != nil {
+			return invalid("payload", "cannot be canonicalised (RFC 8785): "+err.Error())
+		}
+	} else if err := validKey("payload_hash", hash); err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, v string }{{"trigger_source", req.TriggerSource}, {"workflow_version", req.WorkflowVersion}} {
+		if err := validText(f.name, f.v, 200); err != nil {
+			return err
+		}
+	}
+	if err := validMeta(req.Meta); err != nil {
+		return err
+	}
+	lease, err := leaseSeconds(req.LeaseSeconds)
+	if err != nil {
+		return err
+	}
+	res, err := s.Runs.Claim(r.Context(), runs.ClaimRequest{
+		Key: req.Key, PayloadHash: hash, TriggerSource: req.TriggerSource,
+		WorkflowVersion: req.WorkflowVersion, Lease: lease, Actor: actor(r), Meta: req.Meta,
+	})
+	if err != nil {
+		return err
+	}
+	run := res.Run
+	resp := claimResponse{Claimed: res.Claimed, Reclaimed: res.Reclaimed, Key: run.Key, State: run.State,
+		Version: run.Version, PayloadHash: run.PayloadHash}
+	if res.Claimed {
+		resp.LeaseOwner, resp.LeaseExpiresAt = run.LeaseOwner, run.LeaseExpiresAt
+		writeJSON(w, http.StatusCreated, resp)
+		return nil
+	}
+	resp.Result = run.Result
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+func leaseSeconds(v *int64) (time.Duration, error) {
+	if v == nil {
+		return 0, nil
+	}
+	if *v <= 0 {
+		return 0, invalid("lease_seconds", "must be a positive number of seconds")
+	}
+	return time.Duration(*v) * time.Second, nil
+}
+
+// runView is GET /v1/runs/{key}. It never shows the lease owner: that value is the
+// capability to move the run, held only by whoever claimed it.
+type runView struct {
+	Key             string          `json:"key"`
+	State           store.State     `json:"state"`
+	Version         int64           `json:"version"`
+	PayloadHash     string          `json:"payload_hash"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	Lease           leaseView       `json:"lease"`
+	Duplicates      int64           `json:"duplicates"`
+	Reclaims        int64           `json:"reclaims"`
+	TriggerSource   string          `json:"trigger_source,omitempty"`
+	WorkflowVersion string          `json:"workflow_version,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
+}
+
+type leaseView struct {
+	Live      bool       `json:"live"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+func (s *server) getRun(w http.ResponseWriter, r *http.Request) error {
+	key := r.PathValue("key")
+	if err := validKey("key", key); err != nil {
+		return err
+	}
+	run, err := s.Runs.Get(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	now, err := s.Store.Clock(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, runView{
+		Key: run.Key, State: run.State, Version: run.Version, PayloadHash: run.PayloadHash,
+		Result: run.Result, Duplicates: run.Duplicates, Reclaims: run.Reclaims,
+		Lease:         leaseView{Live: run.LeaseLive(now), StartedAt: run.LeaseStartedAt, ExpiresAt: run.LeaseExpiresAt},
+		TriggerSource: run.TriggerSource, WorkflowVersion: run.WorkflowVersion,
+		CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt,
+	})
+	return nil
+}
+
+type eventView struct {
+	ID      int64           `json:"id"`
+	At      time.Time       `json:"at"`
+	Kind    string          `json:"kind"`
+	Version int64           `json:"version,omitempty"`
+	Actor   string          `json:"actor,omitempty"`
+	Meta    json.RawMessage `json:"meta,omitempty"`
+	Detail  json.RawMessage `json:"detail,omitempty"`
+}
+
+func (s *server) events(w http.ResponseWriter, r *http.Request) error {
+	key := r.PathValue("key")
+	if err := validKey("key", key); err != nil {
+		return err
+	}
+	after, limit := int64(0), 100
+	if v := r.URL.Query().Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return invalid("after", "must be an event id (a whole number ≥ 0)")
+		}
+		after = n
+	}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return invalid("limit", "must be from 1 to 1000")
+		}
+		limit = n
+	}
+	evs, err := s.Runs.Events(r.Context(), key, after, limit)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Events    []eventView `json:"events"`
+		NextAfter int64       `json:"next_after,omitempty"`
+	}{Events: make([]eventView, 0, len(evs))}
+	for _, e := range evs {
+		out.Events = append(out.Events, eventView{ID: e.ID, At: e.At, Kind: e.Kind, Version: e.Version, Actor: e.Actor, Meta: e.Meta, Detail: e.Detail})
+	}
+	if len(evs) == limit {
+		out.NextAfter = evs[len(evs)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+type leaseBody struct {
+	LeaseOwner string     `json:"lease_owner"`
+	Version    *int64     `json:"version"`
+	Meta       *runs.Meta `json:"meta"`
+}
+
+func (b leaseBody) check(r *http.Request) (runs.LeaseRequest, error) {
+	key := r.PathValue("key")
+	if err := validKey("key", key); err != nil {
+		return runs.LeaseRequest{}, err
+	}
+	if b.LeaseOwner == "" {
+		return runs.LeaseRequest{}, missing("lease_owner")
+	}
+	if len(b.LeaseOwner) > 100 {
+		return runs.LeaseRequest{}, invalid("lease_owner", "longer than 100 characters")
+	}
+	if b.Version == nil {
+		return runs.LeaseRequest{}, missing("version")
+	}
+	if err := validMeta(b.Meta); err != nil {
+		return runs.LeaseRequest{}, err
+	}
+	return runs.LeaseRequest{Key: key, Owner: b.LeaseOwner, Version: *b.Version, Actor: actor(r), Meta: b.Meta}, nil
+}
+
+func (s *server) heartbeat(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		leaseBody
+		LeaseSeconds *int64 `json:"lease_seconds"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	lr, err := body.check(r)
+	if err != nil {
+		return err
+	}
+	lease, err := leaseSeconds(body.LeaseSeconds)
+	if err != nil {
+		return err
+	}
+	run, err := s.Runs.Heartbeat(r.Context(), lr, lease)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": run.Key, "version": run.Version,
+		"lease_expires_at": run.LeaseExpiresAt, "lease_started_at": run.LeaseStartedAt})
+	return nil
+}
+
+func (s *server) transition(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		leaseBody
+		To     string          `json:"to"`
+		Result json.RawMessage `json:"result"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	lr, err := body.check(r)
+	if err != nil {
+		return err
+	}
+	if body.To == "" {
+		return missing("to")
+	}
+	result := body.Result
+	if bytes.Equal(result, []byte("null")) {
+		result = nil
+	}
+	run, err := s.Runs.Transition(r.Context(), runs.TransitionRequest{LeaseRequest: lr, To: store.State(body.To), Result: result})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": run.Key, "state": run.State, "version": run.Version})
+	return nil
+}

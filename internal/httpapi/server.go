@@ -1,0 +1,248 @@
+// Package httpapi is airlock's JSON API: one routes table, handlers that return error,
+// and one place that turns errors into status codes. Handlers hold no SQL.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// Deps are what the API serves from.
+type Deps struct {
+	Store        store.Store
+	Runs         *runs.Service
+	Metrics      *metrics.Metrics
+	Log          *slog.Logger
+	MaxBodyBytes int64
+}
+
+type server struct {
+	Deps
+	promHandler http.Handler
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Route is one row of the routes table; the OpenAPI test walks it.
+type Route struct {
+	Method, Pattern string
+	Scope           string // "" for routes that need no API key
+	h               func(s *server) handlerFunc
+}
+
+// Routes is the table of every route airlock serves.
+var Routes = []Route{
+	{"POST", "/v1/runs/claim", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.claim }},
+	{"GET", "/v1/runs/{key}", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getRun }},
+	{"GET", "/v1/runs/{key}/events", apikeys.ScopeRead, func(s *server) handlerFunc { return s.events }},
+	{"POST", "/v1/runs/{key}/heartbeat", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.heartbeat }},
+	{"POST", "/v1/runs/{key}/transition", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.transition }},
+	{"GET", "/healthz", "", func(s *server) handlerFunc { return s.healthz }},
+	{"GET", "/readyz", "", func(s *server) handlerFunc { return s.readyz }},
+	{"GET", "/metrics", "", func(s *server) handlerFunc { return s.metrics }},
+	{"GET", "/openapi.json", "", func(s *server) handlerFunc { return s.openapi }},
+}
+
+// New returns the API's handler.
+func New(d Deps) http.Handler {
+	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})}
+	mux := http.NewServeMux()
+	for _, rt := range Routes {
+		h := rt.h(s)
+		if rt.Scope != "" {
+			h = s.authenticated(rt.Scope, h)
+		}
+		mux.Handle(rt.Method+" "+rt.Pattern, s.handle(h))
+	}
+	return s.observe(s.jsonFallback(mux))
+}
+
+type principalKey struct{}
+
+// principal is the API key that made the request.
+func principal(ctx context.Context) store.APIKey {
+	k, _ := ctx.Value(principalKey{}).(store.APIKey)
+	return k
+}
+
+func actor(r *http.Request) string { return "apikey:" + principal(r.Context()).Name }
+
+func (s *server) authenticated(scope string, next handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || raw == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			return apiError(http.StatusUnauthorized, "unauthenticated", "send an API key as Authorization: Bearer <key>")
+		}
+		key, err := apikeys.Authenticate(r.Context(), s.Store, strings.TrimSpace(raw))
+		if errors.Is(err, apikeys.ErrInvalid) || errors.Is(err, apikeys.ErrRevoked) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock", error="invalid_token"`)
+			return apiError(http.StatusUnauthorized, "unauthenticated", "the API key is unknown or revoked")
+		}
+		if err != nil {
+			return err
+		}
+		if !apikeys.Allows(key.Scopes, scope) {
+			return apiError(http.StatusForbidden, "forbidden", "this API key lacks the "+scope+" scope")
+		}
+		return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, key)))
+	}
+}
+
+// handle renders a handler's error: one place for every route.
+func (s *server) handle(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
+		}
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		ae, known := toAPIError(err)
+		if !known {
+			s.Log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
+		}
+		writeJSON(w, ae.Status, ae)
+	})
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// statusWriter remembers the status for the access log and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// observe logs and counts each request by its route pattern — never its path, which can
+// hold a key or, on approval pages, a token.
+func (s *server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		id := hex.EncodeToString(b)
+		w.Header().Set("X-Request-Id", id)
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				s.Log.Error("panic serving request", "route", r.Pattern, "request_id", id, "panic", p)
+				if sw.status == 0 {
+					writeJSON(sw, http.StatusInternalServerError, apiError(500, "internal", "internal error"))
+				}
+			}
+			route := r.Pattern
+			if route == "" {
+				route = "unmatched"
+			}
+			code := sw.status
+			if code == 0 {
+				code = http.StatusOK
+			}
+			s.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+			s.Metrics.HTTPDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			s.Log.Info("http", "method", r.Method, "route", route, "status", code,
+				"duration_ms", float64(time.Since(start).Microseconds())/1000, "request_id", id)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// jsonFallback answers unmatched paths and methods in the API's JSON error format; the
+// mux's own replies are plain text.
+func (s *server) jsonFallback(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		probe := &probeWriter{header: http.Header{}}
+		mux.ServeHTTP(probe, r)
+		if probe.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			writeJSON(w, http.StatusMethodNotAllowed, apiError(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here"))
+			return
+		}
+		writeJSON(w, http.StatusNotFound, apiError(http.StatusNotFound, "not_found", "no such route"))
+	})
+}
+
+// probeWriter captures what the mux would answer without sending it.
+type probeWriter struct {
+	header http.Header
+	status int
+}
+
+func (p *probeWriter) Header() http.Header         { return p.header }
+func (p *probeWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (p *probeWriter) WriteHeader(code int)        { p.status = code }
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.Store.Ping(ctx); err != nil {
+		s.Log.Warn("not ready: database unreachable", "err", err)
+		return apiError(http.StatusServiceUnavailable, "unavailable", "the database is unreachable")
+	}
+	if err := s.Store.SchemaCurrent(ctx); err != nil {
+		s.Log.Warn("not ready", "err", err)
+		return apiError(http.StatusServiceUnavailable, "unavailable", "the database schema is not current; run `airlock migrate`")
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "backend": s.Store.Backend()})
+	return nil
+}
+
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) error {
+	s.promHandler.ServeHTTP(w, r)
+	return nil
+}
+
+func (s *server) openapi(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, err := w.Write(openAPI)
+	return err
+}

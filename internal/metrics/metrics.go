@@ -1,0 +1,59 @@
+// Package metrics holds airlock's Prometheus collectors and its alert sink. Labels are
+// small closed sets (outcomes, route patterns, alert kinds): never keys, ids or paths.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics is one registry; each server builds its own so tests do not share counters.
+type Metrics struct {
+	Registry     *prometheus.Registry
+	Claims       *prometheus.CounterVec
+	Alerts       *prometheus.CounterVec
+	HTTPRequests *prometheus.CounterVec
+	HTTPDuration *prometheus.HistogramVec
+}
+
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_claims_total", Help: "Claims by outcome: claimed, reclaimed, duplicate, payload_mismatch.",
+		}, []string{"outcome"}),
+		Alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_alerts_total", Help: "Alerts raised, by kind.",
+		}, []string{"kind"}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_http_requests_total", Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"route"}),
+	}
+	m.Registry.MustRegister(m.Claims, m.Alerts, m.HTTPRequests, m.HTTPDuration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, o := range []string{"claimed", "reclaimed", "duplicate", "payload_mismatch"} {
+		m.Claims.WithLabelValues(o)
+	}
+	return m
+}
+
+// Alerter is DESIGN.md's alert: a warn-level structured log line and
+// airlock_alerts_total{kind}. The domain writes the event on the key in the same
+// transaction as the change that raised it, and calls Alert after the commit.
+type Alerter struct {
+	Log     *slog.Logger
+	Metrics *Metrics
+}
+
+func (a Alerter) Alert(ctx context.Context, kind, key string, attrs ...slog.Attr) {
+	a.Metrics.Alerts.WithLabelValues(kind).Inc()
+	args := append([]slog.Attr{slog.String("alert", kind), slog.String("key", key)}, attrs...)
+	a.Log.LogAttrs(ctx, slog.LevelWarn, "alert", args...)
+}

@@ -1,0 +1,427 @@
+// Package runs is the run lifecycle: atomic claims under an idempotency key, leases,
+// and compare-and-set transitions through one table of allowed moves. It holds the
+// rules; the store holds the SQL; HTTP lives elsewhere.
+package runs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gowebpki/jcs"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Domain outcomes. The HTTP layer maps each to one status and one stable code.
+var (
+	ErrNotFound              = errors.New("run not found")
+	ErrPayloadMismatch       = errors.New("the key was claimed with a different payload")
+	ErrLeaseLost             = errors.New("the lease is not held: it expired, was taken over, or was released")
+	ErrVersionConflict       = errors.New("the run has moved on: version does not match")
+	ErrInvalidTransition     = errors.New("transition not allowed")
+	ErrLeaseLifetimeExceeded = errors.New("the lease reached its maximum total lifetime")
+	ErrEffectsOpen           = errors.New("the run has effects that are open or failed")
+)
+
+// Actor says who may make a transition.
+type Actor int
+
+const (
+	// Client: an API client holding the run's lease.
+	Client Actor = iota
+	// System: airlock's own gate, reconciliation and failure machinery.
+	System
+)
+
+// transition is one allowed move.
+type transition struct {
+	From, To store.State
+	By       Actor
+}
+
+// transitions is the one table of allowed moves. The gate, failure and ledger issues
+// drive the System rows; clients only ever move a run out of processing.
+var transitions = []transition{
+	{store.StateProcessing, store.StateCompleted, Client},
+	{store.StateProcessing, store.StateFailedRetryable, Client},
+	{store.StateProcessing, store.StateFailedTerminal, Client},
+	{store.StateProcessing, store.StateAwaitingHuman, System},       // gate opened, unknown_commit parked
+	{store.StateAwaitingHuman, store.StateApproved, System},         // approval consumed
+	{store.StateAwaitingHuman, store.StateRejected, System},         // a person said no
+	{store.StateAwaitingHuman, store.StateProcessing, System},       // agent-executed effect approved
+	{store.StateApproved, store.StateCompleted, System},             // its effects completed
+	{store.StateApproved, store.StateFailedTerminal, System},        // its effects failed for good
+	{store.StateProcessing, store.StateFailedTerminal, System},      // retry cap, budget, validation
+	{store.StateFailedRetryable, store.StateFailedTerminal, System}, // retry cap reached between claims
+}
+
+// Allowed reports whether by may move a run from → to.
+func Allowed(from, to store.State, by Actor) bool {
+	for _, t := range transitions {
+		if t.From == from && t.To == to && t.By == by {
+			return true
+		}
+	}
+	return false
+}
+
+// terminal states can carry a result.
+func terminal(s store.State) bool {
+	return s == store.StateCompleted || s == store.StateFailedTerminal || s == store.StateRejected
+}
+
+// ValidState reports whether s names a run state.
+func ValidState(s store.State) bool {
+	for _, v := range store.States {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Meta is the optional context a client attaches to any mutating call; it is recorded in
+// the run's events.
+type Meta struct {
+	WorkflowVersion  string `json:"workflow_version,omitempty"`
+	TriggerSource    string `json:"trigger_source,omitempty"`
+	Model            *Model `json:"model,omitempty"`
+	ProviderCategory string `json:"provider_category,omitempty"`
+	RequestedBy      string `json:"requested_by,omitempty"`
+}
+
+// Model identifies the model that produced an output.
+type Model struct {
+	Provider string `json:"provider,omitempty"`
+	Name     string `json:"name,omitempty"`
+	Revision string `json:"revision,omitempty"`
+}
+
+// HashPayload is the payload hash airlock computes: SHA-256, hex, of the payload in the
+// JSON Canonicalization Scheme (RFC 8785), so key order and whitespace do not matter.
+func HashPayload(payload json.RawMessage) (string, error) {
+	canon, err := jcs.Transform(payload)
+	if err != nil {
+		return "", fmt.Errorf("canonicalise payload: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Config holds the lease rules.
+type Config struct {
+	DefaultLease      time.Duration
+	MaxLease          time.Duration
+	MaxLeaseLifetime  time.Duration
+	ReclaimAlertAfter int64 // more reclaims of one key than this raise an alert
+}
+
+// Alerter raises an alert after the event that records it has committed.
+type Alerter interface {
+	Alert(ctx context.Context, kind, key string, attrs ...slog.Attr)
+}
+
+// Service runs the lifecycle over a store.
+type Service struct {
+	store  store.Store
+	cfg    Config
+	alerts Alerter
+	// now replaces the backend's clock when set (tests); nil means PostgreSQL's now() or
+	// the SQLite process clock.
+	now func() time.Time
+	// Outcomes, when set, counts claim outcomes (metrics).
+	Outcomes func(outcome string)
+}
+
+func NewService(s store.Store, cfg Config, alerts Alerter, now func() time.Time) *Service {
+	return &Service{store: s, cfg: cfg, alerts: alerts, now: now}
+}
+
+func (s *Service) clock() *time.Time {
+	if s.now == nil {
+		return nil
+	}
+	t := s.now()
+	return &t
+}
+
+func (s *Service) count(outcome string) {
+	if s.Outcomes != nil {
+		s.Outcomes(outcome)
+	}
+}
+
+// ClaimRequest asks for the lease on Key.
+type ClaimRequest struct {
+	Key             string
+	PayloadHash     string
+	TriggerSource   string
+	WorkflowVersion string
+	Lease           time.Duration // 0 means the configured default
+	Actor           string
+	Meta            *Meta
+}
+
+// ClaimResult: Claimed with a fresh LeaseOwner, or not claimed with the run as it is.
+type ClaimResult struct {
+	Claimed   bool
+	Reclaimed bool
+	Run       store.Run
+}
+
+// Claim takes the key with one atomic statement; a refused claim is counted as a
+// duplicate (same payload) or refused as ErrPayloadMismatch (another payload).
+func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	lease, err := s.leaseLength(req.Lease)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	if req.TriggerSource == "" && req.Meta != nil {
+		req.TriggerSource = req.Meta.TriggerSource
+	}
+	if req.WorkflowVersion == "" && req.Meta != nil {
+		req.WorkflowVersion = req.Meta.WorkflowVersion
+	}
+	var res ClaimResult
+	var alertReclaims, mismatch bool
+	err = s.store.Transact(ctx, func(q store.Queries) error {
+		now := s.clock()
+		run, err := q.RunClaim(ctx, store.RunClaimParams{
+			Key: req.Key, PayloadHash: req.PayloadHash, Owner: uuid.NewString(), Lease: lease,
+			TriggerSource: req.TriggerSource, WorkflowVersion: req.WorkflowVersion, Now: now,
+		})
+		switch {
+		case err == nil:
+			res = ClaimResult{Claimed: true, Reclaimed: run.Reclaims > 0, Run: run}
+			kind, detail := "claimed", map[string]any{"payload_hash": run.PayloadHash, "lease_expires_at": run.LeaseExpiresAt}
+			if res.Reclaimed {
+				kind = "lease_reclaimed"
+				detail["reclaims"] = run.Reclaims
+			}
+			if err := event(ctx, q, now, run.Key, kind, run.Version, req.Actor, req.Meta, detail); err != nil {
+				return err
+			}
+			if res.Reclaimed && run.Reclaims > s.cfg.ReclaimAlertAfter {
+				alertReclaims = true
+				return event(ctx, q, now, run.Key, "alert", run.Version, "airlock", nil,
+					map[string]any{"alert": "lease_reclaims", "reclaims": run.Reclaims, "threshold": s.cfg.ReclaimAlertAfter})
+			}
+			return nil
+		case errors.Is(err, store.ErrNoMatch):
+			run, err := q.RunRefuse(ctx, req.Key, req.PayloadHash)
+			if err != nil {
+				return fmt.Errorf("record refused claim: %w", err)
+			}
+			res = ClaimResult{Run: run}
+			if run.PayloadHash != req.PayloadHash {
+				mismatch = true
+				return event(ctx, q, now, run.Key, "payload_mismatch", 0, req.Actor, req.Meta,
+					map[string]any{"payload_hash": req.PayloadHash, "stored_payload_hash": run.PayloadHash})
+			}
+			return event(ctx, q, now, run.Key, "duplicate", 0, req.Actor, req.Meta,
+				map[string]any{"state": run.State, "duplicates": run.Duplicates})
+		default:
+			return fmt.Errorf("claim: %w", err)
+		}
+	})
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
+	}
+	switch {
+	case mismatch:
+		// Recorded and committed above; the run itself did not change.
+		s.count("payload_mismatch")
+		return res, fmt.Errorf("claim %q: %w", req.Key, ErrPayloadMismatch)
+	case res.Reclaimed:
+		s.count("reclaimed")
+	case res.Claimed:
+		s.count("claimed")
+	default:
+		s.count("duplicate")
+	}
+	if alertReclaims {
+		s.alerts.Alert(ctx, "lease_reclaims", req.Key, slog.Int64("reclaims", res.Run.Reclaims))
+	}
+	return res, nil
+}
+
+func (s *Service) leaseLength(d time.Duration) (time.Duration, error) {
+	if d == 0 {
+		return s.cfg.DefaultLease, nil
+	}
+	if d < time.Second || d > s.cfg.MaxLease {
+		return 0, &FieldError{Field: "lease_seconds", Msg: fmt.Sprintf("must be between 1 and %d seconds", int(s.cfg.MaxLease.Seconds()))}
+	}
+	return d, nil
+}
+
+// FieldError is a request that names a field with a bad value.
+type FieldError struct{ Field, Msg string }
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// LeaseRequest identifies a lease holder's view of the run.
+type LeaseRequest struct {
+	Key     string
+	Owner   string
+	Version int64
+	Actor   string
+	Meta    *Meta
+}
+
+// Heartbeat moves the owner's live lease forward; the version does not change.
+func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Duration) (store.Run, error) {
+	lease, err := s.leaseLength(lease)
+	if err != nil {
+		return store.Run{}, err
+	}
+	var run store.Run
+	err = s.store.Transact(ctx, func(q store.Queries) error {
+		now := s.clock()
+		run, err = q.RunHeartbeat(ctx, store.RunHeartbeatParams{Key: req.Key, Owner: req.Owner,
+			Version: req.Version, Lease: lease, Lifetime: s.cfg.MaxLeaseLifetime, Now: now})
+		if errors.Is(err, store.ErrNoMatch) {
+			return s.diagnose(ctx, q, req, store.StateProcessing)
+		}
+		if err != nil {
+			return err
+		}
+		return event(ctx, q, now, run.Key, "heartbeat", run.Version, req.Actor, req.Meta,
+			map[string]any{"lease_expires_at": run.LeaseExpiresAt})
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("heartbeat %q: %w", req.Key, err)
+	}
+	return run, nil
+}
+
+// TransitionRequest moves a run by compare-and-set.
+type TransitionRequest struct {
+	LeaseRequest
+	To     store.State
+	Result json.RawMessage
+}
+
+// Transition is a client's move of a run it holds the lease on.
+func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.Run, error) {
+	if !ValidState(req.To) {
+		return store.Run{}, fmt.Errorf("%w: %q is not a run state", ErrInvalidTransition, req.To)
+	}
+	if !Allowed(store.StateProcessing, req.To, Client) {
+		return store.Run{}, fmt.Errorf("%w: clients may move a run only from processing to completed, failed_retryable or failed_terminal; %s is airlock's own", ErrInvalidTransition, req.To)
+	}
+	if req.Result != nil && !terminal(req.To) {
+		return store.Run{}, &FieldError{Field: "result", Msg: "only a terminal state (completed, failed_terminal) stores a result"}
+	}
+	var run store.Run
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		if req.To == store.StateCompleted {
+			n, err := q.RunOpenEffects(ctx, req.Key)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("%w: %d effect(s) not completed", ErrEffectsOpen, n)
+			}
+		}
+		now := s.clock()
+		var err error
+		run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: req.Key, Owner: req.Owner,
+			Version: req.Version, From: store.StateProcessing, To: req.To, Result: req.Result, Now: now})
+		if errors.Is(err, store.ErrNoMatch) {
+			return s.diagnose(ctx, q, req.LeaseRequest, store.StateProcessing)
+		}
+		if err != nil {
+			return err
+		}
+		detail := map[string]any{"from": store.StateProcessing, "to": req.To}
+		if req.Result != nil {
+			detail["result_hash"] = hashBytes(req.Result)
+		}
+		return event(ctx, q, now, run.Key, "transition", run.Version, req.Actor, req.Meta, detail)
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("transition %q: %w", req.Key, err)
+	}
+	return run, nil
+}
+
+// diagnose explains why a compare-and-set matched nothing. It only reads: the decision
+// was the statement's.
+func (s *Service) diagnose(ctx context.Context, q store.Queries, req LeaseRequest, want store.State) error {
+	run, err := q.RunGet(ctx, req.Key)
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	now, err := q.Clock(ctx)
+	if err != nil {
+		return err
+	}
+	if s.now != nil {
+		now = s.now()
+	}
+	switch {
+	case run.LeaseOwner != req.Owner:
+		return ErrLeaseLost
+	case run.Version != req.Version:
+		return fmt.Errorf("%w: the run is at version %d", ErrVersionConflict, run.Version)
+	case run.State != want:
+		return fmt.Errorf("%w: the run is %s", ErrLeaseLost, run.State)
+	case !run.LeaseLive(now):
+		return fmt.Errorf("%w: it expired at %s", ErrLeaseLost, run.LeaseExpiresAt.UTC().Format(time.RFC3339))
+	case run.LeaseStartedAt != nil && !run.LeaseExpiresAt.Before(run.LeaseStartedAt.Add(s.cfg.MaxLeaseLifetime)):
+		return fmt.Errorf("%w: held since %s, it cannot be renewed past %s; finish, or let it lapse and claim again",
+			ErrLeaseLifetimeExceeded, run.LeaseStartedAt.UTC().Format(time.RFC3339), run.LeaseExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return fmt.Errorf("compare-and-set on %q matched nothing in a state that should match", req.Key)
+}
+
+// Get returns the run.
+func (s *Service) Get(ctx context.Context, key string) (store.Run, error) {
+	run, err := s.store.RunGet(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Run{}, ErrNotFound
+	}
+	return run, err
+}
+
+// Events returns the run's timeline after an event id.
+func (s *Service) Events(ctx context.Context, key string, after int64, limit int) ([]store.Event, error) {
+	if _, err := s.Get(ctx, key); err != nil {
+		return nil, err
+	}
+	return s.store.EventList(ctx, key, after, limit)
+}
+
+func event(ctx context.Context, q store.Queries, now *time.Time, key, kind string, version int64, actor string, meta *Meta, detail map[string]any) error {
+	var metaJSON, detailJSON json.RawMessage
+	var err error
+	if meta != nil {
+		if metaJSON, err = json.Marshal(meta); err != nil {
+			return err
+		}
+	}
+	if detail != nil {
+		if detailJSON, err = json.Marshal(detail); err != nil {
+			return err
+		}
+	}
+	_, err = q.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: kind, Version: version,
+		Actor: actor, Meta: metaJSON, Detail: detailJSON, Now: now})
+	return err
+}
+
+func hashBytes(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

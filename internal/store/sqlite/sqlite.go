@@ -1,0 +1,402 @@
+// Package sqlite is the embedded store (modernc.org/sqlite, pure Go): one file, WAL,
+// synchronous=FULL unless the operator opts out. Several processes may share the file;
+// SQLite's file lock serialises their writes and busy_timeout makes them wait their turn.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Options tune the file.
+type Options struct {
+	// Synchronous is FULL (default: a commit survives power loss) or NORMAL (faster; may
+	// lose the last commits on power loss, which for airlock means a duplicate effect).
+	Synchronous string
+	// Now replaces the process clock (tests move time with it).
+	Now func() time.Time
+}
+
+// Store is one SQLite file.
+type Store struct {
+	queries
+	db *sql.DB
+	// writeMu serialises this process's write transactions so they queue in Go instead of
+	// polling SQLite's busy handler; other processes still wait on the file lock.
+	writeMu sync.Mutex
+}
+
+// Open opens (creating if needed) the database file at path. It does not migrate.
+func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+	sync := strings.ToUpper(opt.Synchronous)
+	if sync == "" {
+		sync = "FULL"
+	}
+	if sync != "FULL" && sync != "NORMAL" {
+		return nil, fmt.Errorf("sqlite synchronous must be FULL or NORMAL, not %q", opt.Synchronous)
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+sync+")")
+	q.Add("_pragma", "foreign_keys(1)")
+	// Every transaction here reads then writes; a deferred one fails with SQLITE_BUSY at
+	// once when another writer got there first, busy_timeout or not.
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(0)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	now := opt.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{queries: queries{db: db, now: now}, db: db}, nil
+}
+
+func (s *Store) Backend() string                { return "sqlite" }
+func (s *Store) Close() error                   { return s.db.Close() }
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// DB exposes the handle for benchmarks that measure raw statements beside the store.
+func (s *Store) DB() *sql.DB { return s.db }
+
+func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (err error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err := fn(queries{db: tx, now: s.now}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := store.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return err
+	}
+	// BEGIN IMMEDIATE holds the write lock for the whole sequence, so processes that
+	// start together apply it once; SQLite DDL is transactional.
+	return s.Transact(ctx, func(q store.Queries) error {
+		db := q.(queries).db
+		if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+			return fmt.Errorf("create schema_migrations: %w", err)
+		}
+		var current int
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		for _, m := range ms[min(current, len(ms)):] {
+			if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %s: %w", m.Name, err)
+			}
+			if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				m.Version, m.Name, s.now().UnixMicro()); err != nil {
+				return fmt.Errorf("record migration %s: %w", m.Name, err)
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) SchemaCurrent(ctx context.Context) error {
+	ms, err := store.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return err
+	}
+	var current int
+	err = s.db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current)
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		current, err = 0, nil
+	}
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if current < len(ms) {
+		return fmt.Errorf("%w: at version %d, this binary needs %d (run `airlock migrate`)", store.ErrSchemaOutdated, current, len(ms))
+	}
+	return nil
+}
+
+// dbtx is what *sql.DB and *sql.Tx share.
+type dbtx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+type queries struct {
+	db  dbtx
+	now func() time.Time
+}
+
+// at resolves a param's Now against the process clock, as microseconds.
+func (q queries) at(now *time.Time) int64 {
+	if now != nil {
+		return now.UnixMicro()
+	}
+	return q.now().UnixMicro()
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func optTime(us sql.NullInt64) *time.Time {
+	if !us.Valid {
+		return nil
+	}
+	t := fromMicros(us.Int64)
+	return &t
+}
+
+func optJSON(s sql.NullString) json.RawMessage {
+	if !s.Valid {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+func jsonArg(b json.RawMessage) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+const runColumns = `idempotency_key, state, payload_hash, lease_owner, lease_started_at,
+	lease_expires_at, version, result, duplicates, reclaims, trigger_source, workflow_version,
+	created_at, updated_at`
+
+func scanRun(row scanner) (store.Run, error) {
+	var r store.Run
+	var state string
+	var started, expires sql.NullInt64
+	var result sql.NullString
+	var created, updated int64
+	err := row.Scan(&r.Key, &state, &r.PayloadHash, &r.LeaseOwner, &started, &expires,
+		&r.Version, &result, &r.Duplicates, &r.Reclaims, &r.TriggerSource, &r.WorkflowVersion,
+		&created, &updated)
+	if err != nil {
+		return store.Run{}, interpret(err)
+	}
+	r.State = store.State(state)
+	r.LeaseStartedAt, r.LeaseExpiresAt = optTime(started), optTime(expires)
+	r.Result = optJSON(result)
+	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return r, nil
+}
+
+func interpret(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+func noMatch(r store.Run, err error) (store.Run, error) {
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Run{}, store.ErrNoMatch
+	}
+	return r, err
+}
+
+func (q queries) Clock(context.Context) (time.Time, error) { return q.now().UTC(), nil }
+
+// claimSQL is the same statement as PostgreSQL's; ?3 is now in microseconds.
+const claimSQL = `
+INSERT INTO workflow_runs AS r (idempotency_key, state, payload_hash, lease_owner,
+  lease_started_at, lease_expires_at, version, trigger_source, workflow_version,
+  created_at, updated_at)
+VALUES (?1, 'processing', ?2, ?3, ?4, ?4 + ?5, 1, ?6, ?7, ?4, ?4)
+ON CONFLICT (idempotency_key) DO UPDATE
+SET lease_owner = excluded.lease_owner,
+    lease_started_at = excluded.lease_started_at,
+    lease_expires_at = excluded.lease_expires_at,
+    state = 'processing',
+    version = r.version + 1,
+    reclaims = r.reclaims + 1,
+    updated_at = excluded.updated_at
+WHERE r.payload_hash = excluded.payload_hash
+  AND (r.state = 'failed_retryable'
+       OR (r.state = 'processing'
+           AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= excluded.updated_at)))
+RETURNING ` + runColumns
+
+func (q queries) RunClaim(ctx context.Context, p store.RunClaimParams) (store.Run, error) {
+	return noMatch(scanRun(q.db.QueryRowContext(ctx, claimSQL, p.Key, p.PayloadHash, p.Owner,
+		q.at(p.Now), p.Lease.Microseconds(), p.TriggerSource, p.WorkflowVersion)))
+}
+
+func (q queries) RunRefuse(ctx context.Context, key, payloadHash string) (store.Run, error) {
+	return scanRun(q.db.QueryRowContext(ctx, `
+		UPDATE workflow_runs
+		SET duplicates = duplicates + CASE WHEN payload_hash = ?2 THEN 1 ELSE 0 END
+		WHERE idempotency_key = ?1
+		RETURNING `+runColumns, key, payloadHash))
+}
+
+func (q queries) RunGet(ctx context.Context, key string) (store.Run, error) {
+	return scanRun(q.db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM workflow_runs WHERE idempotency_key = ?`, key))
+}
+
+func (q queries) RunHeartbeat(ctx context.Context, p store.RunHeartbeatParams) (store.Run, error) {
+	return noMatch(scanRun(q.db.QueryRowContext(ctx, `
+		UPDATE workflow_runs
+		SET lease_expires_at = min(?4 + ?5, lease_started_at + ?6)
+		WHERE idempotency_key = ?1 AND lease_owner = ?2 AND version = ?3
+		  AND state = 'processing' AND lease_expires_at > ?4
+		  AND lease_expires_at < lease_started_at + ?6
+		RETURNING `+runColumns, p.Key, p.Owner, p.Version, q.at(p.Now), p.Lease.Microseconds(), p.Lifetime.Microseconds())))
+}
+
+func (q queries) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.Run, error) {
+	return noMatch(scanRun(q.db.QueryRowContext(ctx, `
+		UPDATE workflow_runs
+		SET state = ?5, version = version + 1, result = coalesce(?6, result),
+		    lease_expires_at = NULL, updated_at = ?7
+		WHERE idempotency_key = ?1 AND lease_owner = ?2 AND version = ?3 AND state = ?4
+		  AND lease_expires_at > ?7
+		RETURNING `+runColumns, p.Key, p.Owner, p.Version, string(p.From), string(p.To), jsonArg(p.Result), q.at(p.Now))))
+}
+
+func (q queries) RunOpenEffects(ctx context.Context, key string) (int, error) {
+	var n int
+	err := q.db.QueryRowContext(ctx, `SELECT count(*) FROM effects WHERE idempotency_key = ?
+		AND state IN ('pending', 'sending', 'planned', 'unknown', 'failed')`, key).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count open effects: %w", err)
+	}
+	return n, nil
+}
+
+func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (store.Event, error) {
+	e := store.Event{RunKey: p.RunKey, Kind: p.Kind, Version: p.Version, Actor: p.Actor, Meta: p.Meta, Detail: p.Detail}
+	at := q.at(p.Now)
+	err := q.db.QueryRowContext(ctx, `
+		INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
+		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		p.RunKey, at, p.Kind, p.Version, p.Actor, jsonArg(p.Meta), jsonArg(p.Detail)).Scan(&e.ID)
+	if err != nil {
+		return store.Event{}, fmt.Errorf("insert event: %w", err)
+	}
+	e.At = fromMicros(at)
+	return e, nil
+}
+
+func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
+	rows, err := q.db.QueryContext(ctx, `
+		SELECT id, run_key, at, kind, version, actor, meta, detail FROM events
+		WHERE run_key = ? AND id > ? ORDER BY id LIMIT ?`, key, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Event
+	for rows.Next() {
+		var e store.Event
+		var at int64
+		var meta, detail sql.NullString
+		if err := rows.Scan(&e.ID, &e.RunKey, &at, &e.Kind, &e.Version, &e.Actor, &meta, &detail); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		e.At, e.Meta, e.Detail = fromMicros(at), optJSON(meta), optJSON(detail)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (q queries) APIKeyInsert(ctx context.Context, k store.APIKey) error {
+	_, err := q.db.ExecContext(ctx, `INSERT INTO api_keys (id, name, key_hash, scopes, created_at) VALUES (?, ?, ?, ?, ?)`,
+		k.ID, k.Name, k.Hash, strings.Join(k.Scopes, ","), k.CreatedAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("insert api key: %w", err)
+	}
+	return nil
+}
+
+const apiKeyColumns = `id, name, key_hash, scopes, created_at, revoked_at`
+
+func scanAPIKey(row scanner) (store.APIKey, error) {
+	var k store.APIKey
+	var scopes string
+	var created int64
+	var revoked sql.NullInt64
+	if err := row.Scan(&k.ID, &k.Name, &k.Hash, &scopes, &created, &revoked); err != nil {
+		return store.APIKey{}, interpret(err)
+	}
+	k.Scopes = strings.Split(scopes, ",")
+	k.CreatedAt, k.RevokedAt = fromMicros(created), optTime(revoked)
+	return k, nil
+}
+
+func (q queries) APIKeyByHash(ctx context.Context, hash string) (store.APIKey, error) {
+	return scanAPIKey(q.db.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE key_hash = ?`, hash))
+}
+
+func (q queries) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list api keys: %w", err)
+	}
+	defer rows.Close()
+	var out []store.APIKey
+	for rows.Next() {
+		k, err := scanAPIKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list api keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+func (q queries) APIKeyRevoke(ctx context.Context, id string, at time.Time) error {
+	res, err := q.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, at.UnixMicro(), id)
+	if err != nil {
+		return fmt.Errorf("revoke api key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}

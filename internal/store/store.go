@@ -1,0 +1,179 @@
+// Package store defines airlock's storage contract: one interface, the row types it
+// returns and the sentinel errors it translates driver errors into. The backends live in
+// postgres/ and sqlite/; storetest/ is the conformance suite both must pass.
+//
+// Stores hold SQL, not business rules: a method is one statement (or a fixed, documented
+// sequence), and the domain packages decide which to run inside one Transact.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Sentinel errors every backend returns instead of driver errors.
+var (
+	// ErrNotFound: the row asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrNoMatch: a compare-and-set found no row in the expected condition. The caller
+	// reads the row to tell the client why.
+	ErrNoMatch = errors.New("compare-and-set matched no row")
+	// ErrSchemaOutdated: the database has not been migrated to what this binary needs.
+	ErrSchemaOutdated = errors.New("database schema is not up to date")
+)
+
+// State is a run's state; the CHECK constraint in both schemas lists the same set.
+type State string
+
+const (
+	StateProcessing      State = "processing"
+	StateAwaitingHuman   State = "awaiting_human"
+	StateApproved        State = "approved"
+	StateCompleted       State = "completed"
+	StateFailedRetryable State = "failed_retryable"
+	StateFailedTerminal  State = "failed_terminal"
+	StateRejected        State = "rejected"
+)
+
+// States lists every run state.
+var States = []State{StateProcessing, StateAwaitingHuman, StateApproved, StateCompleted,
+	StateFailedRetryable, StateFailedTerminal, StateRejected}
+
+// Run is a row of workflow_runs.
+type Run struct {
+	Key             string
+	State           State
+	PayloadHash     string
+	LeaseOwner      string     // the last owner; "" before any claim
+	LeaseStartedAt  *time.Time // when LeaseOwner claimed; caps the lease's total life
+	LeaseExpiresAt  *time.Time // nil when no lease is live by construction
+	Version         int64
+	Result          json.RawMessage
+	Duplicates      int64 // refused claims with the same payload hash
+	Reclaims        int64 // claims that took the run over from an earlier owner
+	TriggerSource   string
+	WorkflowVersion string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// LeaseLive reports whether the run's lease is held at now.
+func (r Run) LeaseLive(now time.Time) bool {
+	return r.State == StateProcessing && r.LeaseExpiresAt != nil && r.LeaseExpiresAt.After(now)
+}
+
+// Event is a row of the append-only events table.
+type Event struct {
+	ID      int64
+	RunKey  string
+	At      time.Time
+	Kind    string
+	Version int64 // the run's version after the event (0 when the run did not change)
+	Actor   string
+	Meta    json.RawMessage
+	Detail  json.RawMessage
+}
+
+// APIKey is a row of api_keys. Only the SHA-256 of the key is stored.
+type APIKey struct {
+	ID        string
+	Name      string
+	Hash      string
+	Scopes    []string
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// Store is one database. Methods on Store itself run outside any transaction.
+type Store interface {
+	Queries
+	// Transact runs fn in one transaction and commits if it returns nil; an error or a
+	// panic rolls everything back. On SQLite the transaction begins IMMEDIATE.
+	Transact(ctx context.Context, fn func(q Queries) error) error
+	// Migrate applies the embedded migrations that have not run yet, safely when several
+	// processes start at once.
+	Migrate(ctx context.Context) error
+	// SchemaCurrent returns ErrSchemaOutdated when migrations are pending.
+	SchemaCurrent(ctx context.Context) error
+	Ping(ctx context.Context) error
+	Backend() string
+	Close() error
+}
+
+// Queries are the statements. Where a param has Now, nil means the backend's clock:
+// PostgreSQL's now() (shared by every instance), the process clock on SQLite.
+type Queries interface {
+	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
+	// Transact), the process clock on SQLite.
+	Clock(ctx context.Context) (time.Time, error)
+	// RunClaim is the single atomic claim statement: it inserts a new run, or takes over
+	// one with the same payload hash that is failed_retryable or processing with no live
+	// lease. It returns ErrNoMatch when the key exists and was not taken.
+	RunClaim(ctx context.Context, p RunClaimParams) (Run, error)
+	// RunRefuse records a refused claim of an existing key in one statement: it counts a
+	// duplicate when the payload hash matches and changes nothing otherwise, and returns
+	// the row. ErrNotFound if the key does not exist.
+	RunRefuse(ctx context.Context, key, payloadHash string) (Run, error)
+	RunGet(ctx context.Context, key string) (Run, error)
+	// RunHeartbeat moves a live lease held by Owner at Version, never past LeaseStartedAt +
+	// Lifetime; ErrNoMatch otherwise, including when the lease already reaches that cap.
+	RunHeartbeat(ctx context.Context, p RunHeartbeatParams) (Run, error)
+	// RunTransition is the compare-and-set on key, owner, version, From and a live lease.
+	// ErrNoMatch when the row is not in that condition.
+	RunTransition(ctx context.Context, p RunTransitionParams) (Run, error)
+	// RunOpenEffects counts the run's effects that are open or failed: such a run cannot
+	// complete.
+	RunOpenEffects(ctx context.Context, key string) (int, error)
+
+	EventInsert(ctx context.Context, p EventInsertParams) (Event, error)
+	// EventList returns a run's events with ID > AfterID in order, at most Limit.
+	EventList(ctx context.Context, key string, afterID int64, limit int) ([]Event, error)
+
+	APIKeyInsert(ctx context.Context, k APIKey) error
+	// APIKeyByHash returns the key with that hash, revoked or not; ErrNotFound if none.
+	APIKeyByHash(ctx context.Context, hash string) (APIKey, error)
+	APIKeyList(ctx context.Context) ([]APIKey, error)
+	// APIKeyRevoke marks a key revoked; ErrNotFound if no unrevoked key has that id.
+	APIKeyRevoke(ctx context.Context, id string, at time.Time) error
+}
+
+type RunClaimParams struct {
+	Key             string
+	PayloadHash     string
+	Owner           string
+	Lease           time.Duration
+	TriggerSource   string
+	WorkflowVersion string
+	Now             *time.Time
+}
+
+type RunHeartbeatParams struct {
+	Key      string
+	Owner    string
+	Version  int64
+	Lease    time.Duration
+	Lifetime time.Duration // the lease never extends past LeaseStartedAt + Lifetime
+	Now      *time.Time
+}
+
+type RunTransitionParams struct {
+	Key     string
+	Owner   string
+	Version int64
+	From    State
+	To      State
+	Result  json.RawMessage // nil keeps the stored result
+	Now     *time.Time
+}
+
+type EventInsertParams struct {
+	RunKey  string
+	Kind    string
+	Version int64
+	Actor   string
+	Meta    json.RawMessage
+	Detail  json.RawMessage
+	Now     *time.Time
+}
