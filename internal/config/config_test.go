@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,19 @@ func TestDatabaseURLNeverEchoed(t *testing.T) {
 	_, err := Load(nil, env(map[string]string{"AIRLOCK_DATABASE_URL": "mysql://root:hunter2@db/x"}))
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestREADMEListsEveryOption keeps the README's configuration table complete.
+func TestREADMEListsEveryOption(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range Options {
+		row := "| `" + o.Env + "` | `--" + o.Flag + "` | `" + o.Default + "` |"
+		if !strings.Contains(string(b), row) {
+			t.Errorf("README has no row starting %s", row)
+		}
 	}
 }
