@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -55,7 +57,7 @@ a flag wins over the environment, which wins over the default.`,
 	for _, o := range config.Options {
 		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), versionCmd(), benchCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
 	return root
 }
 
@@ -115,7 +117,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	} else if err := st.SchemaCurrent(ctx); err != nil {
 		return err
 	}
+	pol, err := loadPolicy(cfg)
+	if err != nil {
+		return err
+	}
+	conns, err := connectors(pol)
+	if err != nil {
+		return err
+	}
 	m := metrics.New()
+	eff := newEffects(st, pol, conns, log, m)
 	svc := runs.NewService(st, runs.Config{
 		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,
@@ -134,7 +145,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	backend, _ := cfg.Backend()
-	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString())
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	if !pol.Dispatch.Disabled {
+		d := &effects.Dispatcher{Service: eff, BatchSize: pol.Dispatch.BatchSize, Lease: pol.Dispatch.Lease.D(),
+			Interval: pol.Dispatch.Interval.D(), Crash: crashHook()}
+		wg.Add(2)
+		go func() { defer wg.Done(); d.Run(bg) }()
+		go func() { defer wg.Done(); every(bg, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) }()
+	}
+	// Background work stops after the HTTP server has drained, before the store closes.
+	defer func() { stopBG(); wg.Wait() }()
+	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString(),
+		"action_types", len(pol.Actions), "dispatcher", !pol.Dispatch.Disabled)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -152,6 +175,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// every runs fn each interval until ctx ends, logging failures.
+func every(ctx context.Context, interval time.Duration, fn func(context.Context) error, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				log.Error("background task failed", "err", err)
+			}
+		}
+	}
 }
 
 func migrateCmd() *cobra.Command {

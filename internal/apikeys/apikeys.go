@@ -21,13 +21,15 @@ import (
 
 // Scopes a key may carry. admin implies every other scope.
 const (
-	ScopeRuns  = "runs"  // claim, heartbeat, transition and read runs
-	ScopeRead  = "read"  // read runs and their events
-	ScopeAdmin = "admin" // everything, including administration
+	ScopeRuns     = "runs"     // claim, heartbeat, transition and read runs
+	ScopeRead     = "read"     // read runs and their events
+	ScopeWorker   = "worker"   // external workers: claim effects and report their outcome
+	ScopeOperator = "operator" // resolve unknown or failed effects
+	ScopeAdmin    = "admin"    // everything, including the kill switch
 )
 
 // AllScopes lists the valid scopes in the order help texts show them.
-var AllScopes = []string{ScopeRuns, ScopeRead, ScopeAdmin}
+var AllScopes = []string{ScopeRuns, ScopeRead, ScopeWorker, ScopeOperator, ScopeAdmin}
 
 // prefix marks airlock keys so secret scanners and people can recognise one.
 const prefix = "alk_"
@@ -105,6 +107,6 @@ func Allows(have []string, need string) bool {
 	if slices.Contains(have, ScopeAdmin) || slices.Contains(have, need) {
 		return true
 	}
-	// A client that may drive runs may also read them.
-	return need == ScopeRead && slices.Contains(have, ScopeRuns)
+	// Every client that may act on runs or effects may also read them.
+	return need == ScopeRead && len(have) > 0
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 // Config is the validated result.
 type Config struct {
 	DatabaseURL       string
+	PolicyFile        string
 	Listen            string
 	LeaseDefault      time.Duration
 	LeaseMax          time.Duration
@@ -62,6 +64,16 @@ var Options = []Option{
 				return errors.New("must be a SQLite path or a postgres:// URL")
 			}
 			c.DatabaseURL = v
+			return nil
+		}},
+	{"config", "AIRLOCK_CONFIG", "", "policy file (YAML) naming the action types; without one every effect is refused",
+		func(c *Config, v string) error {
+			if v != "" {
+				if _, err := os.Stat(v); err != nil {
+					return errors.New("cannot read the file")
+				}
+			}
+			c.PolicyFile = v
 			return nil
 		}},
 	{"listen", "AIRLOCK_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (host:port)",

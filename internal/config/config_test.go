@@ -88,7 +88,11 @@ func TestREADMEListsEveryOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range Options {
-		row := "| `" + o.Env + "` | `--" + o.Flag + "` | `" + o.Default + "` |"
+		def := "`" + o.Default + "`"
+		if o.Default == "" {
+			def = "none"
+		}
+		row := "| `" + o.Env + "` | `--" + o.Flag + "` | " + def + " |"
 		if !strings.Contains(string(b), row) {
 			t.Errorf("README has no row starting %s", row)
 		}

@@ -15,8 +15,10 @@ import (
 
 // Request is one effect to send.
 type Request struct {
-	// EffectID is stable across attempts; connectors pass it to the provider as the
-	// idempotency key (HTTP Idempotency-Key header, SMTP Message-ID).
+	// EffectID is the provider idempotency key: stable across attempts and unique across
+	// runs (airlock passes "<run key>/<effect id>"; keys cannot hold a slash). Connectors
+	// send it as the HTTP Idempotency-Key header, derive the SMTP Message-ID from it, and
+	// search for it in lookups.
 	EffectID   string
 	RunKey     string
 	ActionType string

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/runs"
 )
 
@@ -36,6 +37,14 @@ var errorTable = []struct {
 	{runs.ErrLeaseLifetimeExceeded, http.StatusConflict, "lease_lifetime_exceeded"},
 	{runs.ErrEffectsOpen, http.StatusConflict, "effects_open"},
 	{runs.ErrInvalidTransition, http.StatusUnprocessableEntity, "invalid_transition"},
+	{effects.ErrUnknownActionType, http.StatusUnprocessableEntity, "unknown_action_type"},
+	{effects.ErrInvalidTarget, http.StatusUnprocessableEntity, "invalid_target"},
+	{effects.ErrApprovalRequired, http.StatusConflict, "approval_required"},
+	{effects.ErrEffectMismatch, http.StatusConflict, "effect_mismatch"},
+	{effects.ErrActionsDisabled, http.StatusLocked, "actions_disabled"},
+	{effects.ErrNotFound, http.StatusNotFound, "effect_not_found"},
+	{effects.ErrEffectLeaseLost, http.StatusConflict, "lease_lost"},
+	{effects.ErrNotResolvable, http.StatusConflict, "not_resolvable"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }

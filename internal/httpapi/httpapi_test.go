@@ -41,20 +41,22 @@ func (s *syncBuffer) String() string {
 
 type harness struct {
 	t                   *testing.T
-	env                 *storetest.Env
+	env                 *storetest.EffectsEnv
 	url                 string
 	runsKey, readKey    string
 	revokedKey, adminKy string
+	workerKey           string
+	operatorKey         string
 	logs                *syncBuffer
 	metrics             *metrics.Metrics
 }
 
 func newHarness(t *testing.T, b storetest.Backend) *harness {
 	t.Helper()
-	env := storetest.NewEnv(t, b, false)
+	env := storetest.NewEffectsEnv(t, b, "")
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}))
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	ctx := context.Background()
@@ -66,6 +68,7 @@ func newHarness(t *testing.T, b storetest.Backend) *harness {
 		return raw
 	}
 	h.runsKey, h.readKey, h.adminKy = mk("n8n", "runs"), mk("dashboard", "read"), mk("ops", "admin")
+	h.workerKey, h.operatorKey = mk("worker", "worker"), mk("oncall", "operator")
 	h.revokedKey = mk("old", "runs")
 	keys, _ := env.Store.APIKeyList(ctx)
 	for _, k := range keys {

@@ -114,6 +114,7 @@ type runView struct {
 	WorkflowVersion string          `json:"workflow_version,omitempty"`
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
+	Effects         []effectView    `json:"effects"`
 }
 
 type leaseView struct {
@@ -135,7 +136,15 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, runView{
+	effs, err := s.Effects.List(r.Context(), store.EffectListParams{RunKey: key})
+	if err != nil {
+		return err
+	}
+	views := make([]effectView, 0, len(effs))
+	for _, e := range effs {
+		views = append(views, viewEffect(e))
+	}
+	writeJSON(w, http.StatusOK, runView{Effects: views,
 		Key: run.Key, State: run.State, Version: run.Version, PayloadHash: run.PayloadHash,
 		Result: run.Result, Duplicates: run.Duplicates, Reclaims: run.Reclaims,
 		Lease:         leaseView{Live: run.LeaseLive(now), StartedAt: run.LeaseStartedAt, ExpiresAt: run.LeaseExpiresAt},

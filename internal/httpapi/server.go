@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -29,6 +31,7 @@ var openAPI []byte
 type Deps struct {
 	Store        store.Store
 	Runs         *runs.Service
+	Effects      *effects.Service
 	Metrics      *metrics.Metrics
 	Log          *slog.Logger
 	MaxBodyBytes int64
@@ -55,6 +58,14 @@ var Routes = []Route{
 	{"GET", "/v1/runs/{key}/events", apikeys.ScopeRead, func(s *server) handlerFunc { return s.events }},
 	{"POST", "/v1/runs/{key}/heartbeat", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.heartbeat }},
 	{"POST", "/v1/runs/{key}/transition", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.transition }},
+	{"POST", "/v1/runs/{key}/effects", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.queueEffect }},
+	{"POST", "/v1/effects/claim", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.effectsClaim }},
+	{"POST", "/v1/effects/{id}/complete", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Sent) }},
+	{"POST", "/v1/effects/{id}/fail", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Refused) }},
+	{"POST", "/v1/effects/{id}/unknown", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Ambiguous) }},
+	{"POST", "/v1/effects/{id}/resolve", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.resolveEffect }},
+	{"GET", "/v1/admin/kill-switch", apikeys.ScopeAdmin, func(s *server) handlerFunc { return s.getKillSwitch }},
+	{"PUT", "/v1/admin/kill-switch", apikeys.ScopeAdmin, func(s *server) handlerFunc { return s.putKillSwitch }},
 	{"GET", "/healthz", "", func(s *server) handlerFunc { return s.healthz }},
 	{"GET", "/readyz", "", func(s *server) handlerFunc { return s.readyz }},
 	{"GET", "/metrics", "", func(s *server) handlerFunc { return s.metrics }},

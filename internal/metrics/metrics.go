@@ -17,6 +17,7 @@ type Metrics struct {
 	Alerts       *prometheus.CounterVec
 	HTTPRequests *prometheus.CounterVec
 	HTTPDuration *prometheus.HistogramVec
+	Dispatch     *prometheus.HistogramVec
 }
 
 func New() *Metrics {
@@ -35,8 +36,12 @@ func New() *Metrics {
 			Name: "airlock_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route"}),
+		Dispatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_dispatch_seconds", Help: "Time a connector took to send an effect, by outcome (sent, retryable, refused, ambiguous).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"outcome"}),
 	}
-	m.Registry.MustRegister(m.Claims, m.Alerts, m.HTTPRequests, m.HTTPDuration,
+	m.Registry.MustRegister(m.Claims, m.Alerts, m.HTTPRequests, m.HTTPDuration, m.Dispatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, o := range []string{"claimed", "reclaimed", "duplicate", "payload_mismatch"} {
 		m.Claims.WithLabelValues(o)

@@ -205,12 +205,12 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 				kind = "lease_reclaimed"
 				detail["reclaims"] = run.Reclaims
 			}
-			if err := event(ctx, q, now, run.Key, kind, run.Version, req.Actor, req.Meta, detail); err != nil {
+			if err := Event(ctx, q, now, run.Key, kind, run.Version, req.Actor, req.Meta, detail); err != nil {
 				return err
 			}
 			if res.Reclaimed && run.Reclaims > s.cfg.ReclaimAlertAfter {
 				alertReclaims = true
-				return event(ctx, q, now, run.Key, "alert", run.Version, "airlock", nil,
+				return Event(ctx, q, now, run.Key, "alert", run.Version, "airlock", nil,
 					map[string]any{"alert": "lease_reclaims", "reclaims": run.Reclaims, "threshold": s.cfg.ReclaimAlertAfter})
 			}
 			return nil
@@ -222,10 +222,10 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 			res = ClaimResult{Run: run}
 			if run.PayloadHash != req.PayloadHash {
 				mismatch = true
-				return event(ctx, q, now, run.Key, "payload_mismatch", 0, req.Actor, req.Meta,
+				return Event(ctx, q, now, run.Key, "payload_mismatch", 0, req.Actor, req.Meta,
 					map[string]any{"payload_hash": req.PayloadHash, "stored_payload_hash": run.PayloadHash})
 			}
-			return event(ctx, q, now, run.Key, "duplicate", 0, req.Actor, req.Meta,
+			return Event(ctx, q, now, run.Key, "duplicate", 0, req.Actor, req.Meta,
 				map[string]any{"state": run.State, "duplicates": run.Duplicates})
 		default:
 			return fmt.Errorf("claim: %w", err)
@@ -288,12 +288,12 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 		run, err = q.RunHeartbeat(ctx, store.RunHeartbeatParams{Key: req.Key, Owner: req.Owner,
 			Version: req.Version, Lease: lease, Lifetime: s.cfg.MaxLeaseLifetime, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
-			return s.diagnose(ctx, q, req, store.StateProcessing)
+			return Diagnose(ctx, q, s.now, s.cfg.MaxLeaseLifetime, req)
 		}
 		if err != nil {
 			return err
 		}
-		return event(ctx, q, now, run.Key, "heartbeat", run.Version, req.Actor, req.Meta,
+		return Event(ctx, q, now, run.Key, "heartbeat", run.Version, req.Actor, req.Meta,
 			map[string]any{"lease_expires_at": run.LeaseExpiresAt})
 	})
 	if err != nil {
@@ -336,7 +336,7 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: req.Key, Owner: req.Owner,
 			Version: req.Version, From: store.StateProcessing, To: req.To, Result: req.Result, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
-			return s.diagnose(ctx, q, req.LeaseRequest, store.StateProcessing)
+			return Diagnose(ctx, q, s.now, s.cfg.MaxLeaseLifetime, req.LeaseRequest)
 		}
 		if err != nil {
 			return err
@@ -345,7 +345,7 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		if req.Result != nil {
 			detail["result_hash"] = hashBytes(req.Result)
 		}
-		return event(ctx, q, now, run.Key, "transition", run.Version, req.Actor, req.Meta, detail)
+		return Event(ctx, q, now, run.Key, "transition", run.Version, req.Actor, req.Meta, detail)
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("transition %q: %w", req.Key, err)
@@ -353,9 +353,10 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 	return run, nil
 }
 
-// diagnose explains why a compare-and-set matched nothing. It only reads: the decision
-// was the statement's.
-func (s *Service) diagnose(ctx context.Context, q store.Queries, req LeaseRequest, want store.State) error {
+// Diagnose explains why a compare-and-set on a processing run's lease matched nothing. It
+// only reads: the decision was the statement's. now overrides the backend clock (tests);
+// lifetime 0 skips the lifetime check.
+func Diagnose(ctx context.Context, q store.Queries, now func() time.Time, lifetime time.Duration, req LeaseRequest) error {
 	run, err := q.RunGet(ctx, req.Key)
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrNotFound
@@ -363,23 +364,23 @@ func (s *Service) diagnose(ctx context.Context, q store.Queries, req LeaseReques
 	if err != nil {
 		return err
 	}
-	now, err := q.Clock(ctx)
+	t, err := q.Clock(ctx)
 	if err != nil {
 		return err
 	}
-	if s.now != nil {
-		now = s.now()
+	if now != nil {
+		t = now()
 	}
 	switch {
 	case run.LeaseOwner != req.Owner:
 		return ErrLeaseLost
 	case run.Version != req.Version:
 		return fmt.Errorf("%w: the run is at version %d", ErrVersionConflict, run.Version)
-	case run.State != want:
+	case run.State != store.StateProcessing:
 		return fmt.Errorf("%w: the run is %s", ErrLeaseLost, run.State)
-	case !run.LeaseLive(now):
+	case !run.LeaseLive(t):
 		return fmt.Errorf("%w: it expired at %s", ErrLeaseLost, run.LeaseExpiresAt.UTC().Format(time.RFC3339))
-	case run.LeaseStartedAt != nil && !run.LeaseExpiresAt.Before(run.LeaseStartedAt.Add(s.cfg.MaxLeaseLifetime)):
+	case lifetime > 0 && run.LeaseStartedAt != nil && !run.LeaseExpiresAt.Before(run.LeaseStartedAt.Add(lifetime)):
 		return fmt.Errorf("%w: held since %s, it cannot be renewed past %s; finish, or let it lapse and claim again",
 			ErrLeaseLifetimeExceeded, run.LeaseStartedAt.UTC().Format(time.RFC3339), run.LeaseExpiresAt.UTC().Format(time.RFC3339))
 	}
@@ -403,7 +404,9 @@ func (s *Service) Events(ctx context.Context, key string, after int64, limit int
 	return s.store.EventList(ctx, key, after, limit)
 }
 
-func event(ctx context.Context, q store.Queries, now *time.Time, key, kind string, version int64, actor string, meta *Meta, detail map[string]any) error {
+// Event writes one event on a run's timeline; call it inside the transaction that made
+// the change it records.
+func Event(ctx context.Context, q store.Queries, now *time.Time, key, kind string, version int64, actor string, meta *Meta, detail map[string]any) error {
 	var metaJSON, detailJSON json.RawMessage
 	var err error
 	if meta != nil {

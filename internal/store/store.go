@@ -105,6 +105,7 @@ type Store interface {
 // Queries are the statements. Where a param has Now, nil means the backend's clock:
 // PostgreSQL's now() (shared by every instance), the process clock on SQLite.
 type Queries interface {
+	EffectQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -176,4 +177,118 @@ type EventInsertParams struct {
 	Meta    json.RawMessage
 	Detail  json.RawMessage
 	Now     *time.Time
+}
+
+// EffectState is an effect's state; the CHECK constraint in both schemas lists the same set.
+type EffectState string
+
+const (
+	EffectPending   EffectState = "pending"   // queued, waiting for its not_before
+	EffectSending   EffectState = "sending"   // leased by a dispatcher or an external worker
+	EffectPlanned   EffectState = "planned"   // an agent's recorded intent (ledger)
+	EffectCompleted EffectState = "completed" // sent, with provider_id when the provider gave one
+	EffectUnknown   EffectState = "unknown"   // may or may not have happened: reconcile
+	EffectFailed    EffectState = "failed"    // definitely not performed, not retried further
+	EffectCancelled EffectState = "cancelled" // withdrawn before sending, or abandoned by an operator
+)
+
+// Executors of an effect.
+const (
+	ExecutorDispatcher = "dispatcher" // sent by airlock's dispatcher through a connector
+	ExecutorWorker     = "worker"     // claimed and performed by an external worker
+)
+
+// Effect is a row of effects: one external write of a run.
+type Effect struct {
+	ID             string // addresses the effect in /v1/effects/{id}
+	RunKey         string
+	EffectID       string // the client's stable id, or derived from action type + target; the provider idempotency key
+	ActionType     string
+	Target         string
+	Executor       string
+	Payload        json.RawMessage
+	PayloadHash    string
+	State          EffectState
+	LeaseOwner     string
+	LeaseExpiresAt *time.Time
+	ProviderID     string
+	Attempts       int
+	NotBefore      time.Time
+	LastErrorClass string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// KillSwitch is one scope's setting: "global" or "action:<type>".
+type KillSwitch struct {
+	Scope     string
+	Enabled   bool
+	Reason    string
+	Actor     string
+	UpdatedAt time.Time
+}
+
+// RunLockParams names a lease holder's view of a run.
+type RunLockParams struct {
+	Key     string
+	Owner   string
+	Version int64
+	Now     *time.Time
+}
+
+// EffectLeaseParams selects due pending effects to lease.
+type EffectLeaseParams struct {
+	Executor string
+	Types    []string // nil: every type
+	Owner    string
+	Lease    time.Duration
+	Limit    int
+	Now      *time.Time
+}
+
+// EffectUpdateParams is a compare-and-set on an effect: it applies only when the effect is
+// in one of From and, when Owner is set, leased by Owner.
+type EffectUpdateParams struct {
+	ID         string
+	From       []EffectState
+	Owner      string
+	To         EffectState
+	ProviderID *string    // nil keeps the stored value
+	NotBefore  *time.Time // nil keeps the stored value
+	ErrorClass *string    // nil keeps the stored value
+	// ReleaseAttempt undoes the attempt count of a lease that never tried to send.
+	ReleaseAttempt bool
+	Now            *time.Time
+}
+
+// EffectListParams filters effects for operators.
+type EffectListParams struct {
+	RunKey string        // "" for every run
+	States []EffectState // nil for every state
+	Limit  int
+}
+
+// EffectQueries are the statements on effects and the kill switch.
+type EffectQueries interface {
+	// RunLock reads the run held by Owner at Version with a live lease, locking its row
+	// until the transaction ends (so effects are queued under the lease). ErrNoMatch otherwise.
+	RunLock(ctx context.Context, p RunLockParams) (Run, error)
+	// EffectInsert queues e unless (run key, effect id) exists; it returns the stored
+	// effect and whether it was inserted.
+	EffectInsert(ctx context.Context, e Effect) (Effect, bool, error)
+	EffectGet(ctx context.Context, id string) (Effect, error)
+	EffectList(ctx context.Context, p EffectListParams) ([]Effect, error)
+	// EffectLease moves due pending effects of an executor to sending under a new lease and
+	// counts an attempt; several instances never lease the same effect (SKIP LOCKED on
+	// PostgreSQL, the write lock on SQLite).
+	EffectLease(ctx context.Context, p EffectLeaseParams) ([]Effect, error)
+	// EffectUpdate is the effect's compare-and-set; ErrNoMatch when it does not apply.
+	EffectUpdate(ctx context.Context, p EffectUpdateParams) (Effect, error)
+	// EffectExpiredLeases lists effects still sending whose lease expired before now.
+	EffectExpiredLeases(ctx context.Context, now *time.Time, limit int) ([]Effect, error)
+	// EffectCountByState counts effects per state (metrics).
+	EffectCountByState(ctx context.Context) (map[EffectState]int, error)
+
+	KillSwitchList(ctx context.Context) ([]KillSwitch, error)
+	KillSwitchSet(ctx context.Context, k KillSwitch) error
 }

@@ -14,3 +14,12 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+func TestEffectsConformance(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunEffects(t, b)
+		})
+	}
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// cliActor names the person at the terminal in audit events.
+func cliActor() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "cli:" + u.Username
+	}
+	return "cli"
+}
+
+// withEffects opens the store and an outbox service (no connectors: nothing is sent from
+// an operator command).
+func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	pol, err := loadPolicy(cfg)
+	if err != nil {
+		return err
+	}
+	return withStore(cmd, func(st store.Store) error {
+		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		return fn(newEffects(st, pol, nil, log, metrics.New()))
+	})
+}
+
+func effectsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "effects",
+		Short: "List effects and resolve the ones whose outcome is unknown",
+		Long: `An effect is one external write of a run. One whose outcome is unknown (a timeout
+after the request left, a crash between send and record) is never resent automatically:
+check the provider, then resolve it:
+
+  sent      it happened (give --provider-id if you found it): completed
+  not_sent  it did not: queued again under the same effect id
+  abandon   give it up: cancelled`,
+	}
+	var states []string
+	var key string
+	list := &cobra.Command{
+		Use:   "list [--state unknown,failed] [--key KEY]",
+		Short: "List effects",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withEffects(cmd, func(svc *effects.Service) error {
+				p := store.EffectListParams{RunKey: key}
+				for _, s := range states {
+					p.States = append(p.States, store.EffectState(s))
+				}
+				list, err := svc.List(cmd.Context(), p)
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tKEY\tEFFECT_ID\tACTION\tTARGET\tSTATE\tATTEMPTS\tPROVIDER_ID\tERROR\tUPDATED")
+				for _, e := range list {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.ID, e.RunKey, e.EffectID, e.ActionType,
+						e.Target, e.State, e.Attempts, dash(e.ProviderID), dash(e.LastErrorClass), e.UpdatedAt.UTC().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	list.Flags().StringSliceVar(&states, "state", nil, "only these states (pending, sending, completed, unknown, failed, cancelled)")
+	list.Flags().StringVar(&key, "key", "", "only this run's effects")
+
+	var outcome, providerID, note string
+	resolve := &cobra.Command{
+		Use:   "resolve ID --outcome sent|not_sent|abandon --note TEXT [--provider-id ID]",
+		Short: "Record an operator's decision on an unknown or failed effect",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withEffects(cmd, func(svc *effects.Service) error {
+				e, err := svc.Resolve(cmd.Context(), args[0], outcome, providerID, note, cliActor())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "effect %s is now %s\n", e.ID, e.State)
+				return nil
+			})
+		},
+	}
+	resolve.Flags().StringVar(&outcome, "outcome", "", "sent, not_sent or abandon (required)")
+	resolve.Flags().StringVar(&providerID, "provider-id", "", "the provider's id, with --outcome sent")
+	resolve.Flags().StringVar(&note, "note", "", "what you checked (required; recorded)")
+	cmd.AddCommand(list, resolve)
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func actionsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "actions",
+		Short: "The kill switch: stop or allow every send, or one action type's",
+		Long: `The kill switch is enforced where effects leave airlock (the dispatcher and external
+worker claims). A fresh install starts enabled. While disabled, queued effects stay queued
+and every blocked send is recorded. AI_ACTIONS_ENABLED=false in airlock's environment
+stops every send whatever the database says.`,
+	}
+	var actionType, reason string
+	set := func(enabled bool) func(cmd *cobra.Command, _ []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
+			if reason == "" {
+				return errors.New("--reason is required")
+			}
+			scope := effects.GlobalScope
+			if actionType != "" {
+				scope = effects.ActionScope(actionType)
+			}
+			return withEffects(cmd, func(svc *effects.Service) error {
+				if err := svc.SetKillSwitch(cmd.Context(), scope, enabled, reason, cliActor()); err != nil {
+					return err
+				}
+				return printKillSwitch(cmd, svc)
+			})
+		}
+	}
+	for _, c := range []*cobra.Command{
+		{Use: "disable [--type T] --reason TEXT", Short: "Stop sends (all, or one action type's)", Args: cobra.NoArgs, RunE: set(false)},
+		{Use: "enable [--type T] --reason TEXT", Short: "Allow sends again", Args: cobra.NoArgs, RunE: set(true)},
+	} {
+		c.Flags().StringVar(&actionType, "type", "", "one action type (needs --config); default: all")
+		c.Flags().StringVar(&reason, "reason", "", "why (required; recorded with your name)")
+		cmd.AddCommand(c)
+	}
+	cmd.AddCommand(&cobra.Command{Use: "status", Short: "Show the kill switch", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withEffects(cmd, func(svc *effects.Service) error { return printKillSwitch(cmd, svc) })
+		}})
+	return cmd
+}
+
+func printKillSwitch(cmd *cobra.Command, svc *effects.Service) error {
+	switches, envDisabled, err := svc.KillSwitch(cmd.Context())
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCOPE\tENABLED\tBY\tREASON\tSINCE")
+	for _, k := range switches {
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\n", k.Scope, k.Enabled, k.Actor, k.Reason, k.UpdatedAt.UTC().Format(time.RFC3339))
+	}
+	if envDisabled {
+		fmt.Fprintln(tw, "env\tfalse\tAI_ACTIONS_ENABLED\toverrides the database in this process\t-")
+	}
+	return tw.Flush()
+}

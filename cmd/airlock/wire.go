@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/connector/httpconn"
+	"github.com/airlockhq/airlock/internal/connector/smtpconn"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// loadPolicy reads --config, or returns the empty policy (no action types) without one.
+func loadPolicy(cfg config.Config) (*policy.Policy, error) {
+	if cfg.PolicyFile == "" {
+		return policy.Empty(), nil
+	}
+	return policy.Load(cfg.PolicyFile, os.LookupEnv)
+}
+
+// connectors builds one connector per action type that airlock sends itself.
+func connectors(p *policy.Policy) (map[string]connector.Connector, error) {
+	out := map[string]connector.Connector{}
+	for _, name := range p.ActionNames() {
+		a := p.Action(name)
+		var c connector.Connector
+		var err error
+		switch {
+		case a.HTTP != nil:
+			h := a.HTTP
+			c, err = httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Token: h.Token,
+				TokenHeader: h.TokenHeader, Timeout: h.Timeout.D(), LookupURL: h.LookupURL,
+				LookupAuthoritative: h.LookupAuthoritative, IDField: h.IDField})
+		case a.SMTP != nil:
+			m := a.SMTP
+			c, err = smtpconn.New(smtpconn.Config{Host: m.Host, Port: m.Port, Username: m.Username, Password: m.Password,
+				From: m.From, TLS: m.TLS, Timeout: m.Timeout.D(), Targets: m.Targets})
+		default:
+			continue // worker: performed outside airlock
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy: actions.%s: %w", name, err)
+		}
+		out[name] = c
+	}
+	return out, nil
+}
+
+// newEffects wires the outbox service from the policy and the environment.
+func newEffects(st store.Store, p *policy.Policy, conns map[string]connector.Connector, log *slog.Logger, m *metrics.Metrics) *effects.Service {
+	env, set := os.LookupEnv("AI_ACTIONS_ENABLED")
+	svc := effects.NewService(effects.Options{Store: st, Policy: p, Connectors: conns, Log: log,
+		Alerts: metrics.Alerter{Log: log, Metrics: m}, AIActionsEnabled: env, AIActionsEnabledSet: set})
+	svc.Observe = func(outcome string, d time.Duration) {
+		m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())
+	}
+	return svc
+}
+
+// crashHook returns the test-only crash point from AIRLOCK_TEST_CRASH_AT: the process
+// kills itself with SIGKILL there, as a power cut would. Unset in production.
+func crashHook() func(string) {
+	at := os.Getenv("AIRLOCK_TEST_CRASH_AT")
+	if at == "" {
+		return nil
+	}
+	return func(point string) {
+		if point == at {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+}

@@ -1,0 +1,287 @@
+// Package effects is the transactional outbox: effects queued under a run's lease, the
+// kill switch that guards every send, the dispatcher that sends through connectors, the
+// external-worker protocol, reconciliation of unknown outcomes and operator resolution.
+//
+// The rule everything here serves: an external write leaves once, or it is honestly
+// marked unknown and never resent automatically unless its provider is idempotent.
+package effects
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Domain outcomes; the HTTP layer maps each to one status and code.
+var (
+	ErrUnknownActionType = errors.New("action type is not configured")
+	ErrInvalidTarget     = errors.New("target is not configured for this action type")
+	ErrApprovalRequired  = errors.New("this action type is gated: it needs a person's approval")
+	ErrEffectMismatch    = errors.New("the effect id was queued with a different payload")
+	ErrActionsDisabled   = errors.New("actions are disabled by the kill switch")
+	ErrNotFound          = errors.New("effect not found")
+	ErrEffectLeaseLost   = errors.New("the effect's lease is not held")
+	ErrNotResolvable     = errors.New("the effect is not in a state this operation applies to")
+)
+
+// Alerter raises an alert after the event that records it has committed.
+type Alerter interface {
+	Alert(ctx context.Context, kind, key string, attrs ...slog.Attr)
+}
+
+// Service is the outbox over a store and a policy.
+type Service struct {
+	store      store.Store
+	policy     *policy.Policy
+	connectors map[string]connector.Connector // by action type
+	alerts     Alerter
+	log        *slog.Logger
+	// now replaces the backend's clock when set (tests).
+	now func() time.Time
+	// envEnabled is AI_ACTIONS_ENABLED: nil unset; false stops every send.
+	envDisabled bool
+	// Observe, when set, receives dispatch outcomes (metrics).
+	Observe func(outcome string, d time.Duration)
+}
+
+// Options wire a Service.
+type Options struct {
+	Store      store.Store
+	Policy     *policy.Policy
+	Connectors map[string]connector.Connector
+	Alerts     Alerter
+	Log        *slog.Logger
+	Now        func() time.Time
+	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment value and whether it is set.
+	AIActionsEnabled    string
+	AIActionsEnabledSet bool
+}
+
+func NewService(o Options) *Service {
+	s := &Service{store: o.Store, policy: o.Policy, connectors: o.Connectors, alerts: o.Alerts, log: o.Log, now: o.Now}
+	if s.policy == nil {
+		s.policy = policy.Empty()
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	// Unset or "true": the database decides. Anything else stops every send.
+	s.envDisabled = o.AIActionsEnabledSet && o.AIActionsEnabled != "true"
+	return s
+}
+
+func (s *Service) clock() *time.Time {
+	if s.now == nil {
+		return nil
+	}
+	t := s.now()
+	return &t
+}
+
+// nowIn returns the clock inside a transaction: the injected one, else the backend's.
+func (s *Service) nowIn(ctx context.Context, q store.Queries) (time.Time, error) {
+	if s.now != nil {
+		return s.now(), nil
+	}
+	return q.Clock(ctx)
+}
+
+// QueueRequest asks to queue one effect of a run under its lease.
+type QueueRequest struct {
+	Key        string
+	Owner      string
+	Version    int64
+	ActionType string
+	Target     string
+	EffectID   string // "" derives it from action type and target
+	Payload    json.RawMessage
+	Actor      string
+	Meta       *runs.Meta
+}
+
+// DeriveEffectID is the effect id when a client gives none: one effect per run, action
+// type and target, the seed's UNIQUE(key, effect_type, target).
+func DeriveEffectID(actionType, target string) string {
+	sum := sha256.Sum256([]byte(actionType + "\x00" + target))
+	return actionType + "-" + hex.EncodeToString(sum[:8])
+}
+
+// Queue inserts the effect in the same transaction that checks the run's lease and
+// version. The same effect id again returns the stored effect (created=false); with
+// another payload it is ErrEffectMismatch.
+func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, created bool, run store.Run, err error) {
+	a := s.policy.Action(req.ActionType)
+	if a == nil {
+		return store.Effect{}, false, store.Run{}, fmt.Errorf("%w: %q", ErrUnknownActionType, req.ActionType)
+	}
+	if !a.ValidTarget(req.Target) {
+		return store.Effect{}, false, store.Run{}, fmt.Errorf("%w: %q for %s", ErrInvalidTarget, req.Target, req.ActionType)
+	}
+	if a.Gate != policy.GateNone {
+		return store.Effect{}, false, store.Run{}, fmt.Errorf("%w (gate %s)", ErrApprovalRequired, a.Gate)
+	}
+	hash, err := runs.HashPayload(req.Payload)
+	if err != nil {
+		return store.Effect{}, false, store.Run{}, &runs.FieldError{Field: "payload", Msg: err.Error()}
+	}
+	if req.EffectID == "" {
+		req.EffectID = DeriveEffectID(req.ActionType, req.Target)
+	}
+	err = s.store.Transact(ctx, func(q store.Queries) error {
+		now := s.clock()
+		run, err = q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
+		if errors.Is(err, store.ErrNoMatch) {
+			return runs.Diagnose(ctx, q, s.now, 0, runs.LeaseRequest{Key: req.Key, Owner: req.Owner, Version: req.Version})
+		}
+		if err != nil {
+			return err
+		}
+		e, created, err = q.EffectInsert(ctx, store.Effect{
+			ID: uuid.NewString(), RunKey: req.Key, EffectID: req.EffectID, ActionType: req.ActionType,
+			Target: req.Target, Executor: a.Executor(), Payload: req.Payload, PayloadHash: hash,
+			State: store.EffectPending, NotBefore: timeOrZero(now), CreatedAt: timeOrZero(now),
+		})
+		if err != nil {
+			return err
+		}
+		if !created {
+			if e.PayloadHash != hash || e.ActionType != req.ActionType || e.Target != req.Target {
+				return fmt.Errorf("%w: %s", ErrEffectMismatch, req.EffectID)
+			}
+			return nil
+		}
+		return runs.Event(ctx, q, now, req.Key, "effect_queued", run.Version, req.Actor, req.Meta, map[string]any{
+			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target,
+			"executor": e.Executor, "payload_hash": e.PayloadHash,
+		})
+	})
+	if err != nil {
+		return store.Effect{}, false, store.Run{}, fmt.Errorf("queue effect on %q: %w", req.Key, err)
+	}
+	return e, created, run, nil
+}
+
+func timeOrZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// Get returns one effect.
+func (s *Service) Get(ctx context.Context, id string) (store.Effect, error) {
+	e, err := s.store.EffectGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Effect{}, ErrNotFound
+	}
+	return e, err
+}
+
+// List returns effects, for a run or for operators.
+func (s *Service) List(ctx context.Context, p store.EffectListParams) ([]store.Effect, error) {
+	if p.Limit == 0 {
+		p.Limit = 1000
+	}
+	return s.store.EffectList(ctx, p)
+}
+
+// backoff is the delay before attempt n+1 after n definite, retryable failures:
+// exponential from the action's base, capped, with jitter so retries do not align.
+func backoff(r policy.ActionRetry, attempts int, retryAfter time.Duration) time.Duration {
+	d := r.Backoff.D()
+	for i := 1; i < attempts && d < r.MaxBackoff.D(); i++ {
+		d *= 2
+	}
+	d = min(d, r.MaxBackoff.D())
+	d = d/2 + rand.N(d/2+1)
+	return max(d, retryAfter)
+}
+
+// finish applies a send's outcome to the effect (a compare-and-set on its lease) and
+// writes the event on its run, in one transaction. It returns the alert to raise, if any.
+func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res connector.Result, actor string) (store.Effect, string, error) {
+	a := s.policy.Action(e.ActionType)
+	retry := policy.ActionRetry{MaxAttempts: 1, Backoff: policy.Duration(time.Second), MaxBackoff: policy.Duration(time.Second)}
+	idempotent := false
+	if a != nil {
+		retry = a.Retry
+	}
+	if c := s.connectors[e.ActionType]; c != nil && e.Executor == store.ExecutorDispatcher {
+		idempotent = c.Idempotent()
+	}
+	var out store.Effect
+	var alert string
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		now, err := s.nowIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		class := res.Class
+		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class, Now: s.clock()}
+		kind := ""
+		detail := map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
+		if class != "" {
+			detail["error_class"] = class
+		}
+		switch {
+		case res.Outcome == connector.Sent:
+			p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, "effect_completed"
+			detail["provider_id"] = res.ProviderID
+		case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
+			wait := backoff(retry, e.Attempts, res.RetryAfter)
+			nb := now.Add(wait)
+			p.To, p.NotBefore, kind = store.EffectPending, &nb, "effect_retry_scheduled"
+			detail["retry_in_ms"] = wait.Milliseconds()
+			if res.Outcome == connector.Ambiguous {
+				detail["ambiguous"] = true // resent with the same idempotency key: the provider de-duplicates
+			}
+		case res.Outcome == connector.Ambiguous:
+			p.To, kind, alert = store.EffectUnknown, "effect_unknown", "effect_unknown"
+		default: // refused, or retryable past the cap
+			p.To, kind, alert = store.EffectFailed, "effect_failed", "effect_failed"
+			if res.Outcome == connector.Retryable {
+				detail["retry_cap"] = retry.MaxAttempts
+			}
+		}
+		out, err = q.EffectUpdate(ctx, p)
+		if errors.Is(err, store.ErrNoMatch) && res.Outcome == connector.Sent {
+			// Our lease lapsed mid-send and the sweeper marked it unknown: we now know better.
+			p.From, p.Owner = []store.EffectState{store.EffectUnknown}, ""
+			out, err = q.EffectUpdate(ctx, p)
+		}
+		if errors.Is(err, store.ErrNoMatch) {
+			return ErrEffectLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		if err := runs.Event(ctx, q, s.clock(), e.RunKey, kind, 0, actor, nil, detail); err != nil {
+			return err
+		}
+		if alert != "" {
+			return runs.Event(ctx, q, s.clock(), e.RunKey, "alert", 0, "airlock", nil,
+				map[string]any{"alert": alert, "effect_id": e.EffectID, "error_class": class})
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Effect{}, "", fmt.Errorf("record outcome of effect %s: %w", e.ID, err)
+	}
+	if alert != "" {
+		s.alerts.Alert(ctx, alert, e.RunKey, slog.String("effect_id", e.EffectID), slog.String("error_class", res.Class))
+	}
+	return out, alert, nil
+}

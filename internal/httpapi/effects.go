@@ -1,0 +1,228 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// effectView is an effect as the API shows it. The payload is shown only to the worker
+// that must perform it.
+type effectView struct {
+	ID             string            `json:"id"`
+	Key            string            `json:"key"`
+	EffectID       string            `json:"effect_id"`
+	ActionType     string            `json:"action_type"`
+	Target         string            `json:"target"`
+	Executor       string            `json:"executor"`
+	State          store.EffectState `json:"state"`
+	PayloadHash    string            `json:"payload_hash"`
+	ProviderID     string            `json:"provider_id,omitempty"`
+	Attempts       int               `json:"attempts"`
+	NotBefore      time.Time         `json:"not_before"`
+	LastErrorClass string            `json:"last_error_class,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+}
+
+func viewEffect(e store.Effect) effectView {
+	return effectView{ID: e.ID, Key: e.RunKey, EffectID: e.EffectID, ActionType: e.ActionType, Target: e.Target,
+		Executor: e.Executor, State: e.State, PayloadHash: e.PayloadHash, ProviderID: e.ProviderID,
+		Attempts: e.Attempts, NotBefore: e.NotBefore, LastErrorClass: e.LastErrorClass,
+		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
+}
+
+func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		leaseBody
+		ActionType string          `json:"action_type"`
+		Target     string          `json:"target"`
+		EffectID   string          `json:"effect_id"`
+		Payload    json.RawMessage `json:"payload"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	lr, err := body.check(r)
+	if err != nil {
+		return err
+	}
+	switch {
+	case body.ActionType == "":
+		return missing("action_type")
+	case body.Target == "":
+		return missing("target")
+	case len(body.Payload) == 0 || bytes.Equal(body.Payload, []byte("null")):
+		return missing("payload")
+	}
+	if err := validText("target", body.Target, 320); err != nil {
+		return err
+	}
+	if body.EffectID != "" {
+		if err := validKey("effect_id", body.EffectID); err != nil {
+			return err
+		}
+	}
+	e, created, run, err := s.Effects.Queue(r.Context(), effects.QueueRequest{Key: lr.Key, Owner: lr.Owner, Version: lr.Version,
+		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor, Meta: lr.Meta})
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if !created {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, map[string]any{"created": created, "version": run.Version, "effect": viewEffect(e)})
+	return nil
+}
+
+func (s *server) effectsClaim(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Types        []string `json:"types"`
+		LeaseSeconds *int64   `json:"lease_seconds"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if len(body.Types) == 0 {
+		return missing("types")
+	}
+	lease, err := leaseSeconds(body.LeaseSeconds)
+	if err != nil {
+		return err
+	}
+	if lease == 0 {
+		lease = 5 * time.Minute
+	}
+	e, ok, err := s.Effects.WorkerClaim(r.Context(), body.Types, lease, actor(r))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, struct {
+		effectView
+		LeaseOwner     string          `json:"lease_owner"`
+		LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+		Payload        json.RawMessage `json:"payload"`
+		IdempotencyKey string          `json:"idempotency_key"`
+	}{viewEffect(e), e.LeaseOwner, e.LeaseExpiresAt, e.Payload, e.EffectID})
+	return nil
+}
+
+// workerReport serves /complete, /fail and /unknown for the worker holding the effect.
+func (s *server) workerReport(outcome connector.Outcome) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var body struct {
+			LeaseOwner   string `json:"lease_owner"`
+			ProviderID   string `json:"provider_id"`
+			Retryable    bool   `json:"retryable"`
+			Class        string `json:"class"`
+			RetryAfterMS int64  `json:"retry_after_ms"`
+		}
+		if err := decode(r, &body); err != nil {
+			return err
+		}
+		if body.LeaseOwner == "" {
+			return missing("lease_owner")
+		}
+		for _, f := range []struct{ name, v string }{{"provider_id", body.ProviderID}, {"class", body.Class}} {
+			if err := validText(f.name, f.v, 200); err != nil {
+				return err
+			}
+		}
+		res := connector.Result{Outcome: outcome, ProviderID: body.ProviderID, Class: body.Class}
+		if outcome == connector.Refused && body.Retryable {
+			res.Outcome, res.RetryAfter = connector.Retryable, time.Duration(body.RetryAfterMS)*time.Millisecond
+		}
+		if outcome != connector.Sent && body.ProviderID != "" {
+			return invalid("provider_id", "only on complete")
+		}
+		e, err := s.Effects.WorkerReport(r.Context(), r.PathValue("id"), body.LeaseOwner, res, actor(r))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, viewEffect(e))
+		return nil
+	}
+}
+
+func (s *server) resolveEffect(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Outcome    string `json:"outcome"`
+		ProviderID string `json:"provider_id"`
+		Note       string `json:"note"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Outcome == "" {
+		return missing("outcome")
+	}
+	if err := validText("note", body.Note, 2000); err != nil {
+		return err
+	}
+	e, err := s.Effects.Resolve(r.Context(), r.PathValue("id"), body.Outcome, body.ProviderID, body.Note, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewEffect(e))
+	return nil
+}
+
+type killSwitchView struct {
+	Scope     string    `json:"scope"`
+	Enabled   bool      `json:"enabled"`
+	Reason    string    `json:"reason"`
+	Actor     string    `json:"actor"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func (s *server) getKillSwitch(w http.ResponseWriter, r *http.Request) error {
+	switches, envDisabled, err := s.Effects.KillSwitch(r.Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Scopes      []killSwitchView `json:"scopes"`
+		EnvDisabled bool             `json:"env_disabled"`
+		Enabled     bool             `json:"enabled"`
+	}{Scopes: []killSwitchView{}, EnvDisabled: envDisabled}
+	out.Enabled, _ = s.Effects.Enabled(r.Context(), "")
+	for _, k := range switches {
+		out.Scopes = append(out.Scopes, killSwitchView(k))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) putKillSwitch(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Scope   string `json:"scope"`
+		Enabled *bool  `json:"enabled"`
+		Reason  string `json:"reason"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Enabled == nil {
+		return missing("enabled")
+	}
+	if body.Scope == "" {
+		body.Scope = effects.GlobalScope
+	}
+	if err := validText("reason", body.Reason, 500); err != nil {
+		return err
+	}
+	if err := s.Effects.SetKillSwitch(r.Context(), body.Scope, *body.Enabled, body.Reason, actor(r)); err != nil {
+		return err
+	}
+	return s.getKillSwitch(w, r)
+}

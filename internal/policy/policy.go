@@ -1,0 +1,405 @@
+// Package policy is airlock's policy file (`airlock serve --config airlock.yaml`): the
+// closed set of action types, each with its connector, targets, gate and send limits.
+// It is validated whole at start-up, and every error names the field it is about.
+// Later parts (gates, schemas, retry tables) add their sections here.
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/mail"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Gate modes.
+const (
+	GateNone               = "none"
+	GateApproveBeforeAct   = "approve_before_act"
+	GateActWithWindow      = "act_with_window"
+	GateApproveByException = "approve_by_exception"
+)
+
+// Connector kinds.
+const (
+	ConnectorHTTP   = "http"
+	ConnectorSMTP   = "smtp"
+	ConnectorWorker = "worker"
+)
+
+// Duration is a time.Duration written as "5s" in YAML.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: %q is not a duration such as 500ms, 5s or 2m", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Policy is the whole file.
+type Policy struct {
+	PublicURL string             `yaml:"public_url"`
+	Actions   map[string]*Action `yaml:"actions"`
+	Dispatch  Dispatch           `yaml:"dispatch"`
+}
+
+// Dispatch tunes the dispatcher inside `airlock serve`.
+type Dispatch struct {
+	Interval  Duration `yaml:"interval"`   // how often to look for due effects (default 500ms)
+	BatchSize int      `yaml:"batch_size"` // effects leased per round (default 16)
+	Lease     Duration `yaml:"lease"`      // how long a send may take before it counts as crashed (default 2m)
+	Disabled  bool     `yaml:"disabled"`   // run no dispatcher in this instance
+	// ReconcileInterval is how often unknown effects are looked up (default 30s).
+	ReconcileInterval Duration `yaml:"reconcile_interval"`
+}
+
+// Action is one action type.
+type Action struct {
+	Name      string      `yaml:"-"`
+	Connector string      `yaml:"connector"`
+	Gate      string      `yaml:"gate"`
+	HTTP      *HTTP       `yaml:"http"`
+	SMTP      *SMTP       `yaml:"smtp"`
+	Worker    *Worker     `yaml:"worker"`
+	Retry     ActionRetry `yaml:"retry"`
+}
+
+// ActionRetry bounds the dispatcher's retries of definite, retryable send failures.
+type ActionRetry struct {
+	MaxAttempts int      `yaml:"max_attempts"` // sends before the effect is failed (default 5)
+	Backoff     Duration `yaml:"backoff"`      // first delay, doubled each attempt (default 2s)
+	MaxBackoff  Duration `yaml:"max_backoff"`  // (default 5m)
+}
+
+// HTTP is the http connector: POST JSON to a configured URL.
+type HTTP struct {
+	URL                 string            `yaml:"url"`     // the single target, named "default"
+	Targets             map[string]string `yaml:"targets"` // or several, by name
+	Idempotent          bool              `yaml:"idempotent"`
+	TokenEnv            string            `yaml:"token_env"`
+	TokenFile           string            `yaml:"token_file"`
+	TokenHeader         string            `yaml:"token_header"`
+	Timeout             Duration          `yaml:"timeout"`
+	LookupURL           string            `yaml:"lookup_url"`
+	LookupAuthoritative bool              `yaml:"lookup_authoritative"`
+	IDField             string            `yaml:"id_field"`
+	// Token is resolved from TokenEnv or TokenFile at load time.
+	Token string `yaml:"-"`
+}
+
+// SMTP is the smtp connector.
+type SMTP struct {
+	Host         string            `yaml:"host"`
+	Port         int               `yaml:"port"`
+	Username     string            `yaml:"username"`
+	PasswordEnv  string            `yaml:"password_env"`
+	PasswordFile string            `yaml:"password_file"`
+	From         string            `yaml:"from"`
+	TLS          string            `yaml:"tls"` // starttls (default) | tls | none
+	Timeout      Duration          `yaml:"timeout"`
+	Targets      map[string]string `yaml:"targets"` // optional fixed recipients by name
+	Password     string            `yaml:"-"`
+}
+
+// Worker is an external worker (an n8n sub-workflow, an agent) that claims effects of
+// this type over the API and reports back.
+type Worker struct {
+	Targets []string `yaml:"targets"` // optional closed list of target names
+}
+
+// Empty is the policy of a server started without --config: no action type is
+// configured, so every effect is refused.
+func Empty() *Policy {
+	p := &Policy{Actions: map[string]*Action{}}
+	p.defaults()
+	return p
+}
+
+// Load reads and validates the file. lookupEnv resolves *_env secrets.
+func Load(path string, lookupEnv func(string) (string, bool)) (*Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	p, err := Parse(b, lookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Parse validates a policy document.
+func Parse(b []byte, lookupEnv func(string) (string, bool)) (*Policy, error) {
+	var p Policy
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if p.Actions == nil {
+		p.Actions = map[string]*Action{}
+	}
+	p.defaults()
+	if err := p.validate(lookupEnv); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func (p *Policy) defaults() {
+	d := &p.Dispatch
+	if d.Interval == 0 {
+		d.Interval = Duration(500 * time.Millisecond)
+	}
+	if d.BatchSize == 0 {
+		d.BatchSize = 16
+	}
+	if d.Lease == 0 {
+		d.Lease = Duration(2 * time.Minute)
+	}
+	if d.ReconcileInterval == 0 {
+		d.ReconcileInterval = Duration(30 * time.Second)
+	}
+	for name, a := range p.Actions {
+		if a == nil {
+			a = &Action{}
+			p.Actions[name] = a
+		}
+		a.Name = name
+		if a.Gate == "" {
+			a.Gate = GateApproveBeforeAct
+		}
+		if a.Retry.MaxAttempts == 0 {
+			a.Retry.MaxAttempts = 5
+		}
+		if a.Retry.Backoff == 0 {
+			a.Retry.Backoff = Duration(2 * time.Second)
+		}
+		if a.Retry.MaxBackoff == 0 {
+			a.Retry.MaxBackoff = Duration(5 * time.Minute)
+		}
+		if a.HTTP != nil {
+			if a.HTTP.Timeout == 0 {
+				a.HTTP.Timeout = Duration(10 * time.Second)
+			}
+			if a.HTTP.URL != "" && a.HTTP.Targets == nil {
+				a.HTTP.Targets = map[string]string{"default": a.HTTP.URL}
+			}
+		}
+		if a.SMTP != nil {
+			if a.SMTP.TLS == "" {
+				a.SMTP.TLS = "starttls"
+			}
+			if a.SMTP.Timeout == 0 {
+				a.SMTP.Timeout = Duration(30 * time.Second)
+			}
+		}
+	}
+}
+
+var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// errs collects every problem, each prefixed with its field path.
+type errs []string
+
+func (e *errs) add(field, format string, args ...any) {
+	*e = append(*e, field+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
+	var e errs
+	if p.PublicURL != "" {
+		if u, err := url.Parse(p.PublicURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			e.add("public_url", "must be an absolute http(s) URL")
+		}
+	}
+	if p.Dispatch.BatchSize < 1 || p.Dispatch.BatchSize > 1000 {
+		e.add("dispatch.batch_size", "must be from 1 to 1000")
+	}
+	if p.Dispatch.Lease.D() < time.Second {
+		e.add("dispatch.lease", "must be at least 1s")
+	}
+	if p.Dispatch.Interval.D() < 10*time.Millisecond {
+		e.add("dispatch.interval", "must be at least 10ms")
+	}
+	for _, name := range p.ActionNames() {
+		a := p.Actions[name]
+		f := "actions." + name
+		if !namePattern.MatchString(name) {
+			e.add(f, "an action type name is 1-64 characters of a-z, 0-9 and _, starting with a letter")
+		}
+		if !slices.Contains([]string{GateNone, GateApproveBeforeAct, GateActWithWindow, GateApproveByException}, a.Gate) {
+			e.add(f+".gate", "must be none, approve_before_act, act_with_window or approve_by_exception, not %q", a.Gate)
+		}
+		if a.Retry.MaxAttempts < 1 || a.Retry.MaxAttempts > 100 {
+			e.add(f+".retry.max_attempts", "must be from 1 to 100")
+		}
+		if a.Retry.MaxBackoff < a.Retry.Backoff {
+			e.add(f+".retry.max_backoff", "must not be shorter than retry.backoff")
+		}
+		sections := map[string]bool{ConnectorHTTP: a.HTTP != nil, ConnectorSMTP: a.SMTP != nil, ConnectorWorker: a.Worker != nil}
+		for kind, present := range sections {
+			if present && kind != a.Connector {
+				e.add(f+"."+kind, "given, but the connector is %q", a.Connector)
+			}
+		}
+		switch a.Connector {
+		case ConnectorHTTP:
+			if a.HTTP == nil {
+				e.add(f+".http", "required for connector http")
+				continue
+			}
+			a.HTTP.validate(f+".http", &e, lookupEnv)
+		case ConnectorSMTP:
+			if a.SMTP == nil {
+				e.add(f+".smtp", "required for connector smtp")
+				continue
+			}
+			a.SMTP.validate(f+".smtp", &e, lookupEnv)
+		case ConnectorWorker:
+		case "":
+			e.add(f+".connector", "required: http, smtp or worker")
+		default:
+			e.add(f+".connector", "must be http, smtp or worker, not %q", a.Connector)
+		}
+	}
+	if len(e) > 0 {
+		return errors.New(strings.Join(e, "; "))
+	}
+	return nil
+}
+
+func (h *HTTP) validate(f string, e *errs, lookupEnv func(string) (string, bool)) {
+	if h.URL != "" && len(h.Targets) > 1 {
+		e.add(f+".url", "give url or targets, not both")
+	}
+	if len(h.Targets) == 0 {
+		e.add(f+".url", "required (or targets: {name: url})")
+	}
+	for _, name := range sortedKeys(h.Targets) {
+		if u, err := url.Parse(h.Targets[name]); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+			e.add(f+".targets."+name, "must be an absolute http(s) URL without credentials")
+		}
+	}
+	if h.LookupURL != "" {
+		if u, err := url.Parse(strings.ReplaceAll(h.LookupURL, "{effect_id}", "x")); err != nil || u.Host == "" || u.User != nil {
+			e.add(f+".lookup_url", "must be an absolute http(s) URL without credentials")
+		}
+		if !strings.Contains(h.LookupURL, "{effect_id}") {
+			e.add(f+".lookup_url", "must contain {effect_id}")
+		}
+	} else if h.LookupAuthoritative {
+		e.add(f+".lookup_authoritative", "needs a lookup_url")
+	}
+	if h.Timeout.D() < 100*time.Millisecond || h.Timeout.D() > 5*time.Minute {
+		e.add(f+".timeout", "must be from 100ms to 5m")
+	}
+	h.Token = secret(f, "token", h.TokenEnv, h.TokenFile, e, lookupEnv)
+}
+
+func (s *SMTP) validate(f string, e *errs, lookupEnv func(string) (string, bool)) {
+	if s.Host == "" {
+		e.add(f+".host", "required")
+	}
+	if s.Port < 1 || s.Port > 65535 {
+		e.add(f+".port", "required: 1 to 65535")
+	}
+	if _, err := mail.ParseAddress(s.From); err != nil {
+		e.add(f+".from", "must be an email address")
+	}
+	if !slices.Contains([]string{"starttls", "tls", "none"}, s.TLS) {
+		e.add(f+".tls", "must be starttls, tls or none")
+	}
+	for _, name := range sortedKeys(s.Targets) {
+		if _, err := mail.ParseAddress(s.Targets[name]); err != nil {
+			e.add(f+".targets."+name, "must be an email address")
+		}
+	}
+	s.Password = secret(f, "password", s.PasswordEnv, s.PasswordFile, e, lookupEnv)
+	if s.Password != "" && s.Username == "" {
+		e.add(f+".username", "required with a password")
+	}
+}
+
+// secret resolves a secret from an environment variable or a file, never from the policy
+// file itself.
+func secret(f, what, env, file string, e *errs, lookupEnv func(string) (string, bool)) string {
+	switch {
+	case env != "" && file != "":
+		e.add(f+"."+what+"_env", "give %s_env or %s_file, not both", what, what)
+	case env != "":
+		v, ok := lookupEnv(env)
+		if !ok || v == "" {
+			e.add(f+"."+what+"_env", "environment variable %s is not set", env)
+		}
+		return v
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			e.add(f+"."+what+"_file", "cannot read %s", file)
+			return ""
+		}
+		return strings.TrimSpace(string(b))
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// ActionNames returns the configured action types in order.
+func (p *Policy) ActionNames() []string {
+	names := make([]string, 0, len(p.Actions))
+	for n := range p.Actions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Action returns the configured action type, or nil.
+func (p *Policy) Action(name string) *Action { return p.Actions[name] }
+
+// ValidTarget reports whether a client may name target for this action type: a
+// configured target name for http (and smtp with targets), anything well-formed otherwise
+// (a worker's or a mail recipient's target is data, not a destination airlock dials).
+func (a *Action) ValidTarget(target string) bool {
+	switch {
+	case a.HTTP != nil:
+		_, ok := a.HTTP.Targets[target]
+		return ok
+	case a.SMTP != nil && len(a.SMTP.Targets) > 0:
+		_, ok := a.SMTP.Targets[target]
+		return ok
+	case a.Worker != nil && len(a.Worker.Targets) > 0:
+		return slices.Contains(a.Worker.Targets, target)
+	}
+	return target != ""
+}
+
+// Executor says who performs effects of this type.
+func (a *Action) Executor() string {
+	if a.Connector == ConnectorWorker {
+		return "worker"
+	}
+	return "dispatcher"
+}

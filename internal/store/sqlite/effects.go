@@ -1,0 +1,230 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// RunLock reads the run under its lease. Inside Transact the transaction began
+// IMMEDIATE, so it already holds the database's write lock: no row lock is needed.
+func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run, error) {
+	return noMatch(scanRun(q.db.QueryRowContext(ctx, `
+		SELECT `+runColumns+` FROM workflow_runs
+		WHERE idempotency_key = ? AND lease_owner = ? AND version = ? AND state = 'processing'
+		  AND lease_expires_at > ?`, p.Key, p.Owner, p.Version, q.at(p.Now))))
+}
+
+const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
+	payload_hash, state, lease_owner, lease_expires_at, provider_id, attempts, not_before,
+	last_error_class, created_at, updated_at`
+
+func scanEffect(row scanner) (store.Effect, error) {
+	var e store.Effect
+	var state string
+	var payload sql.NullString
+	var leaseExp sql.NullInt64
+	var notBefore, created, updated int64
+	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
+		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &e.ProviderID, &e.Attempts,
+		&notBefore, &e.LastErrorClass, &created, &updated)
+	if err != nil {
+		return store.Effect{}, interpret(err)
+	}
+	e.State, e.Payload, e.LeaseExpiresAt = store.EffectState(state), optJSON(payload), optTime(leaseExp)
+	e.NotBefore, e.CreatedAt, e.UpdatedAt = fromMicros(notBefore), fromMicros(created), fromMicros(updated)
+	return e, nil
+}
+
+func collectEffects(rows *sql.Rows, err error) ([]store.Effect, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Effect
+	for rows.Next() {
+		e, err := scanEffect(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// orNow resolves a zero time to the clock.
+func (q queries) orNow(t time.Time) int64 {
+	if t.IsZero() {
+		return q.now().UnixMicro()
+	}
+	return t.UnixMicro()
+}
+
+func (q queries) EffectInsert(ctx context.Context, e store.Effect) (store.Effect, bool, error) {
+	created := q.orNow(e.CreatedAt)
+	notBefore := created
+	if !e.NotBefore.IsZero() {
+		notBefore = e.NotBefore.UnixMicro()
+	}
+	got, err := scanEffect(q.db.QueryRowContext(ctx, `
+		INSERT INTO effects (id, idempotency_key, effect_id, action_type, target, executor, payload,
+		  payload_hash, state, not_before, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (idempotency_key, effect_id) DO NOTHING
+		RETURNING `+effectColumns, e.ID, e.RunKey, e.EffectID, e.ActionType, e.Target, e.Executor,
+		jsonArg(e.Payload), e.PayloadHash, string(e.State), notBefore, created, created))
+	if err == nil {
+		return got, true, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return store.Effect{}, false, fmt.Errorf("insert effect: %w", err)
+	}
+	got, err = scanEffect(q.db.QueryRowContext(ctx, `SELECT `+effectColumns+` FROM effects
+		WHERE idempotency_key = ? AND effect_id = ?`, e.RunKey, e.EffectID))
+	if err != nil {
+		return store.Effect{}, false, fmt.Errorf("read existing effect: %w", err)
+	}
+	return got, false, nil
+}
+
+func (q queries) EffectGet(ctx context.Context, id string) (store.Effect, error) {
+	return scanEffect(q.db.QueryRowContext(ctx, `SELECT `+effectColumns+` FROM effects WHERE id = ?`, id))
+}
+
+// placeholders returns "?, ?, ?" for n values (n ≥ 1).
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]store.Effect, error) {
+	query := `SELECT ` + effectColumns + ` FROM effects WHERE (?1 = '' OR idempotency_key = ?1)`
+	args := []any{p.RunKey}
+	if len(p.States) > 0 {
+		query += ` AND state IN (` + placeholders(len(p.States)) + `)`
+		for _, s := range p.States {
+			args = append(args, string(s))
+		}
+	}
+	args = append(args, p.Limit)
+	return collectEffects(q.db.QueryContext(ctx, query+` ORDER BY created_at, id LIMIT ?`, args...))
+}
+
+// EffectLease needs no SKIP LOCKED: the IMMEDIATE transaction holds the only write lock,
+// so the select and the update see the same rows and no other writer runs in between.
+func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
+	now := q.at(p.Now)
+	query := `UPDATE effects
+		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1,
+		    lease_expires_at = ?2 + ?3, updated_at = ?2
+		WHERE id IN (
+		  SELECT id FROM effects
+		  WHERE state = 'pending' AND executor = ?4 AND not_before <= ?2`
+	args := []any{p.Owner, now, p.Lease.Microseconds(), p.Executor}
+	if p.Types != nil {
+		if len(p.Types) == 0 {
+			return nil, nil
+		}
+		query += ` AND action_type IN (` + placeholders(len(p.Types)) + `)`
+		for _, t := range p.Types {
+			args = append(args, t)
+		}
+	}
+	args = append(args, p.Limit)
+	query += ` ORDER BY not_before LIMIT ?) RETURNING ` + effectColumns
+	return collectEffects(q.db.QueryContext(ctx, query, args...))
+}
+
+func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
+	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now)}
+	if p.NotBefore != nil {
+		args[4] = p.NotBefore.UnixMicro()
+	}
+	for _, s := range p.From {
+		args = append(args, string(s))
+	}
+	e, err := scanEffect(q.db.QueryRowContext(ctx, `
+		UPDATE effects
+		SET state = ?2,
+		    provider_id = coalesce(?4, provider_id),
+		    not_before = coalesce(?5, not_before),
+		    last_error_class = coalesce(?6, last_error_class),
+		    attempts = attempts - CASE WHEN ?7 THEN 1 ELSE 0 END,
+		    lease_owner = CASE WHEN ?2 = 'sending' THEN lease_owner ELSE '' END,
+		    lease_expires_at = CASE WHEN ?2 = 'sending' THEN lease_expires_at ELSE NULL END,
+		    updated_at = ?8
+		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3)
+		  AND state IN (`+numbered(9, len(p.From))+`)
+		RETURNING `+effectColumns, args...))
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Effect{}, store.ErrNoMatch
+	}
+	return e, err
+}
+
+// numbered returns "?9, ?10, …" for n values starting at from.
+func numbered(from, n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("?%d", from+i)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (q queries) EffectExpiredLeases(ctx context.Context, now *time.Time, limit int) ([]store.Effect, error) {
+	return collectEffects(q.db.QueryContext(ctx, `SELECT `+effectColumns+` FROM effects
+		WHERE state = 'sending' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, q.at(now), limit))
+}
+
+func (q queries) EffectCountByState(ctx context.Context) (map[store.EffectState]int, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT state, count(*) FROM effects GROUP BY state`)
+	if err != nil {
+		return nil, fmt.Errorf("count effects: %w", err)
+	}
+	defer rows.Close()
+	out := map[store.EffectState]int{}
+	for rows.Next() {
+		var state string
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, err
+		}
+		out[store.EffectState(state)] = n
+	}
+	return out, rows.Err()
+}
+
+func (q queries) KillSwitchList(ctx context.Context) ([]store.KillSwitch, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT scope, enabled, reason, actor, updated_at FROM kill_switch ORDER BY scope`)
+	if err != nil {
+		return nil, fmt.Errorf("read kill switch: %w", err)
+	}
+	defer rows.Close()
+	var out []store.KillSwitch
+	for rows.Next() {
+		var k store.KillSwitch
+		var at int64
+		if err := rows.Scan(&k.Scope, &k.Enabled, &k.Reason, &k.Actor, &at); err != nil {
+			return nil, fmt.Errorf("read kill switch: %w", err)
+		}
+		k.UpdatedAt = fromMicros(at)
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+func (q queries) KillSwitchSet(ctx context.Context, k store.KillSwitch) error {
+	_, err := q.db.ExecContext(ctx, `
+		INSERT INTO kill_switch (scope, enabled, reason, actor, updated_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (scope) DO UPDATE SET enabled = excluded.enabled, reason = excluded.reason,
+		  actor = excluded.actor, updated_at = excluded.updated_at`,
+		k.Scope, k.Enabled, k.Reason, k.Actor, q.orNow(k.UpdatedAt))
+	if err != nil {
+		return fmt.Errorf("set kill switch: %w", err)
+	}
+	return nil
+}
