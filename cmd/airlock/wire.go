@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -61,6 +62,17 @@ func newEffects(st store.Store, p *policy.Policy, conns map[string]connector.Con
 	svc.Observe = func(outcome string, d time.Duration) {
 		m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())
 	}
+	m.Registry.MustRegister(metrics.Gauges{
+		Effects: func(ctx context.Context) (map[string]int, error) {
+			counts, err := st.EffectCountByState(ctx)
+			out := map[string]int{}
+			for s, n := range counts {
+				out[string(s)] = n
+			}
+			return out, err
+		},
+		Enabled: func(ctx context.Context) bool { ok, _ := svc.Enabled(ctx, ""); return ok },
+	})
 	return svc
 }
 

@@ -5,6 +5,7 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -61,4 +62,33 @@ func (a Alerter) Alert(ctx context.Context, kind, key string, attrs ...slog.Attr
 	a.Metrics.Alerts.WithLabelValues(kind).Inc()
 	args := append([]slog.Attr{slog.String("alert", kind), slog.String("key", key)}, attrs...)
 	a.Log.LogAttrs(ctx, slog.LevelWarn, "alert", args...)
+}
+
+// Gauges reads state from the database at scrape time, so every instance reports the
+// shared truth rather than its own share of it.
+type Gauges struct {
+	Effects func(ctx context.Context) (map[string]int, error)
+	Enabled func(ctx context.Context) bool
+}
+
+var (
+	effectsDesc = prometheus.NewDesc("airlock_effects", "Effects by state, from the database.", []string{"state"}, nil)
+	killDesc    = prometheus.NewDesc("airlock_kill_switch_enabled", "1 when sends are allowed globally (database and AI_ACTIONS_ENABLED), else 0.", nil, nil)
+)
+
+func (g Gauges) Describe(ch chan<- *prometheus.Desc) { ch <- effectsDesc; ch <- killDesc }
+
+func (g Gauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if counts, err := g.Effects(ctx); err == nil {
+		for _, s := range []string{"pending", "sending", "planned", "completed", "unknown", "failed", "cancelled"} {
+			ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, float64(counts[s]), s)
+		}
+	}
+	v := 0.0
+	if g.Enabled(ctx) {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(killDesc, prometheus.GaugeValue, v)
 }

@@ -276,8 +276,9 @@ type LookupError struct {
 func (e *LookupError) Error() string { return "lookup: " + e.Class }
 
 // Lookup asks the provider for the records carrying req.EffectID and returns their ids.
-// A 404 means none were found. Any other failure is a *LookupError: the caller must not
-// read it as "none found".
+// Only a 2xx with an empty list means none were found: a 404 may be a wrong lookup path,
+// and with an authoritative lookup "none" lets the effect be sent again. Any failure is a
+// *LookupError, which the caller must not read as "none found".
 func (c *Connector) Lookup(ctx context.Context, req connector.Request) ([]string, error) {
 	if c.lookupURL == "" {
 		return nil, &LookupError{Class: "not_configured"}
@@ -305,10 +306,7 @@ func (c *Connector) Lookup(ctx context.Context, req connector.Request) ([]string
 		return nil, &LookupError{Class: tr.class(caller, err)}
 	}
 	defer drainClose(resp.Body)
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, nil
-	case resp.StatusCode < 200 || resp.StatusCode > 299:
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, &LookupError{Class: "http_" + strconv.Itoa(resp.StatusCode)}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxLookupBody+1))

@@ -511,7 +511,7 @@ func TestLookup(t *testing.T) {
 		{name: "custom id field", idField: "ref", body: `[{"id":"no","ref":"r-1"}]`, want: []string{"r-1"}},
 		{name: "empty array", body: `[]`},
 		{name: "empty results", body: `{"results":[]}`},
-		{name: "404 is none found", code: http.StatusNotFound, body: secretBody},
+		{name: "404 is not proof of absence", code: http.StatusNotFound, body: secretBody, wantErr: "lookup: http_404"},
 		{name: "500", code: http.StatusInternalServerError, body: secretBody, wantErr: "lookup: http_500"},
 		{name: "403", code: http.StatusForbidden, body: secretBody, wantErr: "lookup: http_403"},
 		{name: "302", code: http.StatusFound, wantErr: "lookup: http_302"},

@@ -253,7 +253,8 @@ func (c *Connector) compose(req connector.Request) (*mail.Msg, error) {
 	}
 	m.Subject(p.Subject) // go-mail encodes control characters, so no header injection
 	m.SetMessageIDWithValue(c.MessageID(req.EffectID))
-	m.SetGenHeader("X-Airlock-Effect-Id", req.EffectID)
+	// No header carries the effect id itself: it holds the run key, which the recipient
+	// has no business seeing. The Message-ID is its hash.
 	m.SetBodyString(mail.TypeTextPlain, p.Text)
 	if p.HTML != "" {
 		m.AddAlternativeString(mail.TypeTextHTML, p.HTML)
@@ -402,7 +403,8 @@ func classifySend(err error) connector.Result {
 		// must not deliver a message whose DATA never ended.
 		return result(connector.Retryable, netClass(se))
 	case mail.ErrSMTPDataClose:
-		// The content and its terminator were written; only the final reply tells.
+		// The content and its terminator were handed over (go-mail ignores an error
+		// writing the terminator and reads the reply); only the final reply tells.
 		if code != 0 {
 			return byReply(code, replyClass(code))
 		}
@@ -425,7 +427,7 @@ func netClass(err error) string {
 
 func isTimeout(err error) bool {
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+	if (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	// mail.SendError does not unwrap to its cause; its text carries the cause's.

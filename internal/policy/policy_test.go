@@ -1,0 +1,112 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+const good = `
+public_url: https://airlock.example.com
+actions:
+  crm_note:
+    connector: http
+    gate: none
+    http:
+      url: https://crm.internal/api/notes
+      idempotent: true
+      token_env: CRM_TOKEN
+      timeout: 5s
+      lookup_url: "https://crm.internal/api/notes?idempotency_key={effect_id}"
+  customer_email:
+    connector: smtp
+    smtp: {host: smtp.example.com, port: 587, from: support@example.com, username: bot, password_env: SMTP_PASSWORD}
+  slack_digest:
+    connector: worker
+    gate: none
+dispatch: {interval: 200ms, batch_size: 32}
+`
+
+func TestParseGood(t *testing.T) {
+	p, err := Parse([]byte(good), env(map[string]string{"CRM_TOKEN": "tok", "SMTP_PASSWORD": "pw"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crm := p.Action("crm_note")
+	if crm.HTTP.Token != "tok" || crm.HTTP.Targets["default"] != "https://crm.internal/api/notes" || crm.Gate != GateNone {
+		t.Fatalf("crm_note: %+v %+v", crm, crm.HTTP)
+	}
+	mail := p.Action("customer_email")
+	if mail.Gate != GateApproveBeforeAct || mail.SMTP.TLS != "starttls" || mail.SMTP.Password != "pw" {
+		t.Fatalf("customer_email defaults: %+v %+v", mail, mail.SMTP)
+	}
+	if mail.Retry.MaxAttempts != 5 || p.Dispatch.Interval.D() != 200*time.Millisecond || p.Dispatch.Lease.D() != 2*time.Minute {
+		t.Fatalf("defaults: %+v %+v", mail.Retry, p.Dispatch)
+	}
+	if !crm.ValidTarget("default") || crm.ValidTarget("https://evil.example/") {
+		t.Fatal("http targets must be configured names")
+	}
+	if p.Action("slack_digest").Executor() != "worker" || crm.Executor() != "dispatcher" {
+		t.Fatal("executors")
+	}
+	if p.Action("wire_money") != nil {
+		t.Fatal("action types are closed")
+	}
+}
+
+func TestErrorsNameTheField(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{`actions: {a: {connector: fax}}`, "actions.a.connector"},
+		{`actions: {a: {}}`, "actions.a.connector: required"},
+		{`actions: {a: {connector: http}}`, "actions.a.http: required"},
+		{`actions: {a: {connector: http, http: {url: "ftp://x"}}}`, "actions.a.http.targets.default"},
+		{`actions: {a: {connector: http, http: {url: "https://u:p@x/"}}}`, "without credentials"},
+		{`actions: {a: {connector: http, http: {url: "https://x/", token_env: NOPE}}}`, "actions.a.http.token_env: environment variable NOPE is not set"},
+		{`actions: {a: {connector: http, http: {url: "https://x/", lookup_url: "https://x/q"}}}`, "actions.a.http.lookup_url: must contain {effect_id}"},
+		{`actions: {a: {connector: http, http: {url: "https://x/", lookup_authoritative: true}}}`, "needs a lookup_url"},
+		{`actions: {a: {connector: http, gate: maybe, http: {url: "https://x/"}}}`, "actions.a.gate"},
+		{`actions: {a: {connector: worker, http: {url: "https://x/"}}}`, "actions.a.http: given, but the connector is \"worker\""},
+		{`actions: {a: {connector: smtp, smtp: {host: h, port: 0, from: nope}}}`, "actions.a.smtp.port"},
+		{`actions: {a: {connector: smtp, smtp: {host: h, port: 25, from: nope}}}`, "actions.a.smtp.from"},
+		{`actions: {a: {connector: smtp, smtp: {host: h, port: 25, from: a@b.c, tls: maybe}}}`, "actions.a.smtp.tls"},
+		{`actions: {Bad-Name: {connector: worker}}`, "actions.Bad-Name"},
+		{`actions: {a: {connector: worker, retry: {max_attempts: 0, backoff: 10s, max_backoff: 1s}}}`, "actions.a.retry.max_backoff"},
+		{`actions: {a: {connector: worker, colour: red}}`, "field colour not found"},
+		{`actions: {a: {connector: worker, retry: {backoff: soon}}}`, "not a duration"},
+		{`public_url: "not a url"`, "public_url"},
+		{`dispatch: {batch_size: 5000}`, "dispatch.batch_size"},
+	} {
+		_, err := Parse([]byte(c.doc), env(nil))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n  err = %v\n  want it to contain %q", c.doc, err, c.want)
+		}
+	}
+}
+
+func TestSecretsFromFileNeverInErrors(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "token")
+	if err := os.WriteFile(f, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse([]byte(`actions: {a: {connector: http, http: {url: "https://x/", token_file: `+f+`}}}`), env(nil))
+	if err != nil || p.Action("a").HTTP.Token != "s3cret-token" {
+		t.Fatalf("token file: %v", err)
+	}
+	_, err = Parse([]byte(`actions: {a: {connector: http, http: {url: "https://x/", token_env: T, timeout: 1h}}}`), env(map[string]string{"T": "s3cret-token"}))
+	if err == nil || strings.Contains(err.Error(), "s3cret-token") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEmptyRefusesEverything(t *testing.T) {
+	if len(Empty().Actions) != 0 || Empty().Dispatch.BatchSize == 0 {
+		t.Fatal("empty policy")
+	}
+}
