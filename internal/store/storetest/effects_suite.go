@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/connector/httpconn"
+	"github.com/airlockhq/airlock/internal/connector/smtpconn"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -156,6 +157,7 @@ func RunEffects(t *testing.T, b Backend) {
 		{"Resolve", testResolve},
 		{"ExternalWorker", testExternalWorker},
 		{"ConcurrentDispatchersSendOnce", testConcurrentDispatchers},
+		{"SMTPDispatch", testSMTPDispatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
@@ -622,4 +624,61 @@ func testConcurrentDispatchers(t *testing.T, e *EffectsEnv) {
 		t.Fatal(err)
 	}
 	equal(t, "completed", counts[store.EffectCompleted], n)
+}
+
+// testSMTPDispatch sends effects through the SMTP connector to a real SMTP server.
+func testSMTPDispatch(t *testing.T, e *EffectsEnv) {
+	ms := NewMailServer(t)
+	pol, err := policy.Parse([]byte(fmt.Sprintf(`
+actions:
+  customer_email:
+    connector: smtp
+    gate: none
+    smtp: {host: 127.0.0.1, port: %d, from: support@example.com, tls: none, timeout: 5s}
+`, ms.Port)), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := pol.Action("customer_email").SMTP
+	c, err := smtpconn.New(smtpconn.Config{Host: m.Host, Port: m.Port, From: m.From, TLS: m.TLS, Timeout: m.Timeout.D()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := effects.NewService(effects.Options{Store: e.Store, Policy: pol, Alerts: e.Alerts, Now: e.Clock.Now,
+		Connectors: map[string]connector.Connector{"customer_email": c}})
+	d := &effects.Dispatcher{Service: svc, BatchSize: 16, Lease: time.Minute}
+	r := claimRun(t, e, "ticket-9")
+	ok, _, _, err := svc.Queue(ctx, effects.QueueRequest{Key: "ticket-9", Owner: r.LeaseOwner, Version: r.Version,
+		ActionType: "customer_email", Target: "ana@example.com",
+		Payload: json.RawMessage(`{"to":"ana@example.com","subject":"Your refund","text":"It is on its way."}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounce, _, _, err := svc.Queue(ctx, effects.QueueRequest{Key: "ticket-9", Owner: r.LeaseOwner, Version: r.Version,
+		ActionType: "customer_email", Target: "bounce@example.com",
+		Payload: json.RawMessage(`{"to":"bounce@example.com","subject":"x","text":"y"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := svc.Get(ctx, ok.ID)
+	equal(t, "sent", sent.State, store.EffectCompleted)
+	msgs := ms.Messages()
+	if len(msgs) != 1 || !strings.Contains(msgs[0], "Subject: Your refund") || !strings.Contains(msgs[0], "<"+sent.ProviderID+">") {
+		t.Fatalf("received %d messages; provider id %q:\n%s", len(msgs), sent.ProviderID, strings.Join(msgs, "\n---\n"))
+	}
+	if strings.Contains(msgs[0], "ticket-9") {
+		t.Fatal("the run key reached the recipient")
+	}
+	failed, _ := svc.Get(ctx, bounce.ID)
+	equal(t, "permanent refusal", failed.State, store.EffectFailed)
+	equal(t, "class", failed.LastErrorClass, "smtp_550")
+	// Nothing is sent twice on later rounds.
+	e.Clock.Advance(time.Hour)
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "messages", len(ms.Messages()), 1)
 }
