@@ -162,6 +162,13 @@ func (d *Dispatcher) send(ctx context.Context, e store.Effect, owner string) err
 		return err
 	}
 	d.crash("after_lease")
+	// Commit "the send begins" first: a sender that dies before this point provably sent
+	// nothing, and the sweeper can queue its effect again instead of calling it unknown.
+	_, err := d.store.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
+		Owner: owner, To: store.EffectSending, Started: true, Now: d.clock()})
+	if err != nil {
+		return fmt.Errorf("mark send started: %w", err) // lease lost: someone else decides now
+	}
 	start := time.Now()
 	sendCtx, cancel := context.WithTimeout(ctx, d.Lease)
 	res := c.Send(sendCtx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
@@ -171,7 +178,7 @@ func (d *Dispatcher) send(ctx context.Context, e store.Effect, owner string) err
 		d.Observe(res.Outcome.String(), time.Since(start))
 	}
 	d.crash("after_send")
-	_, _, err := d.finish(ctx, e, owner, res, "airlock")
+	_, _, err = d.finish(ctx, e, owner, res, "airlock")
 	return err
 }
 
@@ -193,22 +200,46 @@ func (d *Dispatcher) block(ctx context.Context, e store.Effect, owner, why strin
 	})
 }
 
-// SweepExpired turns effects whose sender's lease expired into unknown: the sender may
-// have crashed after the provider accepted. An idempotent connector's effect goes back to
-// pending instead, to be resent with the same key. Each effect changes in its own
-// transaction, on its own run key.
+// SweepExpired handles effects whose sender's lease expired. A dispatcher that died before
+// it began the send provably sent nothing: the effect is queued again. One that died after
+// may have sent it: unknown (an idempotent connector's effect is queued again instead, to
+// be resent with the same key). An external worker's lapsed lease is always unknown.
+// Each effect changes in its own transaction, on its own run key.
 func (s *Service) SweepExpired(ctx context.Context) error {
 	expired, err := s.store.EffectExpiredLeases(ctx, s.clock(), 100)
 	if err != nil {
 		return fmt.Errorf("find expired effect leases: %w", err)
 	}
 	for _, e := range expired {
+		if e.Executor == store.ExecutorDispatcher && e.SendStartedAt == nil {
+			if err := s.requeueUnsent(ctx, e); err != nil && !errors.Is(err, store.ErrNoMatch) {
+				return err
+			}
+			continue
+		}
 		res := connector.Result{Outcome: connector.Ambiguous, Class: "lease_expired"}
 		if _, _, err := s.finish(ctx, e, e.LeaseOwner, res, "airlock"); err != nil && !errors.Is(err, ErrEffectLeaseLost) {
 			return err
 		}
 	}
 	return nil
+}
+
+// requeueUnsent returns an effect whose sender died before sending to pending.
+func (s *Service) requeueUnsent(ctx context.Context, e store.Effect) error {
+	return s.store.Transact(ctx, func(q store.Queries) error {
+		now, err := s.nowIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		class := "sender_lost_before_send"
+		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
+			Owner: e.LeaseOwner, To: store.EffectPending, NotBefore: &now, ErrorClass: &class, ReleaseAttempt: true, Now: s.clock()}); err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.clock(), e.RunKey, "effect_requeued", 0, "airlock", nil,
+			map[string]any{"effect_id": e.EffectID, "reason": "the sender's lease expired before it began the send"})
+	})
 }
 
 // WorkerClaim leases one due effect of the given types to an external worker.

@@ -211,6 +211,9 @@ type Effect struct {
 	State          EffectState
 	LeaseOwner     string
 	LeaseExpiresAt *time.Time
+	// SendStartedAt is committed just before the connector is called: a sender whose lease
+	// expired without it certainly never sent.
+	SendStartedAt  *time.Time
 	ProviderID     string
 	Attempts       int
 	NotBefore      time.Time
@@ -258,6 +261,8 @@ type EffectUpdateParams struct {
 	ErrorClass *string    // nil keeps the stored value
 	// ReleaseAttempt undoes the attempt count of a lease that never tried to send.
 	ReleaseAttempt bool
+	// Started marks the send as begun (To must be sending).
+	Started bool
 	Now            *time.Time
 }
 

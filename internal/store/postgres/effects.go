@@ -21,7 +21,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 }
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
-	payload_hash, state, lease_owner, lease_expires_at, provider_id, attempts, not_before,
+	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
 	last_error_class, created_at, updated_at`
 
 func scanEffect(row pgx.Row) (store.Effect, error) {
@@ -29,7 +29,7 @@ func scanEffect(row pgx.Row) (store.Effect, error) {
 	var state string
 	var payload []byte
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
-		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.ProviderID, &e.Attempts,
+		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
 		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt)
 	if err != nil {
 		return store.Effect{}, interpret(err)
@@ -101,7 +101,7 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 		  FOR UPDATE SKIP LOCKED
 		)
 		UPDATE effects e
-		SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1,
+		SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL,
 		    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
 		    updated_at = coalesce($6::timestamptz, now())
 		FROM due WHERE e.id = due.id
@@ -122,10 +122,12 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    attempts = attempts - CASE WHEN $8 THEN 1 ELSE 0 END,
 		    lease_owner = CASE WHEN $3 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN $3 = 'sending' THEN lease_expires_at ELSE NULL END,
+		    send_started_at = CASE WHEN $3 <> 'sending' THEN NULL
+		                           WHEN $10 THEN coalesce($9::timestamptz, now()) ELSE send_started_at END,
 		    updated_at = coalesce($9::timestamptz, now())
 		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
-		p.ErrorClass, p.ReleaseAttempt, p.Now))
+		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
 	}

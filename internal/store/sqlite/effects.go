@@ -21,22 +21,22 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 }
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
-	payload_hash, state, lease_owner, lease_expires_at, provider_id, attempts, not_before,
+	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
 	last_error_class, created_at, updated_at`
 
 func scanEffect(row scanner) (store.Effect, error) {
 	var e store.Effect
 	var state string
 	var payload sql.NullString
-	var leaseExp sql.NullInt64
+	var leaseExp, started sql.NullInt64
 	var notBefore, created, updated int64
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
-		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &e.ProviderID, &e.Attempts,
+		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &started, &e.ProviderID, &e.Attempts,
 		&notBefore, &e.LastErrorClass, &created, &updated)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
-	e.State, e.Payload, e.LeaseExpiresAt = store.EffectState(state), optJSON(payload), optTime(leaseExp)
+	e.State, e.Payload, e.LeaseExpiresAt, e.SendStartedAt = store.EffectState(state), optJSON(payload), optTime(leaseExp), optTime(started)
 	e.NotBefore, e.CreatedAt, e.UpdatedAt = fromMicros(notBefore), fromMicros(created), fromMicros(updated)
 	return e, nil
 }
@@ -119,7 +119,7 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
 	now := q.at(p.Now)
 	query := `UPDATE effects
-		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1,
+		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1, send_started_at = NULL,
 		    lease_expires_at = ?2 + ?3, updated_at = ?2
 		WHERE id IN (
 		  SELECT id FROM effects
@@ -140,7 +140,7 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 }
 
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
-	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now)}
+	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started}
 	if p.NotBefore != nil {
 		args[4] = p.NotBefore.UnixMicro()
 	}
@@ -156,9 +156,10 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    attempts = attempts - CASE WHEN ?7 THEN 1 ELSE 0 END,
 		    lease_owner = CASE WHEN ?2 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN ?2 = 'sending' THEN lease_expires_at ELSE NULL END,
+		    send_started_at = CASE WHEN ?2 <> 'sending' THEN NULL WHEN ?9 THEN ?8 ELSE send_started_at END,
 		    updated_at = ?8
 		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3)
-		  AND state IN (`+numbered(9, len(p.From))+`)
+		  AND state IN (`+numbered(10, len(p.From))+`)
 		RETURNING `+effectColumns, args...))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch

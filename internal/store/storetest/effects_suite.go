@@ -418,6 +418,34 @@ func testExpiredSendLease(t *testing.T, e *EffectsEnv) {
 	if err := e.Effects.SweepExpired(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// It never began sending: both are queued again, their attempt not counted.
+	for _, id := range []string{note.ID, crm.ID} {
+		got, _ := e.Effects.Get(ctx, id)
+		equal(t, "requeued", got.State, store.EffectPending)
+		equal(t, "attempts", got.Attempts, 0)
+	}
+	equal(t, "events", kinds(t, e.Env, "k1"), []string{"claimed", "effect_queued", "effect_requeued"})
+
+	// A sender that began the send and died: unknown for a plain provider, queued again
+	// with the same key for an idempotent one.
+	err = e.Store.Transact(ctx, func(q store.Queries) error {
+		now := e.Clock.Now()
+		leased, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Owner: "dead2", Lease: time.Minute, Limit: 10, Now: &now})
+		for _, l := range leased {
+			if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: l.ID, From: []store.EffectState{store.EffectSending},
+				Owner: "dead2", To: store.EffectSending, Started: true, Now: &now}); err != nil {
+				return err
+			}
+		}
+		return err
+	})
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("lease: %d %v", len(leased), err)
+	}
+	e.Clock.Advance(time.Minute)
+	if err := e.Effects.SweepExpired(ctx); err != nil {
+		t.Fatal(err)
+	}
 	equal(t, "plain provider", effectState(t, e, note.ID), store.EffectUnknown)
 	equal(t, "idempotent provider", effectState(t, e, crm.ID), store.EffectPending)
 	equal(t, "nothing was sent", e.Provider.Total(), 0)

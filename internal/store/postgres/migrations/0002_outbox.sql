@@ -14,6 +14,7 @@ CREATE TABLE effects (
                      'pending', 'sending', 'planned', 'completed', 'unknown', 'failed', 'cancelled')),
   lease_owner      text NOT NULL DEFAULT '',
   lease_expires_at timestamptz,
+  send_started_at  timestamptz,        -- set, and committed, just before the connector is called
   provider_id      text NOT NULL DEFAULT '',
   attempts         integer NOT NULL DEFAULT 0,
   not_before       timestamptz NOT NULL,

@@ -14,6 +14,7 @@ CREATE TABLE effects (
                      'pending', 'sending', 'planned', 'completed', 'unknown', 'failed', 'cancelled')),
   lease_owner      TEXT NOT NULL DEFAULT '',
   lease_expires_at INTEGER,
+  send_started_at  INTEGER,        -- set, and committed, just before the connector is called
   provider_id      TEXT NOT NULL DEFAULT '',
   attempts         INTEGER NOT NULL DEFAULT 0,
   not_before       INTEGER NOT NULL,
