@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -164,8 +163,11 @@ func (d *Dispatcher) send(ctx context.Context, e store.Effect, owner string) err
 	d.crash("after_lease")
 	// Commit "the send begins" first: a sender that dies before this point provably sent
 	// nothing, and the sweeper can queue its effect again instead of calling it unknown.
-	_, err := d.store.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
-		Owner: owner, To: store.EffectSending, Started: true, Now: d.clock()})
+	err := d.store.Transact(ctx, func(q store.Queries) error {
+		_, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
+			Owner: owner, To: store.EffectSending, Started: true, Now: d.clock()})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("mark send started: %w", err) // lease lost: someone else decides now
 	}
@@ -421,9 +423,3 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 	}
 	return err
 }
-
-// OpenStates are the states that keep a run from completing.
-var OpenStates = []store.EffectState{store.EffectPending, store.EffectSending, store.EffectPlanned, store.EffectUnknown, store.EffectFailed}
-
-// IsOpen reports whether an effect keeps its run from completing.
-func IsOpen(s store.EffectState) bool { return slices.Contains(OpenStates, s) }

@@ -15,11 +15,12 @@ package storetest_test
 // many TCP connections the provider accepted during the run.
 //
 // airlock is effects.Dispatcher.Tick: the expired-lease sweep, the lease transaction,
-// then per effect the kill-switch read, the connector's POST and the outcome's
-// compare-and-set with its event in one transaction. raw_sql is the lease statement and
-// the compare-and-set alone, each in autocommit through the driver; raw_sql_http adds the
-// POST, so airlock_1/raw_sql_http is airlock's bookkeeping at equal HTTP cost. Compare
-// figures only within one run: the disk's fsync rate swings.
+// then per effect the kill-switch read, the send-started mark (its own commit), the
+// connector's POST and the outcome's compare-and-set with its event in one transaction.
+// raw_sql is the lease statement and the outcome's compare-and-set alone, each in
+// autocommit through the driver; raw_sql_http adds the POST, so airlock_1/raw_sql_http is
+// airlock's bookkeeping at equal HTTP cost. Compare figures only within one run: the
+// disk's fsync rate swings.
 //
 //	bash scripts/with-postgres.sh go test -run '^$' -bench BenchmarkDispatch -benchtime 2000x -count 3 ./internal/store/storetest/
 
