@@ -133,7 +133,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, metrics.Alerter{Log: log, Metrics: m}, nil)
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
 	srv := &http.Server{
-		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
+		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

@@ -74,6 +74,10 @@ var Routes = []Route{
 
 // New returns the API's handler.
 func New(d Deps) http.Handler {
+	// A missing part would surface as a 500 on its first request; fail at start instead.
+	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
+		panic("httpapi.New: every dependency is required")
+	}
 	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})}
 	mux := http.NewServeMux()
 	for _, rt := range Routes {
