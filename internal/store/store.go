@@ -263,7 +263,7 @@ type EffectUpdateParams struct {
 	ReleaseAttempt bool
 	// Started marks the send as begun (To must be sending).
 	Started bool
-	Now            *time.Time
+	Now     *time.Time
 }
 
 // EffectListParams filters effects for operators.
