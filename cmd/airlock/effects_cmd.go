@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -37,7 +39,7 @@ func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error 
 	}
 	return withStore(cmd, func(st store.Store) error {
 		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		return fn(newEffects(st, pol, nil, log, metrics.New()))
+		return fn(newEffects(st, pol, nil, log, metrics.New(), nil))
 	})
 }
 
@@ -168,4 +170,49 @@ func printKillSwitch(cmd *cobra.Command, svc *effects.Service) error {
 		fmt.Fprintln(tw, "env\tfalse\tAI_ACTIONS_ENABLED\toverrides the database in this process\t-")
 	}
 	return tw.Flush()
+}
+
+func runsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "Operator actions on runs",
+	}
+	var newKey, reason string
+	replace := &cobra.Command{
+		Use:   "replace KEY --new-key NEW --reason TEXT",
+		Short: "Replace a finished run by a new, upstream-issued key (the rerun protocol)",
+		Long: `replace links a finished run (completed, failed_terminal or rejected, with no open
+effects) to a new key issued upstream for the corrected business event. The new key then
+goes through the normal claim, approval and outbox path; the old key keeps answering its
+own state. Your name and reason are recorded on the old run.
+
+` + runs.RerunProtocol,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			pol, err := loadPolicy(cfg)
+			if err != nil {
+				return err
+			}
+			return withStore(cmd, func(st store.Store) error {
+				log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				svc := failures.NewService(st, pol, metrics.Alerter{Log: log, Metrics: metrics.New()}, nil)
+				r, err := svc.Replace(cmd.Context(), args[0], newKey, reason, cliActor())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s is replaced by %s; claim %s to proceed (external results of the original: %v)\n",
+					r.OldKey, r.NewKey, r.NewKey, r.ProviderIDs)
+				return nil
+			})
+		},
+	}
+	replace.Flags().StringVar(&newKey, "new-key", "", "the new key, issued upstream (required)")
+	replace.Flags().StringVar(&reason, "reason", "", "why (required; recorded with your name)")
+	_ = replace.MarkFlagRequired("new-key")
+	cmd.AddCommand(replace)
+	return cmd
 }

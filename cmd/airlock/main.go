@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -57,7 +58,7 @@ a flag wins over the environment, which wins over the default.`,
 	for _, o := range config.Options {
 		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
 	return root
 }
 
@@ -126,14 +127,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	m := metrics.New()
-	eff := newEffects(st, pol, conns, log, m)
+	alerts := metrics.Alerter{Log: log, Metrics: m}
+	fail := failures.NewService(st, pol, alerts, nil)
+	eff := newEffects(st, pol, conns, log, m, fail.Budget)
 	svc := runs.NewService(st, runs.Config{
 		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,
-	}, metrics.Alerter{Log: log, Metrics: m}, nil)
+	}, alerts, nil)
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
+	svc.Budgets = fail.Budget
 	srv := &http.Server{
-		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
+		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -55,9 +56,9 @@ func connectors(p *policy.Policy) (map[string]connector.Connector, error) {
 }
 
 // newEffects wires the outbox service from the policy and the environment.
-func newEffects(st store.Store, p *policy.Policy, conns map[string]connector.Connector, log *slog.Logger, m *metrics.Metrics) *effects.Service {
+func newEffects(st store.Store, p *policy.Policy, conns map[string]connector.Connector, log *slog.Logger, m *metrics.Metrics, budgets func(string) runs.Budget) *effects.Service {
 	env, set := os.LookupEnv("AI_ACTIONS_ENABLED")
-	svc := effects.NewService(effects.Options{Store: st, Policy: p, Connectors: conns, Log: log,
+	svc := effects.NewService(effects.Options{Store: st, Policy: p, Connectors: conns, Log: log, Budgets: budgets,
 		Alerts: metrics.Alerter{Log: log, Metrics: m}, AIActionsEnabled: env, AIActionsEnabledSet: set})
 	svc.Observe = func(outcome string, d time.Duration) {
 		m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())

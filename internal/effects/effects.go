@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +34,7 @@ var (
 	ErrNotFound          = errors.New("effect not found")
 	ErrEffectLeaseLost   = errors.New("the effect's lease is not held")
 	ErrNotResolvable     = errors.New("the effect is not in a state this operation applies to")
+	ErrNotValidated      = errors.New("this action type has a schema: queue it after a passing validation on this run")
 )
 
 // Alerter raises an alert after the event that records it has committed.
@@ -55,6 +55,8 @@ type Service struct {
 	envDisabled bool
 	// Observe, when set, receives dispatch outcomes (metrics).
 	Observe func(outcome string, d time.Duration)
+	// budgets returns a run's budget by action type; nil means unlimited.
+	budgets func(actionType string) runs.Budget
 }
 
 // Options wire a Service.
@@ -68,10 +70,12 @@ type Options struct {
 	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment value and whether it is set.
 	AIActionsEnabled    string
 	AIActionsEnabledSet bool
+	// Budgets returns a run's budget by action type; queueing past it is refused.
+	Budgets func(actionType string) runs.Budget
 }
 
 func NewService(o Options) *Service {
-	s := &Service{store: o.Store, policy: o.Policy, connectors: o.Connectors, alerts: o.Alerts, log: o.Log, now: o.Now}
+	s := &Service{store: o.Store, policy: o.Policy, connectors: o.Connectors, alerts: o.Alerts, log: o.Log, now: o.Now, budgets: o.Budgets}
 	if s.policy == nil {
 		s.policy = policy.Empty()
 	}
@@ -133,13 +137,20 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 	if a.Gate != policy.GateNone {
 		return store.Effect{}, false, store.Run{}, fmt.Errorf("%w (gate %s)", ErrApprovalRequired, a.Gate)
 	}
-	hash, err := runs.HashPayload(req.Payload)
-	if err != nil {
-		return store.Effect{}, false, store.Run{}, &runs.FieldError{Field: "payload", Msg: err.Error()}
+	validated := a.Schema != nil
+	var hash string
+	if !validated {
+		if len(req.Payload) == 0 {
+			return store.Effect{}, false, store.Run{}, &runs.FieldError{Field: "payload", Msg: "is required", Missing: true}
+		}
+		if hash, err = runs.HashPayload(req.Payload); err != nil {
+			return store.Effect{}, false, store.Run{}, &runs.FieldError{Field: "payload", Msg: err.Error()}
+		}
 	}
 	if req.EffectID == "" {
 		req.EffectID = DeriveEffectID(req.ActionType, req.Target)
 	}
+	var exhausted string
 	err = s.store.Transact(ctx, func(q store.Queries) error {
 		now := s.clock()
 		run, err = q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
@@ -148,6 +159,39 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 		}
 		if err != nil {
 			return err
+		}
+		if s.budgets != nil {
+			t, err := s.nowIn(ctx, q)
+			if err != nil {
+				return err
+			}
+			actionType := run.ActionType
+			if actionType == "" {
+				actionType = req.ActionType
+			}
+			if exhausted = runs.BudgetExceeded(run, s.budgets(actionType), t); exhausted != "" {
+				run, err = runs.Terminate(ctx, q, now, run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+				return err
+			}
+		}
+		if validated {
+			// Only the value that passed validation on this run leaves, never the raw output.
+			v, err := q.ValidationLatestValid(ctx, req.Key, req.ActionType)
+			if errors.Is(err, store.ErrNotFound) {
+				return ErrNotValidated
+			}
+			if err != nil {
+				return err
+			}
+			if hash, err = runs.HashPayload(v.Value); err != nil {
+				return err
+			}
+			if len(req.Payload) > 0 {
+				if h, err := runs.HashPayload(req.Payload); err != nil || h != hash {
+					return fmt.Errorf("%w: the payload differs from the validated value (omit it to queue that)", ErrNotValidated)
+				}
+			}
+			req.Payload = v.Value
 		}
 		e, created, err = q.EffectInsert(ctx, store.Effect{
 			ID: uuid.NewString(), RunKey: req.Key, EffectID: req.EffectID, ActionType: req.ActionType,
@@ -163,11 +207,18 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 			}
 			return nil
 		}
+		if _, err := q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
+			return err
+		}
 		return runs.Event(ctx, q, now, req.Key, "effect_queued", run.Version, req.Actor, req.Meta, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target,
 			"executor": e.Executor, "payload_hash": e.PayloadHash,
 		})
 	})
+	if err == nil && exhausted != "" {
+		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		err = fmt.Errorf("%w (%s)", runs.ErrBudgetExhausted, exhausted)
+	}
 	if err != nil {
 		return store.Effect{}, false, store.Run{}, fmt.Errorf("queue effect on %q: %w", req.Key, err)
 	}
@@ -196,18 +247,6 @@ func (s *Service) List(ctx context.Context, p store.EffectListParams) ([]store.E
 		p.Limit = 1000
 	}
 	return s.store.EffectList(ctx, p)
-}
-
-// backoff is the delay before attempt n+1 after n definite, retryable failures:
-// exponential from the action's base, capped, with jitter so retries do not align.
-func backoff(r policy.ActionRetry, attempts int, retryAfter time.Duration) time.Duration {
-	d := r.Backoff.D()
-	for i := 1; i < attempts && d < r.MaxBackoff.D(); i++ {
-		d *= 2
-	}
-	d = min(d, r.MaxBackoff.D())
-	d = d/2 + rand.N(d/2+1)
-	return max(d, retryAfter)
 }
 
 // finish applies a send's outcome to the effect (a compare-and-set on its lease) and
@@ -241,7 +280,7 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 			p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, "effect_completed"
 			detail["provider_id"] = res.ProviderID
 		case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
-			wait := backoff(retry, e.Attempts, res.RetryAfter)
+			wait := policy.Backoff(retry.Backoff, retry.MaxBackoff, e.Attempts, res.RetryAfter)
 			nb := now.Add(wait)
 			p.To, p.NotBefore, kind = store.EffectPending, &nb, "effect_retry_scheduled"
 			detail["retry_in_ms"] = wait.Milliseconds()

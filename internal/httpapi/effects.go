@@ -57,8 +57,9 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 		return missing("action_type")
 	case body.Target == "":
 		return missing("target")
-	case len(body.Payload) == 0 || bytes.Equal(body.Payload, []byte("null")):
-		return missing("payload")
+	}
+	if bytes.Equal(body.Payload, []byte("null")) {
+		body.Payload = nil // optional for a type with a schema: the validated value is queued
 	}
 	if err := validText("target", body.Target, 320); err != nil {
 		return err

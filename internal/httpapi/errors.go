@@ -8,7 +8,9 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/validation"
 )
 
 // Error is an API error with a stable machine-readable code.
@@ -16,6 +18,8 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"error"`
 	Message string `json:"message"`
+	// Errors lists schema violations (invalid_input).
+	Errors []validation.Error `json:"errors,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -45,6 +49,14 @@ var errorTable = []struct {
 	{effects.ErrNotFound, http.StatusNotFound, "effect_not_found"},
 	{effects.ErrEffectLeaseLost, http.StatusConflict, "lease_lost"},
 	{effects.ErrNotResolvable, http.StatusConflict, "not_resolvable"},
+	{effects.ErrNotValidated, http.StatusUnprocessableEntity, "not_validated"},
+	{runs.ErrBudgetExhausted, http.StatusTooManyRequests, "budget_exhausted"},
+	{failures.ErrNoSchema, http.StatusUnprocessableEntity, "no_schema"},
+	{failures.ErrUnknownActionType, http.StatusUnprocessableEntity, "unknown_action_type"},
+	{failures.ErrInvalidReplacement, http.StatusUnprocessableEntity, "invalid_replacement"},
+	{failures.ErrNotFinished, http.StatusConflict, "not_finished"},
+	{failures.ErrAlreadyReplaced, http.StatusConflict, "already_replaced"},
+	{failures.ErrKeyInUse, http.StatusConflict, "key_in_use"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }
@@ -56,8 +68,17 @@ func toAPIError(err error) (*Error, bool) {
 	if errors.As(err, &ae) {
 		return ae, true
 	}
+	var ie *failures.InputError
+	if errors.As(err, &ie) {
+		e := apiError(http.StatusUnprocessableEntity, "invalid_input", ie.Error())
+		e.Errors = ie.Errors
+		return e, true
+	}
 	var fe *runs.FieldError
 	if errors.As(err, &fe) {
+		if fe.Missing {
+			return apiError(http.StatusBadRequest, "missing_field", fe.Field+" is required"), true
+		}
 		return apiError(http.StatusBadRequest, "invalid_field", fe.Error()), true
 	}
 	for _, t := range errorTable {

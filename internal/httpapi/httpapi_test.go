@@ -56,7 +56,7 @@ func newHarness(t *testing.T, b storetest.Backend) *harness {
 	env := storetest.NewEffectsEnv(t, b, "")
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures, Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}))
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	ctx := context.Background()

@@ -65,6 +65,18 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 	if err := validMeta(req.Meta); err != nil {
 		return err
 	}
+	trigger := req.TriggerSource
+	if trigger == "" && req.Meta != nil {
+		trigger = req.Meta.TriggerSource
+	}
+	if !hasPayload && s.Failures.HasInputSchema(trigger) {
+		return invalid("payload", "this trigger source's input is checked against a schema: send payload, not payload_hash")
+	}
+	if hasPayload {
+		if err := s.Failures.CheckInput(trigger, req.Payload); err != nil {
+			return err
+		}
+	}
 	lease, err := leaseSeconds(req.LeaseSeconds)
 	if err != nil {
 		return err
@@ -115,6 +127,23 @@ type runView struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	Effects         []effectView    `json:"effects"`
+	ActionType      string          `json:"action_type,omitempty"`
+	ModelCalls      int             `json:"model_calls"`
+	Tokens          int64           `json:"tokens"`
+	Validations     int             `json:"validations"`
+	Repairs         int             `json:"repairs"`
+	ParkReason      string          `json:"park_reason,omitempty"`
+	ReplacedBy      *replacement    `json:"replaced_by,omitempty"`
+	Replaces        *replacement    `json:"replaces,omitempty"`
+}
+
+// replacement is one side of a rerun-protocol link.
+type replacement struct {
+	Key         string    `json:"key"`
+	Reason      string    `json:"reason"`
+	Actor       string    `json:"actor"`
+	ProviderIDs []string  `json:"provider_ids"`
+	At          time.Time `json:"at"`
 }
 
 type leaseView struct {
@@ -144,13 +173,26 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) error {
 	for _, e := range effs {
 		views = append(views, viewEffect(e))
 	}
-	writeJSON(w, http.StatusOK, runView{Effects: views,
+	by, of, err := s.Failures.Replacements(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	view := runView{Effects: views,
 		Key: run.Key, State: run.State, Version: run.Version, PayloadHash: run.PayloadHash,
 		Result: run.Result, Duplicates: run.Duplicates, Reclaims: run.Reclaims,
 		Lease:         leaseView{Live: run.LeaseLive(now), StartedAt: run.LeaseStartedAt, ExpiresAt: run.LeaseExpiresAt},
 		TriggerSource: run.TriggerSource, WorkflowVersion: run.WorkflowVersion,
 		CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt,
-	})
+		ActionType: run.ActionType, ModelCalls: max(run.ModelCalls, run.Validations), Tokens: run.Tokens,
+		Validations: run.Validations, Repairs: run.Repairs, ParkReason: run.ParkReason,
+	}
+	if by != nil {
+		view.ReplacedBy = &replacement{Key: by.NewKey, Reason: by.Reason, Actor: by.Actor, ProviderIDs: by.ProviderIDs, At: by.CreatedAt}
+	}
+	if of != nil {
+		view.Replaces = &replacement{Key: of.OldKey, Reason: of.Reason, Actor: of.Actor, ProviderIDs: of.ProviderIDs, At: of.CreatedAt}
+	}
+	writeJSON(w, http.StatusOK, view)
 	return nil
 }
 

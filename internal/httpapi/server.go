@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -32,6 +33,7 @@ type Deps struct {
 	Store        store.Store
 	Runs         *runs.Service
 	Effects      *effects.Service
+	Failures     *failures.Service
 	Metrics      *metrics.Metrics
 	Log          *slog.Logger
 	MaxBodyBytes int64
@@ -58,6 +60,10 @@ var Routes = []Route{
 	{"GET", "/v1/runs/{key}/events", apikeys.ScopeRead, func(s *server) handlerFunc { return s.events }},
 	{"POST", "/v1/runs/{key}/heartbeat", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.heartbeat }},
 	{"POST", "/v1/runs/{key}/transition", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.transition }},
+	{"POST", "/v1/runs/{key}/validate", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.validate }},
+	{"POST", "/v1/runs/{key}/failures", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.failure }},
+	{"POST", "/v1/runs/{key}/usage", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.usage }},
+	{"POST", "/v1/runs/{key}/replace", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.replace }},
 	{"POST", "/v1/runs/{key}/effects", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.queueEffect }},
 	{"POST", "/v1/effects/claim", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.effectsClaim }},
 	{"POST", "/v1/effects/{id}/complete", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Sent) }},
@@ -75,7 +81,7 @@ var Routes = []Route{
 // New returns the API's handler.
 func New(d Deps) http.Handler {
 	// A missing part would surface as a 500 on its first request; fail at start instead.
-	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
+	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
 		panic("httpapi.New: every dependency is required")
 	}
 	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})}

@@ -6,11 +6,14 @@ package policy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/mail"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -18,6 +21,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockhq/airlock/internal/validation"
 )
 
 // Gate modes.
@@ -54,6 +59,116 @@ type Policy struct {
 	PublicURL string             `yaml:"public_url"`
 	Actions   map[string]*Action `yaml:"actions"`
 	Dispatch  Dispatch           `yaml:"dispatch"`
+	// Retry is the failure table: what airlock tells a client to do with each class.
+	Retry      map[string]*RetryRule `yaml:"retry"`
+	Budgets    Budgets               `yaml:"budgets"`
+	Validation ValidationConfig      `yaml:"validation"`
+	// InputSchemas check a claim's payload by its trigger_source (seed step 1).
+	InputSchemas map[string]*SchemaRef `yaml:"input_schemas"`
+	dir          string                // relative schema paths start here
+}
+
+// Failure classes (DESIGN.md "Failure classes and retry policy").
+const (
+	ClassTransportTimeout = "transport_timeout"
+	ClassRateLimited      = "rate_limited"
+	ClassServerError      = "server_error"
+	ClassClientError      = "client_error"
+	ClassParseFailure     = "parse_failure"
+	ClassSoftFailure      = "soft_failure"
+	ClassPartialSuccess   = "partial_success"
+	ClassUnknownCommit    = "unknown_commit"
+)
+
+// Classes lists every failure class.
+var Classes = []string{ClassTransportTimeout, ClassRateLimited, ClassServerError, ClassClientError,
+	ClassParseFailure, ClassSoftFailure, ClassPartialSuccess, ClassUnknownCommit}
+
+// Retry levels.
+const (
+	RetryTransport = "transport" // retry inside the same execution: lease, version and state kept
+	RetryBusiness  = "business"  // give the run back: failed_retryable, the next delivery reclaims it
+	RetryWrite     = "write"     // partial_success: only the failed writes are retried, through the outbox
+	RetryNever     = "never"     // terminal (unknown_commit: parked for reconciliation instead)
+)
+
+// RetryRule is one row of the failure table.
+type RetryRule struct {
+	Retry       string   `yaml:"retry"`
+	MaxAttempts int      `yaml:"max_attempts"`
+	Backoff     Duration `yaml:"backoff"`
+	MaxBackoff  Duration `yaml:"max_backoff"`
+}
+
+// DefaultRetry is the table a fresh install uses; the policy file overrides rows whole.
+func DefaultRetry() map[string]*RetryRule {
+	d := func(s string) Duration { v, _ := time.ParseDuration(s); return Duration(v) }
+	return map[string]*RetryRule{
+		ClassTransportTimeout: {RetryTransport, 3, d("1s"), d("10s")},
+		ClassRateLimited:      {RetryTransport, 5, d("2s"), d("60s")},
+		ClassServerError:      {RetryTransport, 3, d("2s"), d("30s")},
+		ClassClientError:      {RetryNever, 1, 0, 0},
+		ClassParseFailure:     {RetryTransport, 2, d("500ms"), d("5s")},
+		ClassSoftFailure:      {RetryNever, 1, 0, 0},
+		ClassPartialSuccess:   {RetryWrite, 3, d("5s"), d("60s")},
+		ClassUnknownCommit:    {RetryNever, 1, 0, 0},
+	}
+}
+
+// Budgets bound one run; zero means unlimited.
+type Budgets struct {
+	MaxModelCalls int      `yaml:"max_model_calls"`
+	MaxTokens     int64    `yaml:"max_tokens"`
+	RunDeadline   Duration `yaml:"run_deadline"` // from the run's first claim
+}
+
+// ValidationConfig bounds repairs of model output.
+type ValidationConfig struct {
+	// MaxRepairs is how many validation results per run may need fixing (extraction from
+	// prose or a code fence, or a failed check the client answers with a new model call)
+	// before the run fails for good. Default 2.
+	MaxRepairs *int `yaml:"max_repairs"`
+}
+
+// SchemaRef is a JSON Schema given as a file path (relative to the policy file) or inline.
+type SchemaRef struct {
+	Path     string
+	Inline   []byte
+	Compiled *validation.Schema
+}
+
+func (s *SchemaRef) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		s.Path = n.Value
+		return nil
+	case yaml.MappingNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("line %d: the schema cannot be written as JSON: %v", n.Line, err)
+		}
+		s.Inline = b
+		return nil
+	}
+	return fmt.Errorf("line %d: a schema is a file path or an inline mapping", n.Line)
+}
+
+func (s *SchemaRef) compile(field, dir string) error {
+	var err error
+	if s.Inline != nil {
+		s.Compiled, err = validation.Compile(field, s.Inline)
+	} else {
+		path := s.Path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path)
+		}
+		s.Compiled, err = validation.CompileFile(path)
+	}
+	return err
 }
 
 // Dispatch tunes the dispatcher inside `airlock serve`.
@@ -75,6 +190,11 @@ type Action struct {
 	SMTP      *SMTP       `yaml:"smtp"`
 	Worker    *Worker     `yaml:"worker"`
 	Retry     ActionRetry `yaml:"retry"`
+	// Schema validates the model output this action type sends (POST /validate); with
+	// one, an effect queues only a validated value.
+	Schema *SchemaRef `yaml:"schema"`
+	// Budgets override the global ones for runs of this type (fields that are set).
+	Budgets *Budgets `yaml:"budgets"`
 }
 
 // ActionRetry bounds the dispatcher's retries of definite, retryable send failures.
@@ -125,6 +245,7 @@ type Worker struct {
 func Empty() *Policy {
 	p := &Policy{Actions: map[string]*Action{}}
 	p.defaults()
+	_ = p.validate(func(string) (string, bool) { return "", false })
 	return p
 }
 
@@ -134,16 +255,20 @@ func Load(path string, lookupEnv func(string) (string, bool)) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	p, err := Parse(b, lookupEnv)
+	p, err := parse(b, filepath.Dir(path), lookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", path, err)
 	}
 	return p, nil
 }
 
-// Parse validates a policy document.
+// Parse validates a policy document; relative schema paths start at the working directory.
 func Parse(b []byte, lookupEnv func(string) (string, bool)) (*Policy, error) {
-	var p Policy
+	return parse(b, ".", lookupEnv)
+}
+
+func parse(b []byte, dir string, lookupEnv func(string) (string, bool)) (*Policy, error) {
+	p := Policy{dir: dir}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&p); err != nil {
@@ -160,6 +285,18 @@ func Parse(b []byte, lookupEnv func(string) (string, bool)) (*Policy, error) {
 }
 
 func (p *Policy) defaults() {
+	table := DefaultRetry()
+	for class, rule := range p.Retry {
+		table[class] = rule // a row given replaces the default row whole
+	}
+	p.Retry = table
+	if p.Budgets == (Budgets{}) {
+		p.Budgets.MaxModelCalls = 50
+	}
+	if p.Validation.MaxRepairs == nil {
+		two := 2
+		p.Validation.MaxRepairs = &two
+	}
 	d := &p.Dispatch
 	if d.Interval == 0 {
 		d.Interval = Duration(500 * time.Millisecond)
@@ -226,6 +363,44 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 			e.add("public_url", "must be an absolute http(s) URL")
 		}
 	}
+	for _, class := range sortedRuleKeys(p.Retry) {
+		r, f := p.Retry[class], "retry."+class
+		if !slices.Contains(Classes, class) {
+			e.add(f, "unknown failure class (valid: %s)", strings.Join(Classes, ", "))
+			continue
+		}
+		if r == nil {
+			e.add(f, "empty")
+			continue
+		}
+		allowed := []string{RetryTransport, RetryBusiness, RetryNever}
+		switch class {
+		case ClassPartialSuccess:
+			allowed = []string{RetryWrite, RetryNever}
+		case ClassUnknownCommit:
+			allowed = []string{RetryNever} // never retried: the run is parked for reconciliation
+		}
+		if !slices.Contains(allowed, r.Retry) {
+			e.add(f+".retry", "must be %s for %s", strings.Join(allowed, " or "), class)
+		}
+		if r.Retry != RetryNever && (r.MaxAttempts < 1 || r.MaxAttempts > 100) {
+			e.add(f+".max_attempts", "must be from 1 to 100")
+		}
+		if r.MaxBackoff < r.Backoff {
+			e.add(f+".max_backoff", "must not be shorter than backoff")
+		}
+	}
+	if n := *p.Validation.MaxRepairs; n < 0 || n > 20 {
+		e.add("validation.max_repairs", "must be from 0 to 20")
+	}
+	p.Budgets.validate("budgets", &e)
+	for _, src := range sortedRefKeys(p.InputSchemas) {
+		if ref := p.InputSchemas[src]; ref == nil {
+			e.add("input_schemas."+src, "empty")
+		} else if err := ref.compile("input_schemas."+src, p.dir); err != nil {
+			e.add("input_schemas."+src, "%v", err)
+		}
+	}
 	if p.Dispatch.BatchSize < 1 || p.Dispatch.BatchSize > 1000 {
 		e.add("dispatch.batch_size", "must be from 1 to 1000")
 	}
@@ -249,6 +424,14 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		}
 		if a.Retry.MaxBackoff < a.Retry.Backoff {
 			e.add(f+".retry.max_backoff", "must not be shorter than retry.backoff")
+		}
+		if a.Schema != nil {
+			if err := a.Schema.compile(f+".schema", p.dir); err != nil {
+				e.add(f+".schema", "%v", err)
+			}
+		}
+		if a.Budgets != nil {
+			a.Budgets.validate(f+".budgets", &e)
 		}
 		sections := map[string]bool{ConnectorHTTP: a.HTTP != nil, ConnectorSMTP: a.SMTP != nil, ConnectorWorker: a.Worker != nil}
 		for kind, present := range sections {
@@ -357,6 +540,51 @@ func secret(f, what, env, file string, e *errs, lookupEnv func(string) (string, 
 	return ""
 }
 
+func (b Budgets) validate(f string, e *errs) {
+	if b.MaxModelCalls < 0 {
+		e.add(f+".max_model_calls", "must be ≥ 0 (0: unlimited)")
+	}
+	if b.MaxTokens < 0 {
+		e.add(f+".max_tokens", "must be ≥ 0 (0: unlimited)")
+	}
+}
+
+// BudgetsFor returns the budgets of a run of actionType ("" for the global ones): the
+// action type's fields that are set override the global ones.
+func (p *Policy) BudgetsFor(actionType string) Budgets {
+	b := p.Budgets
+	if a := p.Action(actionType); a != nil && a.Budgets != nil {
+		if a.Budgets.MaxModelCalls > 0 {
+			b.MaxModelCalls = a.Budgets.MaxModelCalls
+		}
+		if a.Budgets.MaxTokens > 0 {
+			b.MaxTokens = a.Budgets.MaxTokens
+		}
+		if a.Budgets.RunDeadline > 0 {
+			b.RunDeadline = a.Budgets.RunDeadline
+		}
+	}
+	return b
+}
+
+func sortedRuleKeys(m map[string]*RetryRule) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func sortedRefKeys(m map[string]*SchemaRef) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 func sortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -402,4 +630,19 @@ func (a *Action) Executor() string {
 		return "worker"
 	}
 	return "dispatcher"
+}
+
+// Backoff is the delay before the next attempt after attempts failures: exponential from
+// base, capped at limit, with jitter (half fixed, half random) so retries do not align;
+// never shorter than the provider's retryAfter.
+func Backoff(base, limit Duration, attempts int, retryAfter time.Duration) time.Duration {
+	d := base.D()
+	for i := 1; i < attempts && d < limit.D(); i++ {
+		d *= 2
+	}
+	d = min(d, limit.D())
+	if d > 0 {
+		d = d/2 + rand.N(d/2+1)
+	}
+	return max(d, retryAfter)
 }

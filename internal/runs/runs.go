@@ -138,6 +138,9 @@ type Service struct {
 	now func() time.Time
 	// Outcomes, when set, counts claim outcomes (metrics).
 	Outcomes func(outcome string)
+	// Budgets, when set, returns the budget of a run of an action type ("" for the
+	// global one): heartbeats of a run past it are refused.
+	Budgets func(actionType string) Budget
 }
 
 func NewService(s store.Store, cfg Config, alerts Alerter, now func() time.Time) *Service {
@@ -204,6 +207,10 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 			if res.Reclaimed {
 				kind = "lease_reclaimed"
 				detail["reclaims"] = run.Reclaims
+			} else if r, err := q.ReplacementFind(ctx, run.Key, true); err == nil {
+				detail["replaces"], detail["provider_ids"] = r.OldKey, r.ProviderIDs // the rerun protocol's link
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
 			}
 			if err := Event(ctx, q, now, run.Key, kind, run.Version, req.Actor, req.Meta, detail); err != nil {
 				return err
@@ -262,8 +269,11 @@ func (s *Service) leaseLength(d time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// FieldError is a request that names a field with a bad value.
-type FieldError struct{ Field, Msg string }
+// FieldError is a request that names a field with a bad value, or (Missing) none.
+type FieldError struct {
+	Field, Msg string
+	Missing    bool
+}
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
@@ -283,8 +293,29 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 		return store.Run{}, err
 	}
 	var run store.Run
+	var exhausted string
 	err = s.store.Transact(ctx, func(q store.Queries) error {
 		now := s.clock()
+		if s.Budgets != nil {
+			held, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
+			if errors.Is(err, store.ErrNoMatch) {
+				return Diagnose(ctx, q, s.now, s.cfg.MaxLeaseLifetime, req)
+			}
+			if err != nil {
+				return err
+			}
+			t, err := q.Clock(ctx)
+			if err != nil {
+				return err
+			}
+			if now != nil {
+				t = *now
+			}
+			if exhausted = BudgetExceeded(held, s.Budgets(held.ActionType), t); exhausted != "" {
+				run, err = Terminate(ctx, q, now, held, "budget_exhausted", true, map[string]any{"budget": exhausted})
+				return err
+			}
+		}
 		run, err = q.RunHeartbeat(ctx, store.RunHeartbeatParams{Key: req.Key, Owner: req.Owner,
 			Version: req.Version, Lease: lease, Lifetime: s.cfg.MaxLeaseLifetime, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
@@ -298,6 +329,10 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("heartbeat %q: %w", req.Key, err)
+	}
+	if exhausted != "" {
+		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		return run, fmt.Errorf("heartbeat %q: %w (%s)", req.Key, ErrBudgetExhausted, exhausted)
 	}
 	return run, nil
 }
@@ -428,3 +463,58 @@ func hashBytes(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// ErrBudgetExhausted: the run spent its model-call, token or time budget and has been
+// moved to failed_terminal.
+var ErrBudgetExhausted = errors.New("the run's budget is exhausted; it is now failed_terminal")
+
+// Budget bounds one run; zero fields are unlimited.
+type Budget struct {
+	MaxModelCalls int
+	MaxTokens     int64
+	RunDeadline   time.Duration
+}
+
+// BudgetExceeded names what the run has spent past its budget at now, or "". Validations
+// count as model calls airlock has seen, even when the client reports fewer.
+func BudgetExceeded(run store.Run, b Budget, now time.Time) string {
+	switch {
+	case b.MaxModelCalls > 0 && max(run.ModelCalls, run.Validations) > b.MaxModelCalls:
+		return "model_calls"
+	case b.MaxTokens > 0 && run.Tokens > b.MaxTokens:
+		return "tokens"
+	case b.RunDeadline > 0 && !now.Before(run.CreatedAt.Add(b.RunDeadline)):
+		return "deadline"
+	}
+	return ""
+}
+
+// Terminate moves a run its caller holds the lease on to failed_terminal as airlock's
+// own decision (retry cap, budget, validation, a terminal failure class), with an event,
+// and an alert event when alert is set. Call it inside the transaction; raise the alert
+// after the commit.
+func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.Run, reason string, alert bool, detail map[string]any) (store.Run, error) {
+	out, err := q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
+		From: store.StateProcessing, To: store.StateFailedTerminal, Now: now})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("terminate run: %w", err)
+	}
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	detail["from"], detail["to"], detail["reason"] = store.StateProcessing, store.StateFailedTerminal, reason
+	if err := Event(ctx, q, now, run.Key, "transition", out.Version, "airlock", nil, detail); err != nil {
+		return store.Run{}, err
+	}
+	if !alert {
+		return out, nil
+	}
+	return out, Event(ctx, q, now, run.Key, "alert", out.Version, "airlock", nil, map[string]any{"alert": reason})
+}
+
+// RerunProtocol is the seed's rerun protocol, shown wherever a person may be tempted to
+// improvise one (the approval page, the replace command).
+const RerunProtocol = `Rerun protocol:
+1. Recovery retries reclaim only failed_retryable runs or processing runs whose lease expired, under the same key.
+2. Terminal, parked or completed keys (failed_terminal, rejected, awaiting_human, approved, completed) only report their state; they are never started again.
+3. A correction is a replacement: a new key issued upstream, linked to the original and its external results, with the operator and reason recorded, through the normal approval and outbox path. No ad-hoc key suffixes, no in-place rewrite.`

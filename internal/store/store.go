@@ -57,6 +57,14 @@ type Run struct {
 	WorkflowVersion string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	// Budgets and failure handling.
+	ActionType  string // the first action type validated or queued on the run (its budget)
+	Repairs     int    // validation results that needed fixing
+	Validations int    // validations airlock has seen
+	ModelCalls  int    // reported by the client
+	Tokens      int64  // reported by the client
+	ParkReason  string // why the run waits in awaiting_human (unknown_commit, approval)
+	ReplacedBy  string // the key that replaced this run (rerun protocol)
 }
 
 // LeaseLive reports whether the run's lease is held at now.
@@ -106,6 +114,7 @@ type Store interface {
 // PostgreSQL's now() (shared by every instance), the process clock on SQLite.
 type Queries interface {
 	EffectQueries
+	FailureQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -160,13 +169,66 @@ type RunHeartbeatParams struct {
 }
 
 type RunTransitionParams struct {
-	Key     string
-	Owner   string
-	Version int64
-	From    State
-	To      State
-	Result  json.RawMessage // nil keeps the stored result
-	Now     *time.Time
+	Key        string
+	Owner      string
+	Version    int64
+	From       State
+	To         State
+	Result     json.RawMessage // nil keeps the stored result
+	ParkReason string          // stored as the run's park_reason ("" clears it)
+	Now        *time.Time
+}
+
+// RunCountParams adds to a run's counters; ActionType is recorded if none is yet.
+type RunCountParams struct {
+	Key         string
+	ActionType  string
+	ModelCalls  int
+	Tokens      int64
+	Validations int
+	Repairs     int
+}
+
+// Validation is a row of validations: the result of checking one model output.
+type Validation struct {
+	ID         int64
+	RunKey     string
+	ActionType string
+	Valid      bool
+	Repaired   bool
+	OutputHash string          // SHA-256 of the raw output: the output itself is never stored
+	Value      json.RawMessage // the validated value (valid only)
+	Errors     json.RawMessage // [{pointer, keyword, message}] (invalid only)
+	CreatedAt  time.Time
+}
+
+// Replacement links a finished run to the new, upstream-issued key that corrects it.
+type Replacement struct {
+	OldKey      string
+	NewKey      string
+	Reason      string
+	Actor       string
+	ProviderIDs []string // the original's external results
+	CreatedAt   time.Time
+}
+
+// FailureQueries are the statements of failure handling.
+type FailureQueries interface {
+	// RunCount adds to the run's counters and returns it; ErrNotFound if it does not exist.
+	RunCount(ctx context.Context, p RunCountParams) (Run, error)
+	ValidationInsert(ctx context.Context, v Validation) (Validation, error)
+	// ValidationLatestValid returns the run's latest passing validation for an action
+	// type; ErrNotFound if none.
+	ValidationLatestValid(ctx context.Context, key, actionType string) (Validation, error)
+	// FailureAttempt counts one more failure of class on the run and returns the count.
+	FailureAttempt(ctx context.Context, key, class string) (int, error)
+	// EffectRequeueFailed queues the run's failed dispatcher effects again.
+	EffectRequeueFailed(ctx context.Context, key string, now *time.Time) ([]Effect, error)
+	ReplacementInsert(ctx context.Context, r Replacement) error
+	// ReplacementFind returns the replacement of key (byNew false: key is the replaced run)
+	// or by key (byNew true: key is the replacing one); ErrNotFound if none.
+	ReplacementFind(ctx context.Context, key string, byNew bool) (Replacement, error)
+	RunSetReplacedBy(ctx context.Context, key, newKey string) error
 }
 
 type EventInsertParams struct {

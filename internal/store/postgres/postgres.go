@@ -157,7 +157,8 @@ type queries struct{ db dbtx }
 
 const runColumns = `idempotency_key, state, payload_hash, lease_owner, lease_started_at,
 	lease_expires_at, version, result, duplicates, reclaims, trigger_source, workflow_version,
-	created_at, updated_at`
+	created_at, updated_at, action_type, repairs, validations, model_calls, tokens, park_reason,
+	replaced_by`
 
 func scanRun(row pgx.Row) (store.Run, error) {
 	var r store.Run
@@ -165,7 +166,8 @@ func scanRun(row pgx.Row) (store.Run, error) {
 	var result []byte
 	err := row.Scan(&r.Key, &state, &r.PayloadHash, &r.LeaseOwner, &r.LeaseStartedAt,
 		&r.LeaseExpiresAt, &r.Version, &result, &r.Duplicates, &r.Reclaims, &r.TriggerSource,
-		&r.WorkflowVersion, &r.CreatedAt, &r.UpdatedAt)
+		&r.WorkflowVersion, &r.CreatedAt, &r.UpdatedAt, &r.ActionType, &r.Repairs, &r.Validations,
+		&r.ModelCalls, &r.Tokens, &r.ParkReason, &r.ReplacedBy)
 	if err != nil {
 		return store.Run{}, interpret(err)
 	}
@@ -267,10 +269,10 @@ func (q queries) RunTransition(ctx context.Context, p store.RunTransitionParams)
 	return noMatch(scanRun(q.db.QueryRow(ctx, `
 		UPDATE workflow_runs
 		SET state = $5, version = version + 1, result = coalesce($6::jsonb, result),
-		    lease_expires_at = NULL, updated_at = coalesce($7::timestamptz, now())
+		    lease_expires_at = NULL, updated_at = coalesce($7::timestamptz, now()), park_reason = $8
 		WHERE idempotency_key = $1 AND lease_owner = $2 AND version = $3 AND state = $4
 		  AND lease_expires_at > coalesce($7::timestamptz, now())
-		RETURNING `+runColumns, p.Key, p.Owner, p.Version, string(p.From), string(p.To), jsonArg(p.Result), p.Now)))
+		RETURNING `+runColumns, p.Key, p.Owner, p.Version, string(p.From), string(p.To), jsonArg(p.Result), p.Now, p.ParkReason)))
 }
 
 func (q queries) RunOpenEffects(ctx context.Context, key string) (int, error) {

@@ -205,7 +205,8 @@ type scanner interface{ Scan(dest ...any) error }
 
 const runColumns = `idempotency_key, state, payload_hash, lease_owner, lease_started_at,
 	lease_expires_at, version, result, duplicates, reclaims, trigger_source, workflow_version,
-	created_at, updated_at`
+	created_at, updated_at, action_type, repairs, validations, model_calls, tokens, park_reason,
+	replaced_by`
 
 func scanRun(row scanner) (store.Run, error) {
 	var r store.Run
@@ -215,7 +216,8 @@ func scanRun(row scanner) (store.Run, error) {
 	var created, updated int64
 	err := row.Scan(&r.Key, &state, &r.PayloadHash, &r.LeaseOwner, &started, &expires,
 		&r.Version, &result, &r.Duplicates, &r.Reclaims, &r.TriggerSource, &r.WorkflowVersion,
-		&created, &updated)
+		&created, &updated, &r.ActionType, &r.Repairs, &r.Validations, &r.ModelCalls, &r.Tokens,
+		&r.ParkReason, &r.ReplacedBy)
 	if err != nil {
 		return store.Run{}, interpret(err)
 	}
@@ -293,10 +295,10 @@ func (q queries) RunTransition(ctx context.Context, p store.RunTransitionParams)
 	return noMatch(scanRun(q.db.QueryRowContext(ctx, `
 		UPDATE workflow_runs
 		SET state = ?5, version = version + 1, result = coalesce(?6, result),
-		    lease_expires_at = NULL, updated_at = ?7
+		    lease_expires_at = NULL, updated_at = ?7, park_reason = ?8
 		WHERE idempotency_key = ?1 AND lease_owner = ?2 AND version = ?3 AND state = ?4
 		  AND lease_expires_at > ?7
-		RETURNING `+runColumns, p.Key, p.Owner, p.Version, string(p.From), string(p.To), jsonArg(p.Result), q.at(p.Now))))
+		RETURNING `+runColumns, p.Key, p.Owner, p.Version, string(p.From), string(p.To), jsonArg(p.Result), q.at(p.Now), p.ParkReason)))
 }
 
 func (q queries) RunOpenEffects(ctx context.Context, key string) (int, error) {

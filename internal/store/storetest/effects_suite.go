@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/connector/httpconn"
 	"github.com/airlockhq/airlock/internal/connector/smtpconn"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -89,6 +90,7 @@ type EffectsEnv struct {
 	Provider   *Provider
 	Policy     *policy.Policy
 	Effects    *effects.Service
+	Failures   *failures.Service
 	Dispatcher *effects.Dispatcher
 }
 
@@ -134,8 +136,10 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 		}
 		conns[name] = c
 	}
+	e.Failures = failures.NewService(e.Store, pol, e.Alerts, e.Clock.Now)
+	e.Runs.Budgets = e.Failures.Budget
 	e.Effects = effects.NewService(effects.Options{Store: e.Store, Policy: pol, Connectors: conns, Alerts: e.Alerts,
-		Now: e.Clock.Now, AIActionsEnabled: envOverride, AIActionsEnabledSet: envOverride != ""})
+		Now: e.Clock.Now, AIActionsEnabled: envOverride, AIActionsEnabledSet: envOverride != "", Budgets: e.Failures.Budget})
 	e.Dispatcher = &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
 	return e
 }

@@ -1,0 +1,517 @@
+// Package failures is airlock's failure handling: model output validated against a
+// schema with bounded repair, the retry table that turns a failure class into a decision,
+// per-run budgets, and the rerun protocol's replacements. The table lives here, enforced,
+// instead of in someone's head.
+package failures
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/validation"
+)
+
+// Domain outcomes; the HTTP layer maps each to one status and code.
+var (
+	ErrNoSchema           = errors.New("the action type has no schema to validate against")
+	ErrUnknownActionType  = errors.New("action type is not configured")
+	ErrInvalidReplacement = errors.New("the new key breaks the rerun protocol")
+	ErrNotFinished        = errors.New("only a finished run with no open effects can be replaced")
+	ErrAlreadyReplaced    = errors.New("the run has already been replaced")
+	ErrKeyInUse           = errors.New("the new key is already in use")
+)
+
+// InputError is a claim payload that its trigger source's schema refuses.
+type InputError struct{ Errors []validation.Error }
+
+func (e *InputError) Error() string { return "the payload does not match its trigger source's schema" }
+
+// Alerter raises an alert after the event that records it has committed.
+type Alerter interface {
+	Alert(ctx context.Context, kind, key string, attrs ...slog.Attr)
+}
+
+// Service applies the policy's failure handling to runs.
+type Service struct {
+	store  store.Store
+	policy *policy.Policy
+	alerts Alerter
+	now    func() time.Time
+}
+
+func NewService(st store.Store, p *policy.Policy, alerts Alerter, now func() time.Time) *Service {
+	if p == nil {
+		p = policy.Empty()
+	}
+	return &Service{store: st, policy: p, alerts: alerts, now: now}
+}
+
+func (s *Service) clock() *time.Time {
+	if s.now == nil {
+		return nil
+	}
+	t := s.now()
+	return &t
+}
+
+func (s *Service) nowIn(ctx context.Context, q store.Queries) (time.Time, error) {
+	if s.now != nil {
+		return s.now(), nil
+	}
+	return q.Clock(ctx)
+}
+
+// Budget returns a run's budget by its action type.
+func (s *Service) Budget(actionType string) runs.Budget {
+	b := s.policy.BudgetsFor(actionType)
+	return runs.Budget{MaxModelCalls: b.MaxModelCalls, MaxTokens: b.MaxTokens, RunDeadline: b.RunDeadline.D()}
+}
+
+// lock reads the run under the caller's lease, or explains why it cannot.
+func (s *Service) lock(ctx context.Context, q store.Queries, req runs.LeaseRequest) (store.Run, error) {
+	run, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: s.clock()})
+	if errors.Is(err, store.ErrNoMatch) {
+		return store.Run{}, runs.Diagnose(ctx, q, s.now, 0, req)
+	}
+	return run, err
+}
+
+// HasInputSchema reports whether claims from triggerSource are checked against a schema.
+func (s *Service) HasInputSchema(triggerSource string) bool {
+	ref := s.policy.InputSchemas[triggerSource]
+	return ref != nil && ref.Compiled != nil
+}
+
+// CheckInput validates a claim's payload against its trigger source's schema, if the
+// policy has one (seed step 1): an *InputError lists the violations.
+func (s *Service) CheckInput(triggerSource string, payload json.RawMessage) error {
+	if !s.HasInputSchema(triggerSource) {
+		return nil
+	}
+	v, err := validation.Decode(payload)
+	if err != nil {
+		return &InputError{Errors: []validation.Error{{Keyword: "json", Message: "the payload is not JSON"}}}
+	}
+	if errs := s.policy.InputSchemas[triggerSource].Compiled.Validate(v); errs != nil {
+		return &InputError{Errors: errs}
+	}
+	return nil
+}
+
+// ValidateRequest is one model output to check for an action type.
+type ValidateRequest struct {
+	runs.LeaseRequest
+	ActionType string
+	Output     json.RawMessage // a JSON value, or a JSON string holding the model's text
+}
+
+// ValidateResult is the check's outcome. Value is the validated value (valid only).
+type ValidateResult struct {
+	Valid    bool
+	Repaired bool
+	Errors   []validation.Error
+	Value    json.RawMessage
+	Run      store.Run
+}
+
+// Validate checks an output against the action type's schema, repairing it (extracting
+// the JSON from prose or a code fence) within the run's repair bound. A result that
+// needed fixing — extracted, or still invalid — uses one of the run's repairs; invalid
+// with none left, the run fails for good. Only the validated value is stored; the raw
+// output is kept as its SHA-256.
+func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateResult, error) {
+	a := s.policy.Action(req.ActionType)
+	if a == nil {
+		return ValidateResult{}, fmt.Errorf("%w: %q", ErrUnknownActionType, req.ActionType)
+	}
+	if a.Schema == nil || a.Schema.Compiled == nil {
+		return ValidateResult{}, fmt.Errorf("%w: %q", ErrNoSchema, req.ActionType)
+	}
+	maxRepairs := *s.policy.Validation.MaxRepairs
+	var res ValidateResult
+	var exhausted string
+	var terminated bool
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		run, err := s.lock(ctx, q, req.LeaseRequest)
+		if err != nil {
+			return err
+		}
+		now, err := s.nowIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		// The validation is a model call airlock has seen, whatever the client reports.
+		if run, err = q.RunCount(ctx, store.RunCountParams{Key: run.Key, ActionType: req.ActionType, Validations: 1}); err != nil {
+			return err
+		}
+		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
+			res.Run, err = runs.Terminate(ctx, q, s.clock(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+			return err
+		}
+		value, extracted, parsed := parseOutput(req.Output)
+		needsFix := extracted || !parsed
+		if needsFix && run.Repairs >= maxRepairs {
+			// No repair left: the output counts as it came.
+			extracted, parsed = false, !needsFix
+		}
+		var errs []validation.Error
+		if parsed {
+			errs = a.Schema.Compiled.Validate(value)
+		} else {
+			errs = []validation.Error{{Keyword: "json", Message: "the output holds no JSON value"}}
+		}
+		res.Valid, res.Repaired, res.Errors = errs == nil, extracted && parsed, errs
+		used := 0
+		if extracted || !res.Valid {
+			used = 1
+		}
+		if used == 1 && run.Repairs < maxRepairs {
+			if run, err = q.RunCount(ctx, store.RunCountParams{Key: run.Key, Repairs: 1}); err != nil {
+				return err
+			}
+		}
+		terminated = !res.Valid && run.Repairs >= maxRepairs
+		v := store.Validation{RunKey: run.Key, ActionType: req.ActionType, Valid: res.Valid, Repaired: res.Repaired,
+			OutputHash: hash(req.Output), CreatedAt: timeOr(s.clock())}
+		detail := map[string]any{"action_type": req.ActionType, "valid": res.Valid, "repaired": res.Repaired,
+			"output_hash": v.OutputHash, "repairs": run.Repairs, "max_repairs": maxRepairs}
+		if res.Valid {
+			if v.Value, err = json.Marshal(value); err != nil {
+				return err
+			}
+			res.Value = v.Value
+		} else {
+			if v.Errors, err = json.Marshal(errs); err != nil {
+				return err
+			}
+			detail["errors"] = errs
+		}
+		if _, err := q.ValidationInsert(ctx, v); err != nil {
+			return err
+		}
+		if err := runs.Event(ctx, q, s.clock(), run.Key, "validation", run.Version, req.Actor, req.Meta, detail); err != nil {
+			return err
+		}
+		res.Run = run
+		if terminated {
+			res.Run, err = runs.Terminate(ctx, q, s.clock(), run, "validation_failed", true,
+				map[string]any{"action_type": req.ActionType, "errors": errs})
+		}
+		return err
+	})
+	if err != nil {
+		return ValidateResult{}, fmt.Errorf("validate %q: %w", req.Key, err)
+	}
+	if exhausted != "" {
+		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		return res, fmt.Errorf("validate %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
+	}
+	if terminated {
+		s.alerts.Alert(ctx, "validation_failed", req.Key, slog.String("action_type", req.ActionType), slog.Int("errors", len(res.Errors)))
+	}
+	return res, nil
+}
+
+// parseOutput turns an output into a value: a JSON value as it is; a JSON string is the
+// model's text, parsed if it is JSON, else the JSON extracted from it (extracted=true).
+func parseOutput(out json.RawMessage) (value any, extracted, parsed bool) {
+	v, err := validation.Decode(out)
+	if err != nil {
+		return nil, false, false
+	}
+	text, isText := v.(string)
+	if !isText {
+		return v, false, true
+	}
+	if v, err := validation.Decode([]byte(text)); err == nil {
+		if _, stillText := v.(string); !stillText {
+			return v, false, true
+		}
+	}
+	b, ok := validation.Repair(text)
+	if !ok {
+		return nil, true, false
+	}
+	v, err = validation.Decode(b)
+	return v, true, err == nil
+}
+
+func hash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func timeOr(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// Decisions a failure report gets.
+const (
+	DecisionRetry     = "retry"
+	DecisionTerminal  = "terminal"
+	DecisionReconcile = "reconcile"
+)
+
+// FailureRequest reports one failure of the run's work.
+type FailureRequest struct {
+	runs.LeaseRequest
+	Class      string
+	Detail     string
+	RetryAfter time.Duration // the provider's Retry-After, if it gave one
+}
+
+// Decision tells the client what to do; it is airlock's, from the policy's table.
+type Decision struct {
+	Decision    string
+	Level       string // transport, business or write, for retry
+	RetryAfter  time.Duration
+	Attempts    int
+	MaxAttempts int
+	Reason      string // why terminal: retry_cap, deadline, never
+	Requeued    int    // partial_success: failed writes queued again
+	Run         store.Run
+}
+
+// Failure applies the retry table to a failure the client reports under its lease.
+func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, error) {
+	if !slices.Contains(policy.Classes, req.Class) {
+		return Decision{}, &runs.FieldError{Field: "class", Msg: "must be one of " + strings.Join(policy.Classes, ", ")}
+	}
+	rule := s.policy.Retry[req.Class]
+	var d Decision
+	var alert string
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		run, err := s.lock(ctx, q, req.LeaseRequest)
+		if err != nil {
+			return err
+		}
+		now, err := s.nowIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		if d.Attempts, err = q.FailureAttempt(ctx, run.Key, req.Class); err != nil {
+			return err
+		}
+		d.MaxAttempts, d.Run = rule.MaxAttempts, run
+		detail := map[string]any{"class": req.Class, "attempts": d.Attempts}
+		if req.Detail != "" {
+			detail["detail"] = truncate(req.Detail, 200)
+		}
+		wait := policy.Backoff(rule.Backoff, rule.MaxBackoff, d.Attempts, req.RetryAfter)
+		deadline := s.Budget(run.ActionType).RunDeadline
+		switch {
+		case req.Class == policy.ClassUnknownCommit:
+			// Never retried: parked where no delivery can reclaim it until it is reconciled.
+			d.Decision, alert = DecisionReconcile, "unknown_commit"
+			d.Run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
+				From: store.StateProcessing, To: store.StateAwaitingHuman, ParkReason: "unknown_commit", Now: s.clock()})
+			if err != nil {
+				return err
+			}
+			if err := runs.Event(ctx, q, s.clock(), run.Key, "transition", d.Run.Version, "airlock", nil,
+				map[string]any{"from": store.StateProcessing, "to": store.StateAwaitingHuman, "reason": "unknown_commit"}); err != nil {
+				return err
+			}
+		case rule.Retry == policy.RetryNever:
+			d.Decision, d.Reason = DecisionTerminal, "never"
+			d.Run, err = runs.Terminate(ctx, q, s.clock(), run, "failure_not_retried", false, map[string]any{"class": req.Class})
+		case d.Attempts >= rule.MaxAttempts:
+			d.Decision, d.Reason, alert = DecisionTerminal, "retry_cap", "retry_cap"
+			if err := runs.Event(ctx, q, s.clock(), run.Key, "retry_cap", run.Version, "airlock", nil,
+				map[string]any{"class": req.Class, "attempts": d.Attempts, "max_attempts": rule.MaxAttempts}); err != nil {
+				return err
+			}
+			d.Run, err = runs.Terminate(ctx, q, s.clock(), run, "retry_cap", true, map[string]any{"class": req.Class})
+		case deadline > 0 && now.Add(wait).After(run.CreatedAt.Add(deadline)):
+			// A retry would end past the run's deadline: stop now rather than stack timeouts.
+			d.Decision, d.Reason, alert = DecisionTerminal, "deadline", "deadline"
+			d.Run, err = runs.Terminate(ctx, q, s.clock(), run, "deadline", true,
+				map[string]any{"class": req.Class, "retry_in_ms": wait.Milliseconds()})
+		default:
+			d.Decision, d.Level, d.RetryAfter = DecisionRetry, rule.Retry, wait
+			detail["retry_after_ms"] = wait.Milliseconds()
+			switch rule.Retry {
+			case policy.RetryBusiness:
+				d.Run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
+					From: store.StateProcessing, To: store.StateFailedRetryable, Now: s.clock()})
+				if err == nil {
+					err = runs.Event(ctx, q, s.clock(), run.Key, "transition", d.Run.Version, "airlock", nil,
+						map[string]any{"from": store.StateProcessing, "to": store.StateFailedRetryable, "reason": req.Class})
+				}
+			case policy.RetryWrite:
+				// The model is not called again: only the failed writes go back to the outbox.
+				var requeued []store.Effect
+				requeued, err = q.EffectRequeueFailed(ctx, run.Key, s.clock())
+				d.Requeued = len(requeued)
+				detail["requeued"] = d.Requeued
+			}
+		}
+		if err != nil {
+			return err
+		}
+		detail["decision"] = d.Decision
+		if d.Level != "" {
+			detail["level"] = d.Level
+		}
+		if d.Reason != "" {
+			detail["reason"] = d.Reason
+		}
+		return runs.Event(ctx, q, s.clock(), run.Key, "failure", d.Run.Version, req.Actor, req.Meta, detail)
+	})
+	if err != nil {
+		return Decision{}, fmt.Errorf("failure on %q: %w", req.Key, err)
+	}
+	if alert != "" {
+		s.alerts.Alert(ctx, alert, req.Key, slog.String("class", req.Class), slog.Int("attempts", d.Attempts))
+	}
+	return d, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Usage adds the model calls and tokens a client reports; past the budget the run fails
+// for good and the call answers ErrBudgetExhausted.
+func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls int, tokens int64, actionType string) (store.Run, error) {
+	if modelCalls < 0 || tokens < 0 {
+		return store.Run{}, &runs.FieldError{Field: "model_calls", Msg: "model_calls and tokens must be ≥ 0"}
+	}
+	if actionType != "" && s.policy.Action(actionType) == nil {
+		return store.Run{}, fmt.Errorf("%w: %q", ErrUnknownActionType, actionType)
+	}
+	var run store.Run
+	var exhausted string
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		held, err := s.lock(ctx, q, req)
+		if err != nil {
+			return err
+		}
+		now, err := s.nowIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		if run, err = q.RunCount(ctx, store.RunCountParams{Key: held.Key, ActionType: actionType, ModelCalls: modelCalls, Tokens: tokens}); err != nil {
+			return err
+		}
+		if err := runs.Event(ctx, q, s.clock(), run.Key, "usage", run.Version, req.Actor, req.Meta, map[string]any{
+			"model_calls": modelCalls, "tokens": tokens, "total_model_calls": run.ModelCalls, "total_tokens": run.Tokens,
+		}); err != nil {
+			return err
+		}
+		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
+			run, err = runs.Terminate(ctx, q, s.clock(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+		}
+		return err
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("usage on %q: %w", req.Key, err)
+	}
+	if exhausted != "" {
+		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		return run, fmt.Errorf("usage on %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
+	}
+	return run, nil
+}
+
+// Replace records a replacement of a finished run by a new, upstream-issued key (the
+// rerun protocol's step 3). The new key then goes through the normal claim; the old key
+// keeps answering its own state.
+func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor string) (store.Replacement, error) {
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return store.Replacement{}, &runs.FieldError{Field: "reason", Msg: "required: say why"}
+	case newKey == oldKey:
+		return store.Replacement{}, fmt.Errorf("%w: the new key is the old one", ErrInvalidReplacement)
+	case strings.HasPrefix(newKey, oldKey):
+		return store.Replacement{}, fmt.Errorf("%w: the old key plus a suffix is not an upstream-issued key", ErrInvalidReplacement)
+	}
+	var r store.Replacement
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		old, err := q.RunGet(ctx, oldKey)
+		if errors.Is(err, store.ErrNotFound) {
+			return runs.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if old.State != store.StateCompleted && old.State != store.StateFailedTerminal && old.State != store.StateRejected {
+			return fmt.Errorf("%w: it is %s", ErrNotFinished, old.State)
+		}
+		if n, err := q.RunOpenEffects(ctx, oldKey); err != nil {
+			return err
+		} else if n > 0 {
+			return fmt.Errorf("%w: %d effect(s) are open or failed; resolve them first", ErrNotFinished, n)
+		}
+		if _, err := q.ReplacementFind(ctx, oldKey, false); err == nil {
+			return ErrAlreadyReplaced
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if _, err := q.RunGet(ctx, newKey); err == nil {
+			return fmt.Errorf("%w: a run has it", ErrKeyInUse)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if _, err := q.ReplacementFind(ctx, newKey, true); err == nil {
+			return fmt.Errorf("%w: it already replaces another run", ErrKeyInUse)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: oldKey, States: []store.EffectState{store.EffectCompleted}, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		ids := []string{}
+		for _, e := range effs {
+			if e.ProviderID != "" {
+				ids = append(ids, e.ProviderID)
+			}
+		}
+		r = store.Replacement{OldKey: oldKey, NewKey: newKey, Reason: reason, Actor: actor, ProviderIDs: ids, CreatedAt: timeOr(s.clock())}
+		if err := q.ReplacementInsert(ctx, r); err != nil {
+			return err
+		}
+		if err := q.RunSetReplacedBy(ctx, oldKey, newKey); err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.clock(), oldKey, "replaced", 0, actor, nil,
+			map[string]any{"new_key": newKey, "reason": reason, "provider_ids": ids})
+	})
+	if err != nil {
+		return store.Replacement{}, fmt.Errorf("replace %q: %w", oldKey, err)
+	}
+	return r, nil
+}
+
+// Replacements returns what replaced key and what key replaces, if anything.
+func (s *Service) Replacements(ctx context.Context, key string) (replacedBy, replaces *store.Replacement, err error) {
+	if r, err := s.store.ReplacementFind(ctx, key, false); err == nil {
+		replacedBy = &r
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, nil, err
+	}
+	if r, err := s.store.ReplacementFind(ctx, key, true); err == nil {
+		replaces = &r
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, nil, err
+	}
+	return replacedBy, replaces, nil
+}
