@@ -440,7 +440,7 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 		return store.Replacement{}, &runs.FieldError{Field: "reason", Msg: "required: say why"}
 	case newKey == oldKey:
 		return store.Replacement{}, fmt.Errorf("%w: the new key is the old one", ErrInvalidReplacement)
-	case strings.HasPrefix(newKey, oldKey):
+	case adHocSuffix(oldKey, newKey):
 		return store.Replacement{}, fmt.Errorf("%w: the old key plus a suffix is not an upstream-issued key", ErrInvalidReplacement)
 	}
 	var r store.Replacement
@@ -499,6 +499,14 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 		return store.Replacement{}, fmt.Errorf("replace %q: %w", oldKey, err)
 	}
 	return r, nil
+}
+
+// adHocSuffix reports whether newKey is oldKey with a separator and more appended
+// ("T-1-retry", "T-1.v2"): the improvised rerun the protocol forbids. "T-10" after "T-1" is
+// another upstream id and passes.
+func adHocSuffix(oldKey, newKey string) bool {
+	rest, ok := strings.CutPrefix(newKey, oldKey)
+	return ok && rest != "" && strings.ContainsRune("._:@+=~-", rune(rest[0]))
 }
 
 // Replacements returns what replaced key and what key replaces, if anything.

@@ -154,7 +154,7 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, h *harness)) {
 func TestClaimFlow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		// Key order and whitespace do not change the hash (RFC 8785).
-		r := h.post("/v1/runs/claim", `{"key":"ticket-42","payload":{"b":[1,2],"a":"x"},"trigger_source":"zendesk","meta":{"workflow_version":"wf-7"}}`)
+		r := h.post("/v1/runs/claim", `{"key":"ticket-42","payload":{"b":[1,2],"a":"x"},"trigger_source":"helpdesk","meta":{"workflow_version":"wf-7"}}`)
 		expect(t, r, 201, "")
 		owner, v := r.body["lease_owner"].(string), int64(r.body["version"].(float64))
 		if r.body["claimed"] != true || r.body["state"] != "processing" || v != 1 || owner == "" || r.body["lease_expires_at"] == nil {
@@ -187,7 +187,7 @@ func TestClaimFlow(t *testing.T) {
 
 		run := h.do("GET", "/v1/runs/ticket-42", h.readKey, "", "")
 		expect(t, run, 200, "")
-		if run.body["duplicates"].(float64) != 3 || run.body["trigger_source"] != "zendesk" || run.body["lease_owner"] != nil {
+		if run.body["duplicates"].(float64) != 3 || run.body["trigger_source"] != "helpdesk" || run.body["lease_owner"] != nil {
 			t.Fatalf("run: %s", run.raw)
 		}
 		if strings.Contains(run.raw, owner) {

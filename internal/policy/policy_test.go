@@ -81,6 +81,17 @@ func TestErrorsNameTheField(t *testing.T) {
 		{`actions: {a: {connector: worker, retry: {backoff: soon}}}`, "not a duration"},
 		{`public_url: "not a url"`, "public_url"},
 		{`dispatch: {batch_size: 5000}`, "dispatch.batch_size"},
+		{`retry: {gremlins: {retry: transport, max_attempts: 2}}`, "retry.gremlins: unknown failure class"},
+		{`retry: {unknown_commit: {retry: transport, max_attempts: 2}}`, "retry.unknown_commit.retry: must be never"},
+		{`retry: {partial_success: {retry: business, max_attempts: 2}}`, "retry.partial_success.retry: must be write or never"},
+		{`retry: {server_error: {retry: transport, max_attempts: 0}}`, "retry.server_error.max_attempts"},
+		{`retry: {server_error: {retry: sometimes, max_attempts: 2}}`, "retry.server_error.retry"},
+		{`actions: {a: {connector: worker, schema: {type: 5}}}`, "actions.a.schema: schema actions.a.schema: not a valid JSON Schema"},
+		{`actions: {a: {connector: worker, schema: /nonexistent/s.json}}`, "actions.a.schema"},
+		{`actions: {a: {connector: worker, schema: [1, 2]}}`, "a schema is a file path or an inline mapping"},
+		{`input_schemas: {zendesk: {type: object, properties: {a: {type: nope}}}}`, "input_schemas.zendesk"},
+		{`validation: {max_repairs: -1}`, "validation.max_repairs"},
+		{`budgets: {max_model_calls: -1}`, "budgets.max_model_calls"},
 	} {
 		_, err := Parse([]byte(c.doc), env(nil))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -108,5 +119,59 @@ func TestSecretsFromFileNeverInErrors(t *testing.T) {
 func TestEmptyRefusesEverything(t *testing.T) {
 	if len(Empty().Actions) != 0 || Empty().Dispatch.BatchSize == 0 {
 		t.Fatal("empty policy")
+	}
+}
+
+func TestRetryTableDefaultsAndOverrides(t *testing.T) {
+	p, err := Parse([]byte(`retry: {server_error: {retry: business, max_attempts: 2, backoff: 1s, max_backoff: 2s}}`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Retry[ClassServerError]; r.Retry != RetryBusiness || r.MaxAttempts != 2 {
+		t.Fatalf("override: %+v", r)
+	}
+	for _, c := range Classes {
+		if p.Retry[c] == nil {
+			t.Errorf("no default for %s", c)
+		}
+	}
+	if p.Retry[ClassUnknownCommit].Retry != RetryNever || p.Retry[ClassPartialSuccess].Retry != RetryWrite {
+		t.Fatal("fixed classes")
+	}
+	if p.BudgetsFor("").MaxModelCalls != 50 || *p.Validation.MaxRepairs != 2 {
+		t.Fatal("budget and repair defaults")
+	}
+}
+
+func TestSchemaFileRelativeToPolicy(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "reply.json"), []byte(`{"type":"object","required":["text"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pf := filepath.Join(dir, "airlock.yaml")
+	if err := os.WriteFile(pf, []byte("actions: {reply: {connector: worker, schema: reply.json}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(pf, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := p.Action("reply").Schema.Compiled.Validate(map[string]any{}); len(errs) != 1 || errs[0].Keyword != "required" {
+		t.Fatalf("schema from file: %v", errs)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	base, limit := Duration(time.Second), Duration(8*time.Second)
+	for attempts, max := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 9: 8 * time.Second} {
+		for range 50 {
+			d := Backoff(base, limit, attempts, 0)
+			if d < max/2 || d > max {
+				t.Fatalf("attempt %d: %s outside [%s, %s]", attempts, d, max/2, max)
+			}
+		}
+	}
+	if d := Backoff(base, limit, 1, time.Minute); d != time.Minute {
+		t.Fatalf("Retry-After: %s", d)
 	}
 }

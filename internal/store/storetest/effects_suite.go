@@ -114,6 +114,23 @@ actions:
   email:
     connector: http
     http: {url: %[1]s/mail}
+  reply:
+    connector: http
+    gate: none
+    http: {url: %[1]s/reply}
+    schema:
+      type: object
+      required: [label, text]
+      additionalProperties: false
+      properties:
+        label: {enum: [refund, other]}
+        text: {type: string, maxLength: 40}
+    budgets: {max_model_calls: 4, run_deadline: 10m}
+retry:
+  server_error: {retry: business, max_attempts: 2, backoff: 1s, max_backoff: 2s}
+validation: {max_repairs: 2}
+input_schemas:
+  zendesk: {type: object, required: [ticket], properties: {ticket: {type: integer}}}
 `, providerURL)
 }
 

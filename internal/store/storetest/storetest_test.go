@@ -23,3 +23,12 @@ func TestEffectsConformance(t *testing.T) {
 		})
 	}
 }
+
+func TestFailuresConformance(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunFailures(t, b)
+		})
+	}
+}
