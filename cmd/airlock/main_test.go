@@ -283,6 +283,23 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("a bad policy file stops start-up naming the field", func(t *testing.T) {
+		for _, c := range []struct{ doc, want string }{
+			{"retry: {gremlins: {retry: transport, max_attempts: 2}}\n", "retry.gremlins: unknown failure class"},
+			{"actions: {reply: {connector: worker, schema: {type: 5}}}\n", "actions.reply.schema"},
+			{"actions: {note: {connector: http, http: {url: 'https://x/', token_env: AIRLOCK_TEST_NOPE}}}\n", "actions.note.http.token_env"},
+		} {
+			f := filepath.Join(t.TempDir(), "airlock.yaml")
+			if err := os.WriteFile(f, []byte(c.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, stderr, err := airlock(t, env, "serve", "--config", f, "--listen", "127.0.0.1:0")
+			if err == nil || !strings.Contains(stderr, c.want) {
+				t.Errorf("%q: err=%v stderr=%q; want %q", c.doc, err, stderr, c.want)
+			}
+		}
+	})
+
 	t.Run("a database password never reaches an error", func(t *testing.T) {
 		_, stderr, err := airlock(t, nil, "migrate", "--database-url", "postgres://u:hunter2@127.0.0.1:1/db?connect_timeout=1")
 		if err == nil || strings.Contains(stderr, "hunter2") {
