@@ -72,8 +72,8 @@ func (s *Service) SetKillSwitch(ctx context.Context, scope string, enabled bool,
 		return &runs.FieldError{Field: "reason", Msg: "required: say why"}
 	}
 	return s.store.Transact(ctx, func(q store.Queries) error {
-		now := s.clock()
-		if err := q.KillSwitchSet(ctx, store.KillSwitch{Scope: scope, Enabled: enabled, Reason: reason, Actor: actor, UpdatedAt: timeOrZero(now)}); err != nil {
+		now := s.At()
+		if err := q.KillSwitchSet(ctx, store.KillSwitch{Scope: scope, Enabled: enabled, Reason: reason, Actor: actor, UpdatedAt: s.AtOrZero()}); err != nil {
 			return err
 		}
 		return runs.Event(ctx, q, now, SystemKey, "kill_switch", 0, actor, nil,
@@ -130,7 +130,7 @@ func (d *Dispatcher) Tick(ctx context.Context) (int, error) {
 	err := d.store.Transact(ctx, func(q store.Queries) error {
 		var err error
 		batch, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
-			Owner: owner, Lease: d.Lease, Limit: d.BatchSize, Now: d.clock()})
+			Owner: owner, Lease: d.Lease, Limit: d.BatchSize, Now: d.At()})
 		return err
 	})
 	if err != nil {
@@ -165,7 +165,7 @@ func (d *Dispatcher) send(ctx context.Context, e store.Effect, owner string) err
 	// nothing, and the sweeper can queue its effect again instead of calling it unknown.
 	err := d.store.Transact(ctx, func(q store.Queries) error {
 		_, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
-			Owner: owner, To: store.EffectSending, Started: true, Now: d.clock()})
+			Owner: owner, To: store.EffectSending, Started: true, Now: d.At()})
 		return err
 	})
 	if err != nil {
@@ -187,17 +187,17 @@ func (d *Dispatcher) send(ctx context.Context, e store.Effect, owner string) err
 // block returns a leased effect to pending untouched, and records the blocked attempt.
 func (d *Dispatcher) block(ctx context.Context, e store.Effect, owner, why string) error {
 	return d.store.Transact(ctx, func(q store.Queries) error {
-		now, err := d.nowIn(ctx, q)
+		now, err := d.Read(ctx, q)
 		if err != nil {
 			return err
 		}
 		nb, class := now.Add(blockedRetry), "actions_disabled"
 		_, err = q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
-			Owner: owner, To: store.EffectPending, NotBefore: &nb, ErrorClass: &class, ReleaseAttempt: true, Now: d.clock()})
+			Owner: owner, To: store.EffectPending, NotBefore: &nb, ErrorClass: &class, ReleaseAttempt: true, Now: d.At()})
 		if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, d.clock(), e.RunKey, "send_blocked", 0, "airlock", nil,
+		return runs.Event(ctx, q, d.At(), e.RunKey, "send_blocked", 0, "airlock", nil,
 			map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "reason": why})
 	})
 }
@@ -208,7 +208,7 @@ func (d *Dispatcher) block(ctx context.Context, e store.Effect, owner, why strin
 // be resent with the same key). An external worker's lapsed lease is always unknown.
 // Each effect changes in its own transaction, on its own run key.
 func (s *Service) SweepExpired(ctx context.Context) error {
-	expired, err := s.store.EffectExpiredLeases(ctx, s.clock(), 100)
+	expired, err := s.store.EffectExpiredLeases(ctx, s.At(), 100)
 	if err != nil {
 		return fmt.Errorf("find expired effect leases: %w", err)
 	}
@@ -230,16 +230,16 @@ func (s *Service) SweepExpired(ctx context.Context) error {
 // requeueUnsent returns an effect whose sender died before sending to pending.
 func (s *Service) requeueUnsent(ctx context.Context, e store.Effect) error {
 	return s.store.Transact(ctx, func(q store.Queries) error {
-		now, err := s.nowIn(ctx, q)
+		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
 		class := "sender_lost_before_send"
 		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
-			Owner: e.LeaseOwner, To: store.EffectPending, NotBefore: &now, ErrorClass: &class, ReleaseAttempt: true, Now: s.clock()}); err != nil {
+			Owner: e.LeaseOwner, To: store.EffectPending, NotBefore: &now, ErrorClass: &class, ReleaseAttempt: true, Now: s.At()}); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.clock(), e.RunKey, "effect_requeued", 0, "airlock", nil,
+		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_requeued", 0, "airlock", nil,
 			map[string]any{"effect_id": e.EffectID, "reason": "the sender's lease expired before it began the send"})
 	})
 }
@@ -265,12 +265,12 @@ func (s *Service) WorkerClaim(ctx context.Context, types []string, lease time.Du
 	err := s.store.Transact(ctx, func(q store.Queries) error {
 		var err error
 		got, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorWorker, Types: allowed,
-			Owner: owner, Lease: lease, Limit: 1, Now: s.clock()})
+			Owner: owner, Lease: lease, Limit: 1, Now: s.At()})
 		if err != nil || len(got) == 0 {
 			return err
 		}
 		e := got[0]
-		return runs.Event(ctx, q, s.clock(), e.RunKey, "effect_claimed", 0, actor, nil,
+		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_claimed", 0, actor, nil,
 			map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "attempts": e.Attempts})
 	})
 	if err != nil || len(got) == 0 {
@@ -320,11 +320,11 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 		if err != nil {
 			return err
 		}
-		now, err := s.nowIn(ctx, q)
+		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
-		p := store.EffectUpdateParams{ID: id, From: []store.EffectState{store.EffectUnknown, store.EffectFailed}, To: to, Now: s.clock()}
+		p := store.EffectUpdateParams{ID: id, From: []store.EffectState{store.EffectUnknown, store.EffectFailed}, To: to, Now: s.At()}
 		if outcome == OutcomeSent {
 			p.ProviderID = &providerID
 		}
@@ -338,7 +338,7 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 		if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.clock(), e.RunKey, "effect_resolved", 0, actor, nil, map[string]any{
+		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_resolved", 0, actor, nil, map[string]any{
 			"effect_id": e.EffectID, "from": e.State, "outcome": outcome, "provider_id": providerID, "note": note,
 		})
 	})
@@ -381,11 +381,11 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 	const several = "reconcile_several"
 	var alert bool
 	err := s.store.Transact(ctx, func(q store.Queries) error {
-		now, err := s.nowIn(ctx, q)
+		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
-		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectUnknown}, Now: s.clock()}
+		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectUnknown}, Now: s.At()}
 		detail := map[string]any{"effect_id": e.EffectID, "found": len(ids)}
 		switch {
 		case len(ids) == 1:
@@ -409,11 +409,11 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 			}
 			return err
 		}
-		if err := runs.Event(ctx, q, s.clock(), e.RunKey, "effect_reconciled", 0, "airlock", nil, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), e.RunKey, "effect_reconciled", 0, "airlock", nil, detail); err != nil {
 			return err
 		}
 		if alert {
-			return runs.Event(ctx, q, s.clock(), e.RunKey, "alert", 0, "airlock", nil,
+			return runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
 				map[string]any{"alert": several, "effect_id": e.EffectID})
 		}
 		return nil

@@ -37,20 +37,14 @@ var (
 	ErrNotValidated      = errors.New("this action type has a schema: queue it after a passing validation on this run")
 )
 
-// Alerter raises an alert after the event that records it has committed.
-type Alerter interface {
-	Alert(ctx context.Context, kind, key string, attrs ...slog.Attr)
-}
-
 // Service is the outbox over a store and a policy.
 type Service struct {
 	store      store.Store
 	policy     *policy.Policy
 	connectors map[string]connector.Connector // by action type
-	alerts     Alerter
+	alerts     runs.Alerter
 	log        *slog.Logger
-	// now replaces the backend's clock when set (tests).
-	now func() time.Time
+	runs.Clock
 	// envEnabled is AI_ACTIONS_ENABLED: nil unset; false stops every send.
 	envDisabled bool
 	// Observe, when set, receives dispatch outcomes (metrics).
@@ -64,7 +58,7 @@ type Options struct {
 	Store      store.Store
 	Policy     *policy.Policy
 	Connectors map[string]connector.Connector
-	Alerts     Alerter
+	Alerts     runs.Alerter
 	Log        *slog.Logger
 	Now        func() time.Time
 	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment value and whether it is set.
@@ -75,7 +69,8 @@ type Options struct {
 }
 
 func NewService(o Options) *Service {
-	s := &Service{store: o.Store, policy: o.Policy, connectors: o.Connectors, alerts: o.Alerts, log: o.Log, now: o.Now, budgets: o.Budgets}
+	s := &Service{store: o.Store, policy: o.Policy, connectors: o.Connectors, alerts: o.Alerts, log: o.Log,
+		Clock: runs.Clock{Now: o.Now}, budgets: o.Budgets}
 	if s.policy == nil {
 		s.policy = policy.Empty()
 	}
@@ -85,22 +80,6 @@ func NewService(o Options) *Service {
 	// Unset or "true": the database decides. Anything else stops every send.
 	s.envDisabled = o.AIActionsEnabledSet && o.AIActionsEnabled != "true"
 	return s
-}
-
-func (s *Service) clock() *time.Time {
-	if s.now == nil {
-		return nil
-	}
-	t := s.now()
-	return &t
-}
-
-// nowIn returns the clock inside a transaction: the injected one, else the backend's.
-func (s *Service) nowIn(ctx context.Context, q store.Queries) (time.Time, error) {
-	if s.now != nil {
-		return s.now(), nil
-	}
-	return q.Clock(ctx)
 }
 
 // QueueRequest asks to queue one effect of a run under its lease.
@@ -152,16 +131,16 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 	}
 	var exhausted string
 	err = s.store.Transact(ctx, func(q store.Queries) error {
-		now := s.clock()
+		now := s.At()
 		run, err = q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
-			return runs.Diagnose(ctx, q, s.now, 0, runs.LeaseRequest{Key: req.Key, Owner: req.Owner, Version: req.Version})
+			return runs.Diagnose(ctx, q, s.Now, 0, runs.LeaseRequest{Key: req.Key, Owner: req.Owner, Version: req.Version})
 		}
 		if err != nil {
 			return err
 		}
 		if s.budgets != nil {
-			t, err := s.nowIn(ctx, q)
+			t, err := s.Read(ctx, q)
 			if err != nil {
 				return err
 			}
@@ -196,7 +175,7 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 		e, created, err = q.EffectInsert(ctx, store.Effect{
 			ID: uuid.NewString(), RunKey: req.Key, EffectID: req.EffectID, ActionType: req.ActionType,
 			Target: req.Target, Executor: a.Executor(), Payload: req.Payload, PayloadHash: hash,
-			State: store.EffectPending, NotBefore: timeOrZero(now), CreatedAt: timeOrZero(now),
+			State: store.EffectPending, NotBefore: s.AtOrZero(), CreatedAt: s.AtOrZero(),
 		})
 		if err != nil {
 			return err
@@ -223,13 +202,6 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 		return store.Effect{}, false, store.Run{}, fmt.Errorf("queue effect on %q: %w", req.Key, err)
 	}
 	return e, created, run, nil
-}
-
-func timeOrZero(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
 }
 
 // Get returns one effect.
@@ -264,12 +236,12 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 	var out store.Effect
 	var alert string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
-		now, err := s.nowIn(ctx, q)
+		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
 		class := res.Class
-		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class, Now: s.clock()}
+		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class, Now: s.At()}
 		kind := ""
 		detail := map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
 		if class != "" {
@@ -307,11 +279,11 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 		if err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.clock(), e.RunKey, kind, 0, actor, nil, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), e.RunKey, kind, 0, actor, nil, detail); err != nil {
 			return err
 		}
 		if alert != "" {
-			return runs.Event(ctx, q, s.clock(), e.RunKey, "alert", 0, "airlock", nil,
+			return runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
 				map[string]any{"alert": alert, "effect_id": e.EffectID, "error_class": class})
 		}
 		return nil

@@ -37,39 +37,19 @@ type InputError struct{ Errors []validation.Error }
 
 func (e *InputError) Error() string { return "the payload does not match its trigger source's schema" }
 
-// Alerter raises an alert after the event that records it has committed.
-type Alerter interface {
-	Alert(ctx context.Context, kind, key string, attrs ...slog.Attr)
-}
-
 // Service applies the policy's failure handling to runs.
 type Service struct {
 	store  store.Store
 	policy *policy.Policy
-	alerts Alerter
-	now    func() time.Time
+	alerts runs.Alerter
+	runs.Clock
 }
 
-func NewService(st store.Store, p *policy.Policy, alerts Alerter, now func() time.Time) *Service {
+func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, now func() time.Time) *Service {
 	if p == nil {
 		p = policy.Empty()
 	}
-	return &Service{store: st, policy: p, alerts: alerts, now: now}
-}
-
-func (s *Service) clock() *time.Time {
-	if s.now == nil {
-		return nil
-	}
-	t := s.now()
-	return &t
-}
-
-func (s *Service) nowIn(ctx context.Context, q store.Queries) (time.Time, error) {
-	if s.now != nil {
-		return s.now(), nil
-	}
-	return q.Clock(ctx)
+	return &Service{store: st, policy: p, alerts: alerts, Clock: runs.Clock{Now: now}}
 }
 
 // Budget returns a run's budget by its action type.
@@ -80,9 +60,9 @@ func (s *Service) Budget(actionType string) runs.Budget {
 
 // lock reads the run under the caller's lease, or explains why it cannot.
 func (s *Service) lock(ctx context.Context, q store.Queries, req runs.LeaseRequest) (store.Run, error) {
-	run, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: s.clock()})
+	run, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: s.At()})
 	if errors.Is(err, store.ErrNoMatch) {
-		return store.Run{}, runs.Diagnose(ctx, q, s.now, 0, req)
+		return store.Run{}, runs.Diagnose(ctx, q, s.Now, 0, req)
 	}
 	return run, err
 }
@@ -147,7 +127,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		if err != nil {
 			return err
 		}
-		now, err := s.nowIn(ctx, q)
+		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
@@ -156,7 +136,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 			return err
 		}
 		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
-			res.Run, err = runs.Terminate(ctx, q, s.clock(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
 			return err
 		}
 		value, extracted, parsed := parseOutput(req.Output)
@@ -183,7 +163,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		}
 		terminated = !res.Valid && run.Repairs >= maxRepairs
 		v := store.Validation{RunKey: run.Key, ActionType: req.ActionType, Valid: res.Valid, Repaired: res.Repaired,
-			OutputHash: hash(req.Output), CreatedAt: timeOr(s.clock())}
+			OutputHash: hash(req.Output), CreatedAt: s.AtOrZero()}
 		detail := map[string]any{"action_type": req.ActionType, "valid": res.Valid, "repaired": res.Repaired,
 			"output_hash": v.OutputHash, "repairs": run.Repairs, "max_repairs": maxRepairs}
 		if res.Valid {
@@ -200,12 +180,12 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		if _, err := q.ValidationInsert(ctx, v); err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.clock(), run.Key, "validation", run.Version, req.Actor, req.Meta, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), run.Key, "validation", run.Version, req.Actor, req.Meta, detail); err != nil {
 			return err
 		}
 		res.Run = run
 		if terminated {
-			res.Run, err = runs.Terminate(ctx, q, s.clock(), run, "validation_failed", true,
+			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "validation_failed", true,
 				map[string]any{"action_type": req.ActionType, "errors": errs})
 		}
 		return err
@@ -252,13 +232,6 @@ func hash(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func timeOr(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
-}
-
 // Decisions a failure report gets.
 const (
 	DecisionRetry     = "retry"
@@ -299,7 +272,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 		if err != nil {
 			return err
 		}
-		now, err := s.nowIn(ctx, q)
+		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
@@ -318,28 +291,28 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 			// Never retried: parked where no delivery can reclaim it until it is reconciled.
 			d.Decision, alert = DecisionReconcile, "unknown_commit"
 			d.Run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
-				From: store.StateProcessing, To: store.StateAwaitingHuman, ParkReason: "unknown_commit", Now: s.clock()})
+				From: store.StateProcessing, To: store.StateAwaitingHuman, ParkReason: "unknown_commit", Now: s.At()})
 			if err != nil {
 				return err
 			}
-			if err := runs.Event(ctx, q, s.clock(), run.Key, "transition", d.Run.Version, "airlock", nil,
+			if err := runs.Event(ctx, q, s.At(), run.Key, "transition", d.Run.Version, "airlock", nil,
 				map[string]any{"from": store.StateProcessing, "to": store.StateAwaitingHuman, "reason": "unknown_commit"}); err != nil {
 				return err
 			}
 		case rule.Retry == policy.RetryNever:
 			d.Decision, d.Reason = DecisionTerminal, "never"
-			d.Run, err = runs.Terminate(ctx, q, s.clock(), run, "failure_not_retried", false, map[string]any{"class": req.Class})
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried", false, map[string]any{"class": req.Class})
 		case d.Attempts >= rule.MaxAttempts:
 			d.Decision, d.Reason, alert = DecisionTerminal, "retry_cap", "retry_cap"
-			if err := runs.Event(ctx, q, s.clock(), run.Key, "retry_cap", run.Version, "airlock", nil,
+			if err := runs.Event(ctx, q, s.At(), run.Key, "retry_cap", run.Version, "airlock", nil,
 				map[string]any{"class": req.Class, "attempts": d.Attempts, "max_attempts": rule.MaxAttempts}); err != nil {
 				return err
 			}
-			d.Run, err = runs.Terminate(ctx, q, s.clock(), run, "retry_cap", true, map[string]any{"class": req.Class})
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "retry_cap", true, map[string]any{"class": req.Class})
 		case deadline > 0 && now.Add(wait).After(run.CreatedAt.Add(deadline)):
 			// A retry would end past the run's deadline: stop now rather than stack timeouts.
 			d.Decision, d.Reason, alert = DecisionTerminal, "deadline", "deadline"
-			d.Run, err = runs.Terminate(ctx, q, s.clock(), run, "deadline", true,
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "deadline", true,
 				map[string]any{"class": req.Class, "retry_in_ms": wait.Milliseconds()})
 		default:
 			d.Decision, d.Level, d.RetryAfter = DecisionRetry, rule.Retry, wait
@@ -347,15 +320,15 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 			switch rule.Retry {
 			case policy.RetryBusiness:
 				d.Run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
-					From: store.StateProcessing, To: store.StateFailedRetryable, Now: s.clock()})
+					From: store.StateProcessing, To: store.StateFailedRetryable, Now: s.At()})
 				if err == nil {
-					err = runs.Event(ctx, q, s.clock(), run.Key, "transition", d.Run.Version, "airlock", nil,
+					err = runs.Event(ctx, q, s.At(), run.Key, "transition", d.Run.Version, "airlock", nil,
 						map[string]any{"from": store.StateProcessing, "to": store.StateFailedRetryable, "reason": req.Class})
 				}
 			case policy.RetryWrite:
 				// The model is not called again: only the failed writes go back to the outbox.
 				var requeued []store.Effect
-				requeued, err = q.EffectRequeueFailed(ctx, run.Key, s.clock())
+				requeued, err = q.EffectRequeueFailed(ctx, run.Key, s.At())
 				d.Requeued = len(requeued)
 				detail["requeued"] = d.Requeued
 			}
@@ -370,7 +343,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 		if d.Reason != "" {
 			detail["reason"] = d.Reason
 		}
-		return runs.Event(ctx, q, s.clock(), run.Key, "failure", d.Run.Version, req.Actor, req.Meta, detail)
+		return runs.Event(ctx, q, s.At(), run.Key, "failure", d.Run.Version, req.Actor, req.Meta, detail)
 	})
 	if err != nil {
 		return Decision{}, fmt.Errorf("failure on %q: %w", req.Key, err)
@@ -404,20 +377,20 @@ func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls i
 		if err != nil {
 			return err
 		}
-		now, err := s.nowIn(ctx, q)
+		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
 		if run, err = q.RunCount(ctx, store.RunCountParams{Key: held.Key, ActionType: actionType, ModelCalls: modelCalls, Tokens: tokens}); err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.clock(), run.Key, "usage", run.Version, req.Actor, req.Meta, map[string]any{
+		if err := runs.Event(ctx, q, s.At(), run.Key, "usage", run.Version, req.Actor, req.Meta, map[string]any{
 			"model_calls": modelCalls, "tokens": tokens, "total_model_calls": run.ModelCalls, "total_tokens": run.Tokens,
 		}); err != nil {
 			return err
 		}
 		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
-			run, err = runs.Terminate(ctx, q, s.clock(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+			run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
 		}
 		return err
 	})
@@ -485,14 +458,14 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 				ids = append(ids, e.ProviderID)
 			}
 		}
-		r = store.Replacement{OldKey: oldKey, NewKey: newKey, Reason: reason, Actor: actor, ProviderIDs: ids, CreatedAt: timeOr(s.clock())}
+		r = store.Replacement{OldKey: oldKey, NewKey: newKey, Reason: reason, Actor: actor, ProviderIDs: ids, CreatedAt: s.AtOrZero()}
 		if err := q.ReplacementInsert(ctx, r); err != nil {
 			return err
 		}
 		if err := q.RunSetReplacedBy(ctx, oldKey, newKey); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.clock(), oldKey, "replaced", 0, actor, nil,
+		return runs.Event(ctx, q, s.At(), oldKey, "replaced", 0, actor, nil,
 			map[string]any{"new_key": newKey, "reason": reason, "provider_ids": ids})
 	})
 	if err != nil {

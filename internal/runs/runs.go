@@ -133,9 +133,7 @@ type Service struct {
 	store  store.Store
 	cfg    Config
 	alerts Alerter
-	// now replaces the backend's clock when set (tests); nil means PostgreSQL's now() or
-	// the SQLite process clock.
-	now func() time.Time
+	Clock
 	// Outcomes, when set, counts claim outcomes (metrics).
 	Outcomes func(outcome string)
 	// Budgets, when set, returns the budget of a run of an action type ("" for the
@@ -144,15 +142,7 @@ type Service struct {
 }
 
 func NewService(s store.Store, cfg Config, alerts Alerter, now func() time.Time) *Service {
-	return &Service{store: s, cfg: cfg, alerts: alerts, now: now}
-}
-
-func (s *Service) clock() *time.Time {
-	if s.now == nil {
-		return nil
-	}
-	t := s.now()
-	return &t
+	return &Service{store: s, cfg: cfg, alerts: alerts, Clock: Clock{Now: now}}
 }
 
 func (s *Service) count(outcome string) {
@@ -195,7 +185,7 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	var res ClaimResult
 	var alertReclaims, mismatch bool
 	err = s.store.Transact(ctx, func(q store.Queries) error {
-		now := s.clock()
+		now := s.At()
 		run, err := q.RunClaim(ctx, store.RunClaimParams{
 			Key: req.Key, PayloadHash: req.PayloadHash, Owner: uuid.NewString(), Lease: lease,
 			TriggerSource: req.TriggerSource, WorkflowVersion: req.WorkflowVersion, Now: now,
@@ -295,21 +285,18 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 	var run store.Run
 	var exhausted string
 	err = s.store.Transact(ctx, func(q store.Queries) error {
-		now := s.clock()
+		now := s.At()
 		if s.Budgets != nil {
 			held, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
 			if errors.Is(err, store.ErrNoMatch) {
-				return Diagnose(ctx, q, s.now, s.cfg.MaxLeaseLifetime, req)
+				return Diagnose(ctx, q, s.Now, s.cfg.MaxLeaseLifetime, req)
 			}
 			if err != nil {
 				return err
 			}
-			t, err := q.Clock(ctx)
+			t, err := s.Read(ctx, q)
 			if err != nil {
 				return err
-			}
-			if now != nil {
-				t = *now
 			}
 			if exhausted = BudgetExceeded(held, s.Budgets(held.ActionType), t); exhausted != "" {
 				run, err = Terminate(ctx, q, now, held, "budget_exhausted", true, map[string]any{"budget": exhausted})
@@ -319,7 +306,7 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 		run, err = q.RunHeartbeat(ctx, store.RunHeartbeatParams{Key: req.Key, Owner: req.Owner,
 			Version: req.Version, Lease: lease, Lifetime: s.cfg.MaxLeaseLifetime, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
-			return Diagnose(ctx, q, s.now, s.cfg.MaxLeaseLifetime, req)
+			return Diagnose(ctx, q, s.Now, s.cfg.MaxLeaseLifetime, req)
 		}
 		if err != nil {
 			return err
@@ -366,12 +353,12 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 				return fmt.Errorf("%w: %d effect(s) not completed", ErrEffectsOpen, n)
 			}
 		}
-		now := s.clock()
+		now := s.At()
 		var err error
 		run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: req.Key, Owner: req.Owner,
 			Version: req.Version, From: store.StateProcessing, To: req.To, Result: req.Result, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
-			return Diagnose(ctx, q, s.now, s.cfg.MaxLeaseLifetime, req.LeaseRequest)
+			return Diagnose(ctx, q, s.Now, s.cfg.MaxLeaseLifetime, req.LeaseRequest)
 		}
 		if err != nil {
 			return err
