@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
@@ -31,6 +32,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -58,7 +60,7 @@ a flag wins over the environment, which wins over the default.`,
 	for _, o := range config.Options {
 		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
 	return root
 }
 
@@ -130,6 +132,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	alerts := metrics.Alerter{Log: log, Metrics: m}
 	fail := failures.NewService(st, pol, alerts, nil)
 	eff := newEffects(st, pol, conns, log, m, fail.Budget)
+	publicURL, err := publicURLOf(cfg, pol)
+	if err != nil {
+		return err
+	}
+	gate := approvals.NewService(st, pol, alerts, publicURL, nil)
+	pages := web.New(st, gate, log, publicURL, nil)
 	svc := runs.NewService(st, runs.Config{
 		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,
@@ -137,7 +145,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
 	svc.Budgets = fail.Budget
 	srv := &http.Server{
-		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
+		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -158,6 +166,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		go func() { defer wg.Done(); d.Run(bg) }()
 		go func() { defer wg.Done(); every(bg, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.ExpireDue, log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
 	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString(),

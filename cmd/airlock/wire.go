@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -90,4 +91,23 @@ func crashHook() func(string) {
 			select {}
 		}
 	}
+}
+
+// publicURLOf is where approval links point: AIRLOCK_PUBLIC_URL, else the policy's
+// public_url, else the listen address on loopback.
+func publicURLOf(cfg config.Config, p *policy.Policy) (string, error) {
+	switch {
+	case cfg.PublicURL != "":
+		return cfg.PublicURL, nil
+	case p.PublicURL != "":
+		if err := config.CheckPublicURL(p.PublicURL); err != nil {
+			return "", fmt.Errorf("policy: public_url: %w", err)
+		}
+		return strings.TrimRight(p.PublicURL, "/"), nil
+	}
+	u := "http://" + cfg.Listen
+	if err := config.CheckPublicURL(u); err != nil {
+		return "", fmt.Errorf("set AIRLOCK_PUBLIC_URL: approval links need an https address when airlock listens on %s", cfg.Listen)
+	}
+	return u, nil
 }

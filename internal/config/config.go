@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 type Config struct {
 	DatabaseURL       string
 	PolicyFile        string
+	PublicURL         string
 	Listen            string
 	LeaseDefault      time.Duration
 	LeaseMax          time.Duration
@@ -86,6 +88,17 @@ var Options = []Option{
 				return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 			}
 			c.Listen = v
+			return nil
+		}},
+	{"public-url", "AIRLOCK_PUBLIC_URL", "", "base URL of approval links (https, except on loopback); default: the policy's public_url, else http://<listen>",
+		func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			if err := CheckPublicURL(v); err != nil {
+				return err
+			}
+			c.PublicURL = strings.TrimRight(v, "/")
 			return nil
 		}},
 	{"lease-default", "AIRLOCK_LEASE_DEFAULT", "5m", "lease length when a claim names none",
@@ -177,4 +190,21 @@ func Load(flags map[string]string, lookupEnv func(string) (string, bool)) (Confi
 		return Config{}, fmt.Errorf("invalid AIRLOCK_LEASE_MAX: %s is longer than AIRLOCK_LEASE_LIFETIME_MAX %s", c.LeaseMax, c.LeaseLifetimeMax)
 	}
 	return c, nil
+}
+
+// CheckPublicURL requires an absolute https URL, or http on a loopback host: approval links
+// are bearer credentials and travel only over TLS.
+func CheckPublicURL(v string) error {
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.User != nil {
+		return errors.New("must be an absolute http(s) URL without query or credentials")
+	}
+	if u.Scheme == "http" {
+		host := u.Hostname()
+		ip := net.ParseIP(host)
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return errors.New("must be https (plain http only on a loopback address)")
+		}
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -106,30 +107,48 @@ func DeriveEffectID(actionType, target string) string {
 // version. The same effect id again returns the stored effect (created=false); with
 // another payload it is ErrEffectMismatch.
 func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, created bool, run store.Run, err error) {
+	sub, err := s.Submit(ctx, req, nil)
+	return sub.Effect, sub.Created, sub.Run, err
+}
+
+// Submitted is what an effect request became: a queued effect, or (gated types) an
+// approval holding it.
+type Submitted struct {
+	Effect   store.Effect
+	Created  bool
+	Run      store.Run
+	Approval *approvals.Requested
+}
+
+// Submit queues an ungated effect, or for approve_before_act opens an approval that
+// holds it (the run waits in awaiting_human; nothing enters the outbox). gate is the
+// approvals service; nil refuses gated types with ErrApprovalRequired.
+func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.Service) (sub Submitted, err error) {
 	a := s.policy.Action(req.ActionType)
 	if a == nil {
-		return store.Effect{}, false, store.Run{}, fmt.Errorf("%w: %q", ErrUnknownActionType, req.ActionType)
+		return Submitted{}, fmt.Errorf("%w: %q", ErrUnknownActionType, req.ActionType)
 	}
 	if !a.ValidTarget(req.Target) {
-		return store.Effect{}, false, store.Run{}, fmt.Errorf("%w: %q for %s", ErrInvalidTarget, req.Target, req.ActionType)
+		return Submitted{}, fmt.Errorf("%w: %q for %s", ErrInvalidTarget, req.Target, req.ActionType)
 	}
-	if a.Gate != policy.GateNone {
-		return store.Effect{}, false, store.Run{}, fmt.Errorf("%w (gate %s)", ErrApprovalRequired, a.Gate)
+	if a.Gate != policy.GateNone && gate == nil {
+		return Submitted{}, fmt.Errorf("%w (gate %s)", ErrApprovalRequired, a.Gate)
 	}
 	validated := a.Schema != nil
 	var hash string
 	if !validated {
 		if len(req.Payload) == 0 {
-			return store.Effect{}, false, store.Run{}, &runs.FieldError{Field: "payload", Msg: "is required", Missing: true}
+			return Submitted{}, &runs.FieldError{Field: "payload", Msg: "is required", Missing: true}
 		}
 		if hash, err = runs.HashPayload(req.Payload); err != nil {
-			return store.Effect{}, false, store.Run{}, &runs.FieldError{Field: "payload", Msg: err.Error()}
+			return Submitted{}, &runs.FieldError{Field: "payload", Msg: err.Error()}
 		}
 	}
 	if req.EffectID == "" {
 		req.EffectID = DeriveEffectID(req.ActionType, req.Target)
 	}
 	var exhausted string
+	var run store.Run
 	err = s.store.Transact(ctx, func(q store.Queries) error {
 		now := s.At()
 		run, err = q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
@@ -172,15 +191,29 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 			}
 			req.Payload = v.Value
 		}
-		e, created, err = q.EffectInsert(ctx, store.Effect{
+		if a.Gate != policy.GateNone {
+			requestedBy := req.Actor
+			if req.Meta != nil && req.Meta.RequestedBy != "" {
+				requestedBy = req.Meta.RequestedBy
+			}
+			if _, err := q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
+				return err
+			}
+			r, err := gate.Request(ctx, q, run, a, approvals.Proposed{ActionType: req.ActionType, Target: req.Target,
+				EffectID: req.EffectID, Executor: a.Executor(), Payload: req.Payload, PayloadHash: hash}, requestedBy, req.Actor, req.Meta)
+			sub.Approval, run = &r, r.Run
+			return err
+		}
+		sub.Effect, sub.Created, err = q.EffectInsert(ctx, store.Effect{
 			ID: uuid.NewString(), RunKey: req.Key, EffectID: req.EffectID, ActionType: req.ActionType,
 			Target: req.Target, Executor: a.Executor(), Payload: req.Payload, PayloadHash: hash,
 			State: store.EffectPending, NotBefore: s.AtOrZero(), CreatedAt: s.AtOrZero(),
 		})
+		e := sub.Effect
 		if err != nil {
 			return err
 		}
-		if !created {
+		if !sub.Created {
 			if e.PayloadHash != hash || e.ActionType != req.ActionType || e.Target != req.Target {
 				return fmt.Errorf("%w: %s", ErrEffectMismatch, req.EffectID)
 			}
@@ -198,10 +231,11 @@ func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, 
 		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
 		err = fmt.Errorf("%w (%s)", runs.ErrBudgetExhausted, exhausted)
 	}
+	sub.Run = run
 	if err != nil {
-		return store.Effect{}, false, store.Run{}, fmt.Errorf("queue effect on %q: %w", req.Key, err)
+		return Submitted{}, fmt.Errorf("queue effect on %q: %w", req.Key, err)
 	}
-	return e, created, run, nil
+	return sub, nil
 }
 
 // Get returns one effect.
@@ -282,6 +316,9 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 		if err := runs.Event(ctx, q, s.At(), e.RunKey, kind, 0, actor, nil, detail); err != nil {
 			return err
 		}
+		if err := s.settleApproved(ctx, q, e.RunKey, p.To); err != nil {
+			return err
+		}
 		if alert != "" {
 			return runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
 				map[string]any{"alert": alert, "effect_id": e.EffectID, "error_class": class})
@@ -295,4 +332,31 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 		s.alerts.Alert(ctx, alert, e.RunKey, slog.String("effect_id", e.EffectID), slog.String("error_class", res.Class))
 	}
 	return out, alert, nil
+}
+
+// settleApproved finishes an approved run once its effects have: completed when none is
+// open any more, failed_terminal when one failed for good. A run still processing is its
+// client's to finish.
+func (s *Service) settleApproved(ctx context.Context, q store.Queries, key string, effect store.EffectState) error {
+	if effect != store.EffectCompleted && effect != store.EffectFailed {
+		return nil
+	}
+	run, err := q.RunGet(ctx, key)
+	if err != nil || run.State != store.StateApproved {
+		return err
+	}
+	to := store.StateFailedTerminal
+	if effect == store.EffectCompleted {
+		n, err := q.RunOpenEffects(ctx, key)
+		if err != nil || n > 0 {
+			return err
+		}
+		to = store.StateCompleted
+	}
+	run, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateApproved, To: to, Now: s.At()})
+	if err != nil {
+		return err
+	}
+	return runs.Event(ctx, q, s.At(), key, "transition", run.Version, "airlock", nil,
+		map[string]any{"from": store.StateApproved, "to": to, "reason": "effects_" + string(effect)})
 }

@@ -69,16 +69,23 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	e, created, run, err := s.Effects.Queue(r.Context(), effects.QueueRequest{Key: lr.Key, Owner: lr.Owner, Version: lr.Version,
-		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor, Meta: lr.Meta})
+	sub, err := s.Effects.Submit(r.Context(), effects.QueueRequest{Key: lr.Key, Owner: lr.Owner, Version: lr.Version,
+		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor, Meta: lr.Meta},
+		s.Approvals)
 	if err != nil {
 		return err
 	}
+	if a := sub.Approval; a != nil {
+		// The raw token is in this response and nowhere else: only its hash is stored.
+		writeJSON(w, http.StatusAccepted, map[string]any{"approval_id": a.Approval.ID, "approve_url": a.URL,
+			"expires_at": a.Approval.ExpiresAt, "state": a.Run.State, "version": a.Run.Version})
+		return nil
+	}
 	status := http.StatusCreated
-	if !created {
+	if !sub.Created {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, map[string]any{"created": created, "version": run.Version, "effect": viewEffect(e)})
+	writeJSON(w, status, map[string]any{"created": sub.Created, "version": sub.Run.Version, "effect": viewEffect(sub.Effect)})
 	return nil
 }
 

@@ -48,7 +48,6 @@ func TestEffectsFlow(t *testing.T) {
 		}{
 			{`"action_type":"wire_money","target":"default","payload":{}`, "unknown_action_type", 422},
 			{`"action_type":"note","target":"https://attacker.example/","payload":{}`, "invalid_target", 422},
-			{`"action_type":"email","target":"default","payload":{}`, "approval_required", 409},
 			{`"action_type":"note","target":"default","effect_id":"n1","payload":{"a":2}`, "effect_mismatch", 409},
 			{`"action_type":"note","target":"default","effect_id":"a/b","payload":{}`, "invalid_field", 400},
 			{`"action_type":"note","target":"default"`, "missing_field", 400},

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/store/storetest"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // syncBuffer collects log output from concurrent handlers.
@@ -56,7 +58,13 @@ func newHarness(t *testing.T, b storetest.Backend) *harness {
 	env := storetest.NewEffectsEnv(t, b, "")
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures, Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}))
+	srv := httptest.NewUnstartedServer(nil)
+	url := "http://" + srv.Listener.Addr().String()
+	gate := approvals.NewService(env.Store, env.Policy, env.Alerts, url, env.Clock.Now)
+	env.Approvals = gate
+	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
+		Approvals: gate, Web: web.New(env.Store, gate, log, url, env.Clock.Now), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096})
+	srv.Start()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	ctx := context.Background()
@@ -375,6 +383,12 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		if open := op.Security != nil && len(*op.Security) == 0; open != (rt.Scope == "") {
 			t.Errorf("%s: openapi security does not match scope %q", name, rt.Scope)
 		}
+	}
+	for _, name := range web.Patterns {
+		if !inDoc[name] {
+			t.Errorf("page route %s is not in openapi.json", name)
+		}
+		delete(inDoc, name)
 	}
 	for name := range inDoc {
 		t.Errorf("openapi.json documents %s, which is not a route", name)

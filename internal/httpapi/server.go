@@ -17,12 +17,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 //go:embed openapi.json
@@ -34,6 +36,8 @@ type Deps struct {
 	Runs         *runs.Service
 	Effects      *effects.Service
 	Failures     *failures.Service
+	Approvals    *approvals.Service
+	Web          *web.Web
 	Metrics      *metrics.Metrics
 	Log          *slog.Logger
 	MaxBodyBytes int64
@@ -81,7 +85,7 @@ var Routes = []Route{
 // New returns the API's handler.
 func New(d Deps) http.Handler {
 	// A missing part would surface as a 500 on its first request; fail at start instead.
-	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
+	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Approvals == nil || d.Web == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
 		panic("httpapi.New: every dependency is required")
 	}
 	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})}
@@ -93,6 +97,7 @@ func New(d Deps) http.Handler {
 		}
 		mux.Handle(rt.Method+" "+rt.Pattern, s.handle(h))
 	}
+	d.Web.Register(mux)
 	return s.observe(s.jsonFallback(mux))
 }
 

@@ -195,6 +195,23 @@ type Action struct {
 	Schema *SchemaRef `yaml:"schema"`
 	// Budgets override the global ones for runs of this type (fields that are set).
 	Budgets *Budgets `yaml:"budgets"`
+	// Approvers may decide this type's approvals; a gated type must name some.
+	Approvers Approvers `yaml:"approvers"`
+	// ApprovalTTL is how long an approval stays open (default 24h).
+	ApprovalTTL Duration `yaml:"approval_ttl"`
+	// Reversible is required for act_with_window and approve_by_exception.
+	Reversible bool `yaml:"reversible"`
+	// QualifiedReview names the role that must approve medical, legal, regulated-financial,
+	// child-safety or structural decisions: it forces approve_before_act by that role.
+	QualifiedReview string `yaml:"qualified_review"`
+}
+
+// Approvers are the people who may decide an approval.
+type Approvers struct {
+	Roles    []string `yaml:"roles"`
+	Subjects []string `yaml:"subjects"`
+	// SeparationOfDuties (default true) forbids the requester to approve.
+	SeparationOfDuties *bool `yaml:"separation_of_duties"`
 }
 
 // ActionRetry bounds the dispatcher's retries of definite, retryable send failures.
@@ -322,6 +339,17 @@ func (p *Policy) defaults() {
 		if a.Retry.MaxAttempts == 0 {
 			a.Retry.MaxAttempts = 5
 		}
+		if a.QualifiedReview != "" {
+			// Whatever else is configured: a qualified person approves before anything acts.
+			a.Gate, a.Approvers.Roles, a.Approvers.Subjects = GateApproveBeforeAct, []string{a.QualifiedReview}, nil
+		}
+		if a.ApprovalTTL == 0 {
+			a.ApprovalTTL = Duration(24 * time.Hour)
+		}
+		if a.Approvers.SeparationOfDuties == nil {
+			yes := true
+			a.Approvers.SeparationOfDuties = &yes
+		}
 		if a.Retry.Backoff == 0 {
 			a.Retry.Backoff = Duration(2 * time.Second)
 		}
@@ -424,6 +452,18 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		}
 		if a.Retry.MaxBackoff < a.Retry.Backoff {
 			e.add(f+".retry.max_backoff", "must not be shorter than retry.backoff")
+		}
+		if a.Gate != GateNone && len(a.Approvers.Roles) == 0 && len(a.Approvers.Subjects) == 0 {
+			e.add(f+".approvers", "a gated action type (gate %s) needs approvers: roles or subjects", a.Gate)
+		}
+		if (a.Gate == GateActWithWindow || a.Gate == GateApproveByException) && !a.Reversible {
+			e.add(f+".reversible", "%s is only for reversible actions: set reversible: true, or use approve_before_act", a.Gate)
+		}
+		if a.Gate == GateActWithWindow || a.Gate == GateApproveByException {
+			e.add(f+".gate", "%s is not available yet in this version; use approve_before_act", a.Gate)
+		}
+		if a.ApprovalTTL.D() < time.Minute || a.ApprovalTTL.D() > 30*24*time.Hour {
+			e.add(f+".approval_ttl", "must be from 1m to 720h")
 		}
 		if a.Schema != nil {
 			if err := a.Schema.compile(f+".schema", p.dir); err != nil {

@@ -27,6 +27,7 @@ actions:
   customer_email:
     connector: smtp
     smtp: {host: smtp.example.com, port: 587, from: support@example.com, username: bot, password_env: SMTP_PASSWORD}
+    approvers: {roles: [support-lead]}
   slack_digest:
     connector: worker
     gate: none
@@ -71,11 +72,14 @@ func TestErrorsNameTheField(t *testing.T) {
 		{`actions: {a: {connector: http, http: {url: "https://x/", lookup_url: "https://x/q"}}}`, "actions.a.http.lookup_url: must contain {effect_id}"},
 		{`actions: {a: {connector: http, http: {url: "https://x/", lookup_authoritative: true}}}`, "needs a lookup_url"},
 		{`actions: {a: {connector: http, gate: maybe, http: {url: "https://x/"}}}`, "actions.a.gate"},
+		{`actions: {a: {connector: worker}}`, "actions.a.approvers: a gated action type"},
+		{`actions: {a: {connector: worker, gate: act_with_window, approvers: {roles: [x]}}}`, "actions.a.reversible"},
+		{`actions: {a: {connector: worker, approvers: {roles: [x]}, approval_ttl: 1s}}`, "actions.a.approval_ttl"},
 		{`actions: {a: {connector: worker, http: {url: "https://x/"}}}`, "actions.a.http: given, but the connector is \"worker\""},
 		{`actions: {a: {connector: smtp, smtp: {host: h, port: 0, from: nope}}}`, "actions.a.smtp.port"},
 		{`actions: {a: {connector: smtp, smtp: {host: h, port: 25, from: nope}}}`, "actions.a.smtp.from"},
 		{`actions: {a: {connector: smtp, smtp: {host: h, port: 25, from: a@b.c, tls: maybe}}}`, "actions.a.smtp.tls"},
-		{`actions: {Bad-Name: {connector: worker}}`, "actions.Bad-Name"},
+		{`actions: {Bad-Name: {connector: worker, gate: none}}`, "actions.Bad-Name"},
 		{`actions: {a: {connector: worker, retry: {max_attempts: 0, backoff: 10s, max_backoff: 1s}}}`, "actions.a.retry.max_backoff"},
 		{`actions: {a: {connector: worker, colour: red}}`, "field colour not found"},
 		{`actions: {a: {connector: worker, retry: {backoff: soon}}}`, "not a duration"},
@@ -106,7 +110,7 @@ func TestSecretsFromFileNeverInErrors(t *testing.T) {
 	if err := os.WriteFile(f, []byte("s3cret-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err := Parse([]byte(`actions: {a: {connector: http, http: {url: "https://x/", token_file: `+f+`}}}`), env(nil))
+	p, err := Parse([]byte(`actions: {a: {connector: http, gate: none, http: {url: "https://x/", token_file: `+f+`}}}`), env(nil))
 	if err != nil || p.Action("a").HTTP.Token != "s3cret-token" {
 		t.Fatalf("token file: %v", err)
 	}
@@ -149,7 +153,7 @@ func TestSchemaFileRelativeToPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	pf := filepath.Join(dir, "airlock.yaml")
-	if err := os.WriteFile(pf, []byte("actions: {reply: {connector: worker, schema: reply.json}}\n"), 0o600); err != nil {
+	if err := os.WriteFile(pf, []byte("actions: {reply: {connector: worker, gate: none, schema: reply.json}}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Load(pf, env(nil))

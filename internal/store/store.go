@@ -115,6 +115,7 @@ type Store interface {
 type Queries interface {
 	EffectQueries
 	FailureQueries
+	ApprovalQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -358,4 +359,94 @@ type EffectQueries interface {
 
 	KillSwitchList(ctx context.Context) ([]KillSwitch, error)
 	KillSwitchSet(ctx context.Context, k KillSwitch) error
+}
+
+// User is a local account (the embedded default's login; SSO users have none).
+type User struct {
+	ID           string
+	Name         string
+	PasswordHash string
+	Roles        []string
+	CreatedAt    time.Time
+	DisabledAt   *time.Time
+}
+
+// Session is a logged-in person. Only the SHA-256 of the cookie value is stored.
+type Session struct {
+	IDHash     string
+	Subject    string
+	Roles      []string
+	CreatedAt  time.Time
+	LastSeenAt time.Time
+	ExpiresAt  time.Time
+}
+
+// Approval is a single-use challenge that holds a proposed effect until a decision.
+type Approval struct {
+	ID                 string
+	RunKey             string
+	TokenHash          string
+	Mode               string
+	AllowedDecisions   []string
+	ExpiresAt          time.Time
+	ConsumedAt         *time.Time
+	Decision           string
+	ApproverSubject    string
+	Reason             string
+	RequestedBy        string
+	ApproverRoles      []string
+	ApproverSubjects   []string
+	SeparationOfDuties bool
+	ActionType         string
+	Target             string
+	EffectID           string
+	Executor           string
+	Payload            json.RawMessage
+	PayloadHash        string
+	CreatedAt          time.Time
+}
+
+// ApprovalConsumeParams is seed 000's atomic consume: it applies only to an unexpired,
+// unconsumed approval whose allowed decisions include Decision.
+type ApprovalConsumeParams struct {
+	TokenHash string
+	Decision  string
+	Subject   string
+	Reason    string
+	Now       *time.Time
+}
+
+// RunSetStateParams is airlock's own move of a run (gates, expiry): a compare-and-set on
+// the state alone, releasing any lease.
+type RunSetStateParams struct {
+	Key        string
+	From, To   State
+	Result     json.RawMessage
+	ParkReason string
+	Now        *time.Time
+}
+
+// ApprovalQueries are the statements of the approval gates.
+type ApprovalQueries interface {
+	UserInsert(ctx context.Context, u User) error
+	UserByName(ctx context.Context, name string) (User, error)
+	SessionInsert(ctx context.Context, s Session) error
+	// SessionTouch returns the session if it is live at now (idle and absolute limits) and
+	// marks it seen; ErrNotFound otherwise.
+	SessionTouch(ctx context.Context, idHash string, idle time.Duration, now *time.Time) (Session, error)
+	SessionDelete(ctx context.Context, idHash string) error
+	IntentInsert(ctx context.Context, idHash, tokenHash string, expires time.Time) error
+	// IntentGet returns an unexpired intent's token hash; ErrNotFound otherwise.
+	IntentGet(ctx context.Context, idHash string, now *time.Time) (string, error)
+	ApprovalInsert(ctx context.Context, a Approval) error
+	ApprovalByTokenHash(ctx context.Context, tokenHash string) (Approval, error)
+	ApprovalsByRun(ctx context.Context, key string) ([]Approval, error)
+	// ApprovalConsume is the seed's UPDATE … RETURNING; ErrNoMatch when it does not apply.
+	ApprovalConsume(ctx context.Context, p ApprovalConsumeParams) (Approval, error)
+	// ApprovalsExpired lists unconsumed approvals whose expiry has passed.
+	ApprovalsExpired(ctx context.Context, now *time.Time, limit int) ([]Approval, error)
+	// ApprovalExpire consumes an expired approval with decision "expired"; ErrNoMatch if
+	// it was decided or expired meanwhile.
+	ApprovalExpire(ctx context.Context, id string, now *time.Time) (Approval, error)
+	RunSetState(ctx context.Context, p RunSetStateParams) (Run, error)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/connector/httpconn"
 	"github.com/airlockhq/airlock/internal/connector/smtpconn"
@@ -91,6 +92,7 @@ type EffectsEnv struct {
 	Policy     *policy.Policy
 	Effects    *effects.Service
 	Failures   *failures.Service
+	Approvals  *approvals.Service
 	Dispatcher *effects.Dispatcher
 }
 
@@ -114,6 +116,8 @@ actions:
   email:
     connector: http
     http: {url: %[1]s/mail}
+    approvers: {roles: [support-lead]}
+    approval_ttl: 1h
   reply:
     connector: http
     gate: none
@@ -144,7 +148,7 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	}
 	e.Policy = pol
 	conns := map[string]connector.Connector{}
-	for _, name := range []string{"note", "crm"} {
+	for _, name := range []string{"note", "crm", "email"} {
 		h := pol.Action(name).HTTP
 		c, err := httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Timeout: h.Timeout.D(),
 			LookupURL: h.LookupURL, LookupAuthoritative: h.LookupAuthoritative})
@@ -157,6 +161,7 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	e.Runs.Budgets = e.Failures.Budget
 	e.Effects = effects.NewService(effects.Options{Store: e.Store, Policy: pol, Connectors: conns, Alerts: e.Alerts,
 		Now: e.Clock.Now, AIActionsEnabled: envOverride, AIActionsEnabledSet: envOverride != "", Budgets: e.Failures.Budget})
+	e.Approvals = approvals.NewService(e.Store, pol, e.Alerts, "http://127.0.0.1:8080", e.Clock.Now)
 	e.Dispatcher = &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
 	return e
 }

@@ -1,0 +1,182 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func (q queries) UserInsert(ctx context.Context, u store.User) error {
+	_, err := q.db.ExecContext(ctx, `INSERT INTO users (id, name, password_hash, roles, created_at) VALUES (?, ?, ?, ?, ?)`,
+		u.ID, u.Name, u.PasswordHash, strings.Join(u.Roles, ","), q.orNow(u.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("insert user: %w", err)
+	}
+	return nil
+}
+
+func (q queries) UserByName(ctx context.Context, name string) (store.User, error) {
+	var u store.User
+	var roles string
+	var created int64
+	var disabled sql.NullInt64
+	err := q.db.QueryRowContext(ctx, `SELECT id, name, password_hash, roles, created_at, disabled_at FROM users WHERE name = ?`, name).
+		Scan(&u.ID, &u.Name, &u.PasswordHash, &roles, &created, &disabled)
+	if err != nil {
+		return store.User{}, interpret(err)
+	}
+	u.Roles, u.CreatedAt, u.DisabledAt = splitList(roles), fromMicros(created), optTime(disabled)
+	return u, nil
+}
+
+func (q queries) SessionInsert(ctx context.Context, s store.Session) error {
+	_, err := q.db.ExecContext(ctx, `INSERT INTO sessions (id_hash, subject, roles, created_at, last_seen_at, expires_at)
+		VALUES (?1, ?2, ?3, ?4, ?4, ?5)`, s.IDHash, s.Subject, strings.Join(s.Roles, ","), s.CreatedAt.UnixMicro(), s.ExpiresAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("insert session: %w", err)
+	}
+	return nil
+}
+
+func (q queries) SessionTouch(ctx context.Context, idHash string, idle time.Duration, now *time.Time) (store.Session, error) {
+	var s store.Session
+	var roles string
+	var created, seen, expires int64
+	err := q.db.QueryRowContext(ctx, `
+		UPDATE sessions SET last_seen_at = ?3
+		WHERE id_hash = ?1 AND expires_at > ?3 AND last_seen_at + ?2 > ?3
+		RETURNING id_hash, subject, roles, created_at, last_seen_at, expires_at`, idHash, idle.Microseconds(), q.at(now)).
+		Scan(&s.IDHash, &s.Subject, &roles, &created, &seen, &expires)
+	if err != nil {
+		return store.Session{}, interpret(err)
+	}
+	s.Roles, s.CreatedAt, s.LastSeenAt, s.ExpiresAt = splitList(roles), fromMicros(created), fromMicros(seen), fromMicros(expires)
+	return s, nil
+}
+
+func (q queries) SessionDelete(ctx context.Context, idHash string) error {
+	_, err := q.db.ExecContext(ctx, `DELETE FROM sessions WHERE id_hash = ?`, idHash)
+	return err
+}
+
+func (q queries) IntentInsert(ctx context.Context, idHash, tokenHash string, expires time.Time) error {
+	_, err := q.db.ExecContext(ctx, `INSERT INTO login_intents (id_hash, token_hash, expires_at) VALUES (?, ?, ?)`, idHash, tokenHash, expires.UnixMicro())
+	return err
+}
+
+func (q queries) IntentGet(ctx context.Context, idHash string, now *time.Time) (string, error) {
+	var th string
+	err := q.db.QueryRowContext(ctx, `SELECT token_hash FROM login_intents WHERE id_hash = ? AND expires_at > ?`, idHash, q.at(now)).Scan(&th)
+	return th, interpret(err)
+}
+
+const approvalColumns = `id, idempotency_key, token_hash, mode, allowed_decisions, expires_at, consumed_at,
+	coalesce(decision, ''), coalesce(approver_subject, ''), coalesce(reason, ''), requested_by, approver_roles,
+	approver_subjects, separation_of_duties, action_type, target, effect_id, executor, payload, payload_hash, created_at`
+
+func scanApproval(row scanner) (store.Approval, error) {
+	var a store.Approval
+	var allowed, roles, subjects string
+	var payload sql.NullString
+	var expires, created int64
+	var consumed sql.NullInt64
+	err := row.Scan(&a.ID, &a.RunKey, &a.TokenHash, &a.Mode, &allowed, &expires, &consumed, &a.Decision,
+		&a.ApproverSubject, &a.Reason, &a.RequestedBy, &roles, &subjects, &a.SeparationOfDuties, &a.ActionType,
+		&a.Target, &a.EffectID, &a.Executor, &payload, &a.PayloadHash, &created)
+	if err != nil {
+		return store.Approval{}, interpret(err)
+	}
+	a.AllowedDecisions, a.ApproverRoles, a.ApproverSubjects = splitList(allowed), splitList(roles), splitList(subjects)
+	a.Payload, a.ExpiresAt, a.ConsumedAt, a.CreatedAt = optJSON(payload), fromMicros(expires), optTime(consumed), fromMicros(created)
+	return a, nil
+}
+
+func collectApprovals(rows *sql.Rows, err error) ([]store.Approval, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Approval
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+func (q queries) ApprovalInsert(ctx context.Context, a store.Approval) error {
+	_, err := q.db.ExecContext(ctx, `INSERT INTO approvals (id, idempotency_key, token_hash, mode, allowed_decisions, expires_at,
+		  requested_by, approver_roles, approver_subjects, separation_of_duties, action_type, target, effect_id, executor,
+		  payload, payload_hash, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.RunKey, a.TokenHash, a.Mode, strings.Join(a.AllowedDecisions, ","), a.ExpiresAt.UnixMicro(), a.RequestedBy,
+		strings.Join(a.ApproverRoles, ","), strings.Join(a.ApproverSubjects, ","), a.SeparationOfDuties, a.ActionType,
+		a.Target, a.EffectID, a.Executor, jsonArg(a.Payload), a.PayloadHash, q.orNow(a.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("insert approval: %w", err)
+	}
+	return nil
+}
+
+func (q queries) ApprovalByTokenHash(ctx context.Context, tokenHash string) (store.Approval, error) {
+	return scanApproval(q.db.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE token_hash = ?`, tokenHash))
+}
+
+func (q queries) ApprovalsByRun(ctx context.Context, key string) ([]store.Approval, error) {
+	return collectApprovals(q.db.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE idempotency_key = ? ORDER BY created_at, id`, key))
+}
+
+func (q queries) ApprovalConsume(ctx context.Context, p store.ApprovalConsumeParams) (store.Approval, error) {
+	a, err := scanApproval(q.db.QueryRowContext(ctx, `
+		UPDATE approvals
+		SET consumed_at = ?5, decision = ?2, approver_subject = ?3, reason = ?4
+		WHERE token_hash = ?1
+		  AND consumed_at IS NULL
+		  AND expires_at > ?5
+		  AND instr(',' || allowed_decisions || ',', ',' || ?2 || ',') > 0
+		RETURNING `+approvalColumns, p.TokenHash, p.Decision, p.Subject, p.Reason, q.at(p.Now)))
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Approval{}, store.ErrNoMatch
+	}
+	return a, err
+}
+
+func (q queries) ApprovalsExpired(ctx context.Context, now *time.Time, limit int) ([]store.Approval, error) {
+	return collectApprovals(q.db.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE consumed_at IS NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?`, q.at(now), limit))
+}
+
+func (q queries) ApprovalExpire(ctx context.Context, id string, now *time.Time) (store.Approval, error) {
+	a, err := scanApproval(q.db.QueryRowContext(ctx, `
+		UPDATE approvals SET consumed_at = ?2, decision = 'expired'
+		WHERE id = ?1 AND consumed_at IS NULL AND expires_at <= ?2
+		RETURNING `+approvalColumns, id, q.at(now)))
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Approval{}, store.ErrNoMatch
+	}
+	return a, err
+}
+
+func (q queries) RunSetState(ctx context.Context, p store.RunSetStateParams) (store.Run, error) {
+	return noMatch(scanRun(q.db.QueryRowContext(ctx, `
+		UPDATE workflow_runs
+		SET state = ?3, version = version + 1, result = coalesce(?4, result), park_reason = ?5,
+		    lease_expires_at = NULL, updated_at = ?6
+		WHERE idempotency_key = ?1 AND state = ?2
+		RETURNING `+runColumns, p.Key, string(p.From), string(p.To), jsonArg(p.Result), p.ParkReason, q.at(p.Now))))
+}

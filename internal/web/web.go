@@ -1,0 +1,354 @@
+// Package web is airlock's pages for people: sign-in with local accounts, and the
+// approval confirmation page and decision. Pages are server-rendered and work without
+// JavaScript; a GET never changes anything; every POST passes net/http's
+// CrossOriginProtection, and cookies are SameSite=Lax, HttpOnly, Secure over https.
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+var pages = template.Must(template.ParseFS(templateFS, "templates/*.html"))
+
+const (
+	sessionCookie = "airlock_session"
+	intentCookie  = "airlock_intent"
+	// SessionIdle and SessionLifetime bound a session: idle, and absolute.
+	SessionIdle     = 30 * time.Minute
+	SessionLifetime = 12 * time.Hour
+	intentLifetime  = 15 * time.Minute
+)
+
+// Web serves the pages.
+type Web struct {
+	store     store.Store
+	approvals *approvals.Service
+	log       *slog.Logger
+	secure    bool // Secure cookies: the public URL is https
+	runs.Clock
+}
+
+func New(st store.Store, ap *approvals.Service, log *slog.Logger, publicURL string, now func() time.Time) *Web {
+	return &Web{store: st, approvals: ap, log: log, secure: strings.HasPrefix(publicURL, "https://"), Clock: runs.Clock{Now: now}}
+}
+
+// Patterns lists the routes Register adds (the OpenAPI test documents them).
+var Patterns = []string{"GET /login", "POST /login", "POST /logout", "GET /approve/{token}", "POST /approve/{token}",
+	"GET /approve/continue", "POST /approve/continue"}
+
+// Register adds the pages to mux.
+func (w *Web) Register(mux *http.ServeMux) {
+	cop := http.NewCrossOriginProtection()
+	post := func(h http.HandlerFunc) http.Handler { return headers(cop.Handler(h)) }
+	mux.Handle("GET /login", headers(http.HandlerFunc(w.loginPage)))
+	mux.Handle("POST /login", post(w.login))
+	mux.Handle("POST /logout", post(w.logout))
+	// "continue" is the page after a sign-in, found through the intent cookie: the raw
+	// token never sits in a URL parameter or server-side.
+	mux.Handle("GET /approve/continue", headers(http.HandlerFunc(w.continuePage)))
+	mux.Handle("POST /approve/continue", post(w.continueDecide))
+	mux.Handle("GET /approve/{token}", headers(http.HandlerFunc(w.approvalPage)))
+	mux.Handle("POST /approve/{token}", post(w.decide))
+}
+
+// headers are the page security headers: no framing, no referrer (an approval URL holds
+// a token), no caching, nothing loaded from anywhere.
+func headers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		h := rw.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(rw, r.Body, 64<<10)
+		}
+		next.ServeHTTP(rw, r)
+	})
+}
+
+// CreateUser adds a local account; the password is stored as a bcrypt hash.
+func CreateUser(ctx context.Context, q store.Queries, name, password string, roles []string) error {
+	if len(password) < 12 {
+		return errors.New("a password needs at least 12 characters")
+	}
+	if len(roles) == 0 {
+		return errors.New("at least one role is required")
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return err
+	}
+	return q.UserInsert(ctx, store.User{ID: uuid.NewString(), Name: name, PasswordHash: string(hash), Roles: roles, CreatedAt: time.Now().UTC()})
+}
+
+func hashOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func randomValue() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (w *Web) setCookie(rw http.ResponseWriter, name, value string, maxAge time.Duration) {
+	http.SetCookie(rw, &http.Cookie{Name: name, Value: value, Path: "/", HttpOnly: true, Secure: w.secure,
+		SameSite: http.SameSiteLaxMode, MaxAge: int(maxAge.Seconds())})
+}
+
+// person returns the signed-in person, or nil.
+func (w *Web) person(r *http.Request) *approvals.Person {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return nil
+	}
+	s, err := w.store.SessionTouch(r.Context(), hashOf(c.Value), SessionIdle, w.At())
+	if err != nil {
+		return nil
+	}
+	return &approvals.Person{Subject: s.Subject, Roles: s.Roles}
+}
+
+type page struct {
+	Title, Message, Error string
+	Person                *approvals.Person
+}
+
+func (w *Web) render(rw http.ResponseWriter, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+		w.log.Error("render page", "page", name, "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	rw.WriteHeader(status)
+	_, _ = buf.WriteTo(rw)
+}
+
+// neutral is the one page for unknown, expired and used links: no hint which.
+func (w *Web) neutral(rw http.ResponseWriter, who *approvals.Person) {
+	w.render(rw, http.StatusNotFound, "neutral.html", page{Title: "This link cannot be used",
+		Message: "The approval link is unknown, has expired, or has already been used. Nothing was changed.", Person: who})
+}
+
+func (w *Web) loginPage(rw http.ResponseWriter, r *http.Request) {
+	w.render(rw, http.StatusOK, "login.html", page{Title: "Sign in"})
+}
+
+func (w *Web) login(rw http.ResponseWriter, r *http.Request) {
+	name, password := r.PostFormValue("username"), r.PostFormValue("password")
+	u, err := w.store.UserByName(r.Context(), name)
+	if err != nil || u.DisabledAt != nil || bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) != nil {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			w.log.Error("sign-in", "err", err)
+		}
+		w.render(rw, http.StatusUnauthorized, "login.html", page{Title: "Sign in", Error: "Unknown user or wrong password."})
+		return
+	}
+	value := randomValue()
+	now := time.Now().UTC()
+	if t := w.At(); t != nil {
+		now = *t
+	}
+	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), Subject: u.Name, Roles: u.Roles,
+		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
+		w.log.Error("create session", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.setCookie(rw, sessionCookie, value, SessionLifetime)
+	to := "/login"
+	if _, err := r.Cookie(intentCookie); err == nil {
+		to = "/approve/continue"
+	} else {
+		w.render(rw, http.StatusOK, "neutral.html", page{Title: "Signed in", Message: "You are signed in. Open your approval link again.",
+			Person: &approvals.Person{Subject: u.Name, Roles: u.Roles}})
+		return
+	}
+	http.Redirect(rw, r, to, http.StatusSeeOther)
+}
+
+func (w *Web) logout(rw http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
+	}
+	w.setCookie(rw, sessionCookie, "", -time.Second)
+	http.Redirect(rw, r, "/login", http.StatusSeeOther)
+}
+
+// askLogin keeps the approval's place server-side (by its token's hash) behind an intent
+// cookie, and sends the person to sign in.
+func (w *Web) askLogin(rw http.ResponseWriter, r *http.Request, tokenHash string) {
+	value := randomValue()
+	expires := time.Now().Add(intentLifetime)
+	if t := w.At(); t != nil {
+		expires = t.Add(intentLifetime)
+	}
+	if err := w.store.IntentInsert(r.Context(), hashOf(value), tokenHash, expires); err != nil {
+		w.log.Error("keep login intent", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.setCookie(rw, intentCookie, value, intentLifetime)
+	http.Redirect(rw, r, "/login", http.StatusSeeOther)
+}
+
+type approvalPage struct {
+	page
+	Approval  store.Approval
+	Run       store.Run
+	Payload   string
+	Model     string
+	Action    string
+	CanDecide bool
+	Why       string
+	Protocol  string
+}
+
+func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action string, who *approvals.Person, status int, errMsg string) {
+	a, run, err := w.approvals.Lookup(r.Context(), tokenHash)
+	if err != nil {
+		if !errors.Is(err, approvals.ErrNotFound) {
+			w.log.Error("approval page", "err", err)
+		}
+		w.neutral(rw, who)
+		return
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, a.Payload, "", "  "); err != nil {
+		pretty.Write(a.Payload)
+	}
+	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
+		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol}
+	if err := approvals.May(a, *who); err != nil {
+		p.Why = err.Error()
+	} else {
+		p.CanDecide = true
+	}
+	w.render(rw, status, "approval.html", p)
+}
+
+// model reads the model that drafted the effect from the request's event.
+func (w *Web) model(ctx context.Context, a store.Approval) string {
+	evs, err := w.store.EventList(ctx, a.RunKey, 0, 1000)
+	if err != nil {
+		return ""
+	}
+	for _, e := range evs {
+		if e.Kind != "approval_requested" || !strings.Contains(string(e.Detail), a.ID) {
+			continue
+		}
+		var m runs.Meta
+		if json.Unmarshal(e.Meta, &m) == nil && m.Model != nil {
+			return strings.TrimSpace(m.Model.Provider + " " + m.Model.Name + " " + m.Model.Revision)
+		}
+	}
+	return ""
+}
+
+func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) {
+	th := approvals.HashToken(r.PathValue("token"))
+	who := w.person(r)
+	if who == nil {
+		if _, _, err := w.approvals.Lookup(r.Context(), th); err != nil {
+			w.neutral(rw, nil)
+			return
+		}
+		w.askLogin(rw, r, th)
+		return
+	}
+	w.show(rw, r, th, r.URL.Path, who, http.StatusOK, "")
+}
+
+func (w *Web) continueTokenHash(r *http.Request) (string, bool) {
+	c, err := r.Cookie(intentCookie)
+	if err != nil {
+		return "", false
+	}
+	th, err := w.store.IntentGet(r.Context(), hashOf(c.Value), w.At())
+	return th, err == nil
+}
+
+func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) {
+	who := w.person(r)
+	th, ok := w.continueTokenHash(r)
+	switch {
+	case !ok:
+		w.neutral(rw, who)
+	case who == nil:
+		http.Redirect(rw, r, "/login", http.StatusSeeOther)
+	default:
+		w.show(rw, r, th, "/approve/continue", who, http.StatusOK, "")
+	}
+}
+
+func (w *Web) decide(rw http.ResponseWriter, r *http.Request) {
+	w.decideHash(rw, r, approvals.HashToken(r.PathValue("token")), r.URL.Path)
+}
+
+func (w *Web) continueDecide(rw http.ResponseWriter, r *http.Request) {
+	th, ok := w.continueTokenHash(r)
+	if !ok {
+		w.neutral(rw, w.person(r))
+		return
+	}
+	w.decideHash(rw, r, th, "/approve/continue")
+}
+
+func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action string) {
+	who := w.person(r)
+	if who == nil {
+		w.askLogin(rw, r, th)
+		return
+	}
+	decision, reason := r.PostFormValue("decision"), strings.TrimSpace(r.PostFormValue("reason"))
+	if decision == approvals.Reject && reason == "" {
+		w.show(rw, r, th, action, who, http.StatusUnprocessableEntity, "Say why you reject it.")
+		return
+	}
+	a, err := w.approvals.Decide(r.Context(), th, decision, reason, *who)
+	switch {
+	case errors.Is(err, approvals.ErrForbidden), errors.Is(err, approvals.ErrSelfApproval), errors.Is(err, approvals.ErrDecisionNotAllowed):
+		w.show(rw, r, th, action, who, http.StatusForbidden, err.Error())
+		return
+	case errors.Is(err, approvals.ErrNotFound):
+		w.neutral(rw, who)
+		return
+	case err != nil:
+		w.log.Error("decide approval", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	msg := "Approved: the action is queued and will be sent once."
+	if a.Decision == approvals.Reject {
+		msg = "Rejected: nothing will be sent."
+	}
+	w.render(rw, http.StatusOK, "neutral.html", page{Title: "Decision recorded", Message: msg, Person: who})
+}
