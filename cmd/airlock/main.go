@@ -137,7 +137,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	gate := approvals.NewService(st, pol, alerts, publicURL, nil)
-	pages := web.New(st, gate, log, publicURL, nil)
+	webOpts, err := webOptions(ctx, pol, publicURL)
+	if err != nil {
+		return err
+	}
+	pages := web.New(st, gate, log, publicURL, nil, webOpts...)
 	svc := runs.NewService(st, runs.Config{
 		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // loadPolicy reads --config, or returns the empty policy (no action types) without one.
@@ -93,6 +94,19 @@ func crashHook() func(string) {
 	}
 }
 
+// webOptions discovers the OIDC provider when the policy configures single sign-on: a
+// provider that cannot be reached stops start-up naming oidc.issuer.
+func webOptions(ctx context.Context, p *policy.Policy, publicURL string) ([]web.Option, error) {
+	if p.OIDC == nil {
+		return nil, nil
+	}
+	o, err := web.DiscoverOIDC(ctx, p.OIDC, publicURL)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return []web.Option{web.WithOIDC(o)}, nil
+}
+
 // publicURLOf is where approval links point: AIRLOCK_PUBLIC_URL, else the policy's
 // public_url, else the listen address on loopback.
 func publicURLOf(cfg config.Config, p *policy.Policy) (string, error) {
@@ -111,6 +125,9 @@ func publicURLOf(cfg config.Config, p *policy.Policy) (string, error) {
 			if p.Action(name).Gate != policy.GateNone {
 				return "", fmt.Errorf("set AIRLOCK_PUBLIC_URL: approval links of %s need an https address when airlock listens on %s", name, cfg.Listen)
 			}
+		}
+		if p.OIDC != nil {
+			return "", fmt.Errorf("set AIRLOCK_PUBLIC_URL: the oidc redirect URL needs an https address when airlock listens on %s", cfg.Listen)
 		}
 		return "", nil // no gated action type: no approval link is ever built
 	}

@@ -5,6 +5,7 @@
 package approvals
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -29,7 +31,16 @@ import (
 const (
 	Approve = "approve"
 	Reject  = "reject"
+	Cancel  = "cancel"  // act_with_window: withdraw the queued effect before it is sent
+	Confirm = "confirm" // review of an auto-approval: it was right
+	Flag    = "flag"    // review of an auto-approval: it was wrong (alerts)
 )
+
+// ModeReview marks a sampled auto-approval waiting for its post-hoc review.
+const ModeReview = "review"
+
+// reviewTTL is how long a sampled auto-approval stays on the review list.
+const reviewTTL = 7 * 24 * time.Hour
 
 // Outcomes of a decision attempt. ErrNotFound is deliberately one error for unknown,
 // expired and used tokens: the page must not tell them apart.
@@ -38,6 +49,7 @@ var (
 	ErrForbidden          = errors.New("you are not one of the approvers of this action")
 	ErrSelfApproval       = errors.New("separation of duties: the requester cannot approve their own action")
 	ErrDecisionNotAllowed = errors.New("that decision is not allowed for this approval")
+	ErrTooLate            = errors.New("too late: the effect is already being sent or was sent")
 )
 
 // tokenBytes is 256 bits from crypto/rand.
@@ -148,6 +160,29 @@ func (s *Service) Lookup(ctx context.Context, tokenHash string) (store.Approval,
 	return a, run, err
 }
 
+// Window opens the cancel link of an act_with_window effect, queued in the same
+// transaction: approvers may withdraw it until the dispatcher takes it.
+func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, e store.Effect, requestedBy, actor string) (Requested, error) {
+	raw, hash, err := NewToken()
+	if err != nil {
+		return Requested{}, err
+	}
+	ap := store.Approval{ID: uuid.NewString(), RunKey: run.Key, TokenHash: hash, Mode: a.Gate,
+		AllowedDecisions: []string{Cancel}, ExpiresAt: e.NotBefore, RequestedBy: requestedBy,
+		ApproverRoles: a.Approvers.Roles, ApproverSubjects: a.Approvers.Subjects, SeparationOfDuties: false,
+		ActionType: e.ActionType, Target: e.Target, EffectID: e.EffectID, Executor: e.Executor, Payload: e.Payload,
+		PayloadHash: e.PayloadHash, CreatedAt: s.AtOrZero()}
+	if err := q.ApprovalInsert(ctx, ap); err != nil {
+		return Requested{}, err
+	}
+	if err := runs.Event(ctx, q, s.At(), run.Key, "cancel_window_opened", run.Version, actor, nil, map[string]any{
+		"approval_id": ap.ID, "effect_id": e.EffectID, "not_before": e.NotBefore,
+	}); err != nil {
+		return Requested{}, err
+	}
+	return Requested{Approval: ap, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: run}, nil
+}
+
 // May reports whether who may decide a: by role or subject, and never their own request
 // under separation of duties.
 func May(a store.Approval, who Person) error {
@@ -158,7 +193,7 @@ func May(a store.Approval, who Person) error {
 	if !allowed {
 		return ErrForbidden
 	}
-	if a.SeparationOfDuties && who.Subject == a.RequestedBy {
+	if a.SeparationOfDuties && who.Subject == a.RequestedBy && !slices.Equal(a.AllowedDecisions, []string{Cancel}) {
 		return ErrSelfApproval
 	}
 	return nil
@@ -168,7 +203,7 @@ func May(a store.Approval, who Person) error {
 // to approved and inserts the held effect into the outbox; reject moves it to rejected
 // with the reason and queues nothing. Any failure rolls everything back.
 func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string, who Person) (store.Approval, error) {
-	if decision != Approve && decision != Reject {
+	if decision != Approve && decision != Reject && decision != Cancel {
 		return store.Approval{}, ErrDecisionNotAllowed
 	}
 	var out store.Approval
@@ -193,6 +228,9 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		}
 		if err != nil {
 			return err
+		}
+		if decision == Cancel {
+			return s.cancel(ctx, q, a, who, reason)
 		}
 		to, result := store.StateApproved, json.RawMessage(nil)
 		if decision == Reject {
@@ -237,6 +275,31 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 	return out, nil
 }
 
+// cancel withdraws an act_with_window effect that is still pending and unleased; once the
+// dispatcher has it, it is too late and nothing changes.
+func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval, who Person, reason string) error {
+	effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: a.RunKey, Limit: 1000})
+	if err != nil {
+		return err
+	}
+	for _, e := range effs {
+		if e.EffectID != a.EffectID {
+			continue
+		}
+		class := "cancelled_in_window"
+		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPending},
+			To: store.EffectCancelled, ErrorClass: &class, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
+			return ErrTooLate
+		} else if err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.At(), a.RunKey, "effect_cancelled", 0, who.Subject, nil, map[string]any{
+			"effect_id": e.EffectID, "approval_id": a.ID, "by": who.Subject, "reason": reason,
+		})
+	}
+	return ErrTooLate
+}
+
 // ExpireDue expires approvals whose time has passed: the run becomes failed_terminal
 // (reason approval_expired), with an event and an alert. Each approval changes in its own
 // transaction; several instances may run it at once.
@@ -246,6 +309,13 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 		return fmt.Errorf("find expired approvals: %w", err)
 	}
 	for _, a := range due {
+		if a.Mode == policy.GateActWithWindow || a.Mode == ModeReview {
+			// A closed window lets the effect go ahead; an unreviewed sample just closes.
+			if _, err := s.store.ApprovalExpire(ctx, a.ID, s.At()); err != nil && !errors.Is(err, store.ErrNoMatch) {
+				return fmt.Errorf("close cancel window %s: %w", a.ID, err)
+			}
+			continue
+		}
 		err := s.store.Transact(ctx, func(q store.Queries) error {
 			if _, err := q.ApprovalExpire(ctx, a.ID, s.At()); err != nil {
 				return err
@@ -273,4 +343,148 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 		s.alerts.Alert(ctx, "approval_expired", a.RunKey, slog.String("approval_id", a.ID))
 	}
 	return nil
+}
+
+// Evidence is one evaluator's finding, from outside the model.
+type Evidence struct {
+	Source string `json:"source"`
+	Name   string `json:"name"`
+	Value  any    `json:"value"`
+}
+
+// Exception decides approve_by_exception: it auto-approves only when every configured
+// evaluator source gave evidence and the rule holds over the validated output. Anything
+// else — missing evidence, a false rule, a rule error — is a reason to ask a person.
+func Exception(a *policy.Action, output json.RawMessage, evidence []Evidence, input map[string]any) (auto bool, reason string) {
+	byName := map[string]map[string]any{}
+	for _, e := range evidence {
+		if byName[e.Source] == nil {
+			byName[e.Source] = map[string]any{}
+		}
+		byName[e.Source][e.Name] = e.Value
+	}
+	for _, src := range a.EvidenceSources {
+		if byName[src] == nil {
+			return false, "missing_evidence:" + src
+		}
+	}
+	var out any
+	if err := json.Unmarshal(output, &out); err != nil {
+		return false, "rule_error"
+	}
+	ok, err := a.Rule.Eval(map[string]any{
+		"action":     map[string]any{"type": a.Name},
+		"output":     out,
+		"validation": map[string]any{"ok": true},
+		"evidence":   byName,
+		"input":      input,
+	})
+	switch {
+	case err != nil:
+		return false, "rule_error"
+	case !ok:
+		return false, "rule_false"
+	}
+	return true, ""
+}
+
+// Sample puts an auto-approved effect on the post-hoc review list.
+func (s *Service) Sample(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, e store.Effect) (store.Approval, error) {
+	_, hash, err := NewToken() // reviews are decided through the API: the token is never handed out
+	if err != nil {
+		return store.Approval{}, err
+	}
+	now, err := s.Read(ctx, q)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	ap := store.Approval{ID: uuid.NewString(), RunKey: run.Key, TokenHash: hash, Mode: ModeReview,
+		AllowedDecisions: []string{Confirm, Flag}, ExpiresAt: now.Add(reviewTTL), RequestedBy: "airlock",
+		ApproverRoles: a.Approvers.Roles, ApproverSubjects: a.Approvers.Subjects, ActionType: e.ActionType,
+		Target: e.Target, EffectID: e.EffectID, Executor: e.Executor, Payload: e.Payload, PayloadHash: e.PayloadHash,
+		CreatedAt: s.AtOrZero()}
+	return ap, q.ApprovalInsert(ctx, ap)
+}
+
+// Reviews lists the sampled auto-approvals waiting for review.
+func (s *Service) Reviews(ctx context.Context) ([]store.Approval, error) {
+	return s.store.ApprovalsOpen(ctx, ModeReview, 500)
+}
+
+// Review records a person's verdict on a sampled auto-approval; a flag alerts.
+func (s *Service) Review(ctx context.Context, id, decision, note string, who Person) (store.Approval, error) {
+	a, err := s.store.ApprovalByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && a.Mode != ModeReview) {
+		return store.Approval{}, ErrNotFound
+	}
+	if err != nil {
+		return store.Approval{}, err
+	}
+	if decision != Confirm && decision != Flag {
+		return store.Approval{}, ErrDecisionNotAllowed
+	}
+	var out store.Approval
+	err = s.store.Transact(ctx, func(q store.Queries) error {
+		var err error
+		out, err = q.ApprovalConsume(ctx, store.ApprovalConsumeParams{TokenHash: a.TokenHash, Decision: decision,
+			Subject: who.Subject, Reason: note, Now: s.At()})
+		if errors.Is(err, store.ErrNoMatch) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.At(), a.RunKey, "auto_approval_reviewed", 0, who.Subject, nil,
+			map[string]any{"review_id": a.ID, "effect_id": a.EffectID, "decision": decision, "note": note})
+	})
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("review %s: %w", id, err)
+	}
+	if decision == Flag {
+		s.alerts.Alert(ctx, "auto_approval_flagged", a.RunKey, slog.String("review_id", a.ID))
+	}
+	return out, nil
+}
+
+// Notify posts the approval's card to the policy's webhook: the key, the action, the
+// payload's log_fields only (never the full model output) and the link. It runs after the
+// commit; a failure is logged (without the URL) and changes nothing.
+func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
+	hook := s.policy.Notify.WebhookURL
+	a := s.policy.Action(r.Approval.ActionType)
+	if hook == "" || a == nil {
+		return
+	}
+	var payload map[string]any
+	_ = json.Unmarshal(r.Approval.Payload, &payload)
+	var fields []string
+	for _, f := range a.LogFields {
+		if v, ok := payload[f]; ok {
+			fields = append(fields, fmt.Sprintf("%s: %v", f, v))
+		}
+	}
+	text := fmt.Sprintf("Approval needed: %s for %s (expires %s)", r.Approval.ActionType, r.Approval.RunKey,
+		r.Approval.ExpiresAt.UTC().Format(time.RFC3339))
+	if len(fields) > 0 {
+		text += "\n" + strings.Join(fields, "\n")
+	}
+	text += "\n" + r.URL
+	body, _ := json.Marshal(map[string]string{"text": text})
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook, bytes.NewReader(body))
+	if err != nil {
+		log.Warn("approval notification not sent", "key", r.Approval.RunKey, "reason", "bad webhook URL")
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Warn("approval notification not sent", "key", r.Approval.RunKey, "reason", "transport error")
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		log.Warn("approval notification refused", "key", r.Approval.RunKey, "status", resp.StatusCode)
+	}
 }

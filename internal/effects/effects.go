@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -94,6 +95,10 @@ type QueueRequest struct {
 	Payload    json.RawMessage
 	Actor      string
 	Meta       *runs.Meta
+	// Evidence from evaluators outside the model (approve_by_exception).
+	Evidence []approvals.Evidence
+	// Gate is a stricter gate the client asks for ("" for the policy's).
+	Gate string
 }
 
 // DeriveEffectID is the effect id when a client gives none: one effect per run, action
@@ -130,6 +135,13 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 	}
 	if !a.ValidTarget(req.Target) {
 		return Submitted{}, fmt.Errorf("%w: %q for %s", ErrInvalidTarget, req.Target, req.ActionType)
+	}
+	a, err = a.WithGate(req.Gate)
+	if errors.Is(err, policy.ErrGateTooWeak) {
+		return Submitted{}, err
+	}
+	if err != nil {
+		return Submitted{}, &runs.FieldError{Field: "gate", Msg: err.Error()}
 	}
 	if a.Gate != policy.GateNone && gate == nil {
 		return Submitted{}, fmt.Errorf("%w (gate %s)", ErrApprovalRequired, a.Gate)
@@ -191,7 +203,21 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 			}
 			req.Payload = v.Value
 		}
-		if a.Gate != policy.GateNone {
+		gateMode, fallback := a.Gate, ""
+		if a.Gate == policy.GateApproveByException {
+			auto, why := approvals.Exception(a, req.Payload, req.Evidence,
+				map[string]any{"trigger_source": run.TriggerSource, "workflow_version": run.WorkflowVersion})
+			if !auto {
+				gateMode, fallback = policy.GateApproveBeforeAct, why // any doubt: a person decides
+			}
+		}
+		if gateMode == policy.GateApproveBeforeAct {
+			if fallback != "" {
+				if err := runs.Event(ctx, q, now, req.Key, "auto_approval_declined", run.Version, "airlock", nil,
+					map[string]any{"reason": fallback, "rule": a.RuleSource, "policy_version": s.policy.Version}); err != nil {
+					return err
+				}
+			}
 			requestedBy := req.Actor
 			if req.Meta != nil && req.Meta.RequestedBy != "" {
 				requestedBy = req.Meta.RequestedBy
@@ -204,10 +230,18 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 			sub.Approval, run = &r, r.Run
 			return err
 		}
+		notBefore := s.AtOrZero()
+		if a.Gate == policy.GateActWithWindow {
+			t, err := s.Read(ctx, q)
+			if err != nil {
+				return err
+			}
+			notBefore = t.Add(a.Window.D()) // the dispatcher cannot take it before the window closes
+		}
 		sub.Effect, sub.Created, err = q.EffectInsert(ctx, store.Effect{
 			ID: uuid.NewString(), RunKey: req.Key, EffectID: req.EffectID, ActionType: req.ActionType,
 			Target: req.Target, Executor: a.Executor(), Payload: req.Payload, PayloadHash: hash,
-			State: store.EffectPending, NotBefore: s.AtOrZero(), CreatedAt: s.AtOrZero(),
+			State: store.EffectPending, NotBefore: notBefore, CreatedAt: s.AtOrZero(),
 		})
 		e := sub.Effect
 		if err != nil {
@@ -222,10 +256,34 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 		if _, err := q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, now, req.Key, "effect_queued", run.Version, req.Actor, req.Meta, map[string]any{
+		if err := runs.Event(ctx, q, now, req.Key, "effect_queued", run.Version, req.Actor, req.Meta, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target,
-			"executor": e.Executor, "payload_hash": e.PayloadHash,
-		})
+			"executor": e.Executor, "payload_hash": e.PayloadHash, "not_before": e.NotBefore,
+		}); err != nil {
+			return err
+		}
+		if a.Gate == policy.GateApproveByException {
+			detail := map[string]any{"effect_id": e.EffectID, "rule": a.RuleSource, "policy_version": s.policy.Version,
+				"evidence_sources": a.EvidenceSources}
+			if rand.Float64() < a.SampleRate {
+				r, err := gate.Sample(ctx, q, run, a, e)
+				if err != nil {
+					return err
+				}
+				detail["review_id"] = r.ID
+			}
+			return runs.Event(ctx, q, now, req.Key, "auto_approved", run.Version, "airlock", nil, detail)
+		}
+		if a.Gate == policy.GateActWithWindow {
+			requestedBy := req.Actor
+			if req.Meta != nil && req.Meta.RequestedBy != "" {
+				requestedBy = req.Meta.RequestedBy
+			}
+			w, err := gate.Window(ctx, q, run, a, e, requestedBy, req.Actor)
+			sub.Approval = &w
+			return err
+		}
+		return nil
 	})
 	if err == nil && exhausted != "" {
 		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
@@ -359,4 +417,34 @@ func (s *Service) settleApproved(ctx context.Context, q store.Queries, key strin
 	}
 	return runs.Event(ctx, q, s.At(), key, "transition", run.Version, "airlock", nil,
 		map[string]any{"from": store.StateApproved, "to": to, "reason": "effects_" + string(effect)})
+}
+
+// Cancel withdraws a pending effect that no sender has taken yet (act_with_window's cancel,
+// or an operator's); once leased it is too late.
+func (s *Service) Cancel(ctx context.Context, id, reason, actor string) (store.Effect, error) {
+	var out store.Effect
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		e, err := q.EffectGet(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		class := "cancelled"
+		out, err = q.EffectUpdate(ctx, store.EffectUpdateParams{ID: id, From: []store.EffectState{store.EffectPending},
+			To: store.EffectCancelled, ErrorClass: &class, Now: s.At()})
+		if errors.Is(err, store.ErrNoMatch) {
+			return fmt.Errorf("%w: it is %s; only a pending effect no sender has taken can be cancelled", ErrNotResolvable, e.State)
+		}
+		if err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_cancelled", 0, actor, nil,
+			map[string]any{"effect_id": e.EffectID, "reason": reason})
+	})
+	if err != nil {
+		return store.Effect{}, fmt.Errorf("cancel effect %s: %w", id, err)
+	}
+	return out, nil
 }

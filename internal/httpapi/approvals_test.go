@@ -2,10 +2,12 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -242,6 +244,205 @@ func TestApprovalRejectSelfApprovalExpiryAndRace(t *testing.T) {
 		lead.do("POST", h.url+"/logout", url.Values{}, nil)
 		if code, _, _ := lead.do("POST", h.propose("t-after", ""), url.Values{"decision": {"approve"}}, nil); code != http.StatusSeeOther {
 			t.Fatalf("after sign-out: %d", code)
+		}
+	})
+}
+
+func TestActWithWindow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		h.addUser("lead", "support-lead")
+		lead := newBrowser(t)
+		h.signIn(lead, "lead")
+		queue := func(key string) (string, string) {
+			owner, v := h.claim(key)
+			r := h.post("/v1/runs/"+key+"/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"digest","target":"default","payload":{"week":48}}`, owner, v))
+			expect(t, r, 201, "")
+			if r.body["cancel_url"] == nil || r.body["not_before"] == nil {
+				t.Fatalf("window queue: %s", r.raw)
+			}
+			return r.body["cancel_url"].(string), r.body["effect"].(map[string]any)["id"].(string)
+		}
+		tick := func() {
+			if _, err := h.env.Dispatcher.Tick(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		state := func(id string) string {
+			e, err := h.env.Effects.Get(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(e.State)
+		}
+
+		// Cancelled through the link inside the window: never sent.
+		link, id := queue("w-1")
+		tick()
+		if state(id) != "pending" {
+			t.Fatalf("the dispatcher took it early: %s", state(id))
+		}
+		code, page, _ := lead.do("GET", link, nil, nil)
+		if code != 200 || !strings.Contains(page, "Cancel before it is sent") || strings.Contains(page, "Approve and send") {
+			t.Fatalf("cancel page: %d", code)
+		}
+		if code, page, _ := lead.do("POST", link, url.Values{"decision": {"cancel"}}, nil); code != 200 || !strings.Contains(page, "Cancelled") {
+			t.Fatalf("cancel: %d %s", code, page)
+		}
+		h.env.Clock.Advance(11 * time.Minute)
+		tick()
+		if state(id) != "cancelled" || h.env.Provider.Total() != 0 {
+			t.Fatalf("after the window: %s, %d sent", state(id), h.env.Provider.Total())
+		}
+
+		// Not cancelled: sent once the window closes; the link is then dead.
+		link, id = queue("w-2")
+		h.env.Clock.Advance(11 * time.Minute)
+		tick()
+		if state(id) != "completed" {
+			t.Fatalf("after the window: %s", state(id))
+		}
+		h.signIn(lead, "lead")
+		if code, _, _ := lead.do("POST", link, url.Values{"decision": {"cancel"}}, nil); code != 404 {
+			t.Fatalf("cancel after the window: %d", code)
+		}
+		expect(t, h.post("/v1/effects/"+id+"/cancel", `{"reason":"late"}`), 409, "not_resolvable")
+
+		// A cancel racing the dispatcher: once leased, it is too late and nothing changes.
+		link, id = queue("w-3")
+		var leased []store.Effect
+		err := h.env.Store.Transact(context.Background(), func(q store.Queries) error {
+			now := h.env.Clock.Now().Add(11 * time.Minute)
+			var err error
+			leased, err = q.EffectLease(context.Background(), store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Owner: "d", Lease: time.Minute, Limit: 10, Now: &now})
+			return err
+		})
+		if err != nil || len(leased) != 1 {
+			t.Fatalf("lease: %v %d", err, len(leased))
+		}
+		if code, _, _ := lead.do("POST", link, url.Values{"decision": {"cancel"}}, nil); code != http.StatusConflict {
+			t.Fatalf("cancel of a leased effect: %d", code)
+		}
+		if state(id) != "sending" {
+			t.Fatalf("state %s", state(id))
+		}
+
+		// The API cancel, inside the window.
+		_, id = queue("w-4")
+		c := h.post("/v1/effects/"+id+"/cancel", `{"reason":"customer called"}`)
+		expect(t, c, 200, "")
+		if c.body["state"] != "cancelled" {
+			t.Fatalf("API cancel: %s", c.raw)
+		}
+	})
+}
+
+func TestApproveByException(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		submit := func(key, output, evidence string) response {
+			owner, v := h.claim(key)
+			lb := fmt.Sprintf(`"lease_owner":"%s","version":%d`, owner, v)
+			expect(t, h.post("/v1/runs/"+key+"/validate", `{`+lb+`,"action_type":"triage","output":`+output+`}`), 200, "")
+			body := `{` + lb + `,"action_type":"triage","target":"default"`
+			if evidence != "" {
+				body += `,"evidence":` + evidence
+			}
+			return h.post("/v1/runs/"+key+"/effects", body+`}`)
+		}
+		declined := func(key, reason string) {
+			t.Helper()
+			evs := h.get("/v1/runs/" + key + "/events").raw
+			if !strings.Contains(evs, "auto_approval_declined") || !strings.Contains(evs, reason) {
+				t.Fatalf("%s: no auto_approval_declined %s in %s", key, reason, evs)
+			}
+		}
+		// The rule holds with evidence from the evaluator: queued without a person, sampled.
+		ok := submit("x-1", `{"label":"spam","confidence":0.99}`, `[{"source":"classifier","name":"score","value":0.97}]`)
+		expect(t, ok, 201, "")
+		evs := h.get("/v1/runs/x-1/events").raw
+		if !strings.Contains(evs, "auto_approved") || !strings.Contains(evs, "policy_version") || !strings.Contains(evs, "evidence[") {
+			t.Fatalf("auto-approval not recorded with its rule and policy version: %s", evs)
+		}
+		// The model's own confidence is not evidence: a person decides.
+		expect(t, submit("x-2", `{"label":"spam","confidence":1.0}`, ""), 202, "")
+		declined("x-2", "missing_evidence:classifier")
+		// The rule does not hold: a person decides.
+		expect(t, submit("x-3", `{"label":"other"}`, `[{"source":"classifier","name":"score","value":0.99}]`), 202, "")
+		declined("x-3", "rule_false")
+		// The rule cannot be evaluated: a person decides.
+		expect(t, submit("x-4", `{"label":"spam"}`, `[{"source":"classifier","name":"other","value":1}]`), 202, "")
+		declined("x-4", "rule_error")
+
+		// Sampled auto-approvals are reviewed after the fact.
+		expect(t, h.get("/v1/reviews"), 403, "forbidden")
+		op := func(method, path, body string) response {
+			return h.do(method, path, h.operatorKey, "application/json", body)
+		}
+		list := op("GET", "/v1/reviews", "")
+		expect(t, list, 200, "")
+		rs := list.body["reviews"].([]any)
+		if len(rs) != 1 || rs[0].(map[string]any)["key"] != "x-1" {
+			t.Fatalf("reviews: %s", list.raw)
+		}
+		id := rs[0].(map[string]any)["id"].(string)
+		expect(t, op("POST", "/v1/reviews/"+id, `{"decision":"maybe"}`), 422, "decision_not_allowed")
+		expect(t, op("POST", "/v1/reviews/"+id, `{"decision":"flag","note":"not spam"}`), 200, "")
+		expect(t, op("POST", "/v1/reviews/"+id, `{"decision":"confirm"}`), 404, "review_not_found")
+		if !strings.Contains(strings.Join(h.env.Alerts.Kinds(), " "), "auto_approval_flagged:x-1") {
+			t.Fatal("a flagged review did not alert")
+		}
+	})
+}
+
+func TestApprovalNotification(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		got := make(chan string, 1)
+		hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- string(b)
+		}))
+		defer hook.Close()
+		h.env.Policy.Notify.WebhookURL = hook.URL
+		h.env.Policy.Action("email").LogFields = []string{"subject"}
+		owner, v := h.claim("n-1")
+		r := h.post("/v1/runs/n-1/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"email","target":"default","payload":{"subject":"Refund 42","text":"PRIVATE-DRAFT-TEXT"}}`, owner, v))
+		expect(t, r, 202, "")
+		var card struct{ Text string }
+		select {
+		case b := <-got:
+			if err := json.Unmarshal([]byte(b), &card); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no notification")
+		}
+		for _, want := range []string{"n-1", "email", "subject: Refund 42", r.body["approve_url"].(string)} {
+			if !strings.Contains(card.Text, want) {
+				t.Errorf("card %q lacks %q", card.Text, want)
+			}
+		}
+		if strings.Contains(card.Text, "PRIVATE-DRAFT-TEXT") {
+			t.Fatal("the card carries a payload field outside log_fields")
+		}
+		token := strings.TrimPrefix(r.body["approve_url"].(string), h.url+"/approve/")
+		if strings.Contains(h.logs.String(), token) {
+			t.Fatal("the token reached the log")
+		}
+	})
+}
+
+func TestGateStricterNeverWeaker(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		ask := func(key, action, gate string) response {
+			owner, v := h.claim(key)
+			return h.post("/v1/runs/"+key+"/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"%s","target":"default","payload":{"a":1},"gate":"%s"}`, owner, v, action, gate))
+		}
+		expect(t, ask("g-1", "email", "none"), 422, "gate_too_weak")
+		expect(t, ask("g-2", "digest", "none"), 422, "gate_too_weak")
+		expect(t, ask("g-3", "digest", "approve_before_act"), 202, "")
+		expect(t, ask("g-4", "note", "approve_before_act"), 400, "invalid_field") // no approvers to ask
+		expect(t, ask("g-5", "email", "sometimes"), 400, "invalid_field")
+		if effs := h.get("/v1/runs/g-1").body["effects"].([]any); len(effs) != 0 {
+			t.Fatal("a refused gate queued an effect")
 		}
 	})
 }

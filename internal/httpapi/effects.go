@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -40,10 +42,12 @@ func viewEffect(e store.Effect) effectView {
 func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		leaseBody
-		ActionType string          `json:"action_type"`
-		Target     string          `json:"target"`
-		EffectID   string          `json:"effect_id"`
-		Payload    json.RawMessage `json:"payload"`
+		ActionType string               `json:"action_type"`
+		Target     string               `json:"target"`
+		EffectID   string               `json:"effect_id"`
+		Payload    json.RawMessage      `json:"payload"`
+		Evidence   []approvals.Evidence `json:"evidence"`
+		Gate       string               `json:"gate"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -70,13 +74,20 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sub, err := s.Effects.Submit(r.Context(), effects.QueueRequest{Key: lr.Key, Owner: lr.Owner, Version: lr.Version,
-		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor, Meta: lr.Meta},
-		s.Approvals)
+		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor, Meta: lr.Meta,
+		Evidence: body.Evidence, Gate: body.Gate}, s.Approvals)
 	if err != nil {
 		return err
 	}
+	if a := sub.Approval; a != nil && a.Approval.Mode == policy.GateActWithWindow {
+		// Queued, but held until the window closes; the cancel link is in this response only.
+		writeJSON(w, http.StatusCreated, map[string]any{"created": sub.Created, "version": sub.Run.Version,
+			"effect": viewEffect(sub.Effect), "cancel_url": a.URL, "not_before": sub.Effect.NotBefore})
+		return nil
+	}
 	if a := sub.Approval; a != nil {
-		// The raw token is in this response and nowhere else: only its hash is stored.
+		s.Approvals.Notify(r.Context(), *a, s.Log)
+		// The raw token is in this response (and the approvers' notification) only: only its hash is stored.
 		writeJSON(w, http.StatusAccepted, map[string]any{"approval_id": a.Approval.ID, "approve_url": a.URL,
 			"expires_at": a.Approval.ExpiresAt, "state": a.Run.State, "version": a.Run.Version})
 		return nil
@@ -233,4 +244,60 @@ func (s *server) putKillSwitch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return s.getKillSwitch(w, r)
+}
+
+func (s *server) cancelEffect(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if err := validText("reason", body.Reason, 2000); err != nil {
+		return err
+	}
+	e, err := s.Effects.Cancel(r.Context(), r.PathValue("id"), body.Reason, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewEffect(e))
+	return nil
+}
+
+func (s *server) reviews(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.Approvals.Reviews(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]map[string]any, 0, len(list))
+	for _, a := range list {
+		out = append(out, map[string]any{"id": a.ID, "key": a.RunKey, "action_type": a.ActionType, "target": a.Target,
+			"effect_id": a.EffectID, "payload_hash": a.PayloadHash, "created_at": a.CreatedAt, "expires_at": a.ExpiresAt})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reviews": out})
+	return nil
+}
+
+func (s *server) review(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Decision string `json:"decision"`
+		Note     string `json:"note"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Decision == "" {
+		return missing("decision")
+	}
+	if err := validText("note", body.Note, 2000); err != nil {
+		return err
+	}
+	k := principal(r.Context())
+	a, err := s.Approvals.Review(r.Context(), r.PathValue("id"), body.Decision, body.Note,
+		approvals.Person{Subject: "apikey:" + k.Name, Roles: k.Scopes})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": a.ID, "decision": a.Decision, "reviewed_by": a.ApproverSubject})
+	return nil
 }

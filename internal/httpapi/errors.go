@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/validation"
 )
@@ -57,6 +59,9 @@ var errorTable = []struct {
 	{failures.ErrNotFinished, http.StatusConflict, "not_finished"},
 	{failures.ErrAlreadyReplaced, http.StatusConflict, "already_replaced"},
 	{failures.ErrKeyInUse, http.StatusConflict, "key_in_use"},
+	{approvals.ErrNotFound, http.StatusNotFound, "review_not_found"},
+	{approvals.ErrDecisionNotAllowed, http.StatusUnprocessableEntity, "decision_not_allowed"},
+	{policy.ErrGateTooWeak, http.StatusUnprocessableEntity, "gate_too_weak"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }

@@ -53,7 +53,9 @@ type harness struct {
 	metrics             *metrics.Metrics
 }
 
-func newHarness(t *testing.T, b storetest.Backend) *harness {
+// newHarness serves the API and the pages; pageOpts, given the server's URL, configure
+// the pages (single sign-on).
+func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL string) web.Option) *harness {
 	t.Helper()
 	env := storetest.NewEffectsEnv(t, b, "")
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
@@ -62,8 +64,12 @@ func newHarness(t *testing.T, b storetest.Backend) *harness {
 	url := "http://" + srv.Listener.Addr().String()
 	gate := approvals.NewService(env.Store, env.Policy, env.Alerts, url, env.Clock.Now)
 	env.Approvals = gate
+	var opts []web.Option
+	for _, o := range pageOpts {
+		opts = append(opts, o(url))
+	}
 	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
-		Approvals: gate, Web: web.New(env.Store, gate, log, url, env.Clock.Now), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096})
+		Approvals: gate, Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096})
 	srv.Start()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL

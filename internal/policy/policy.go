@@ -6,6 +6,8 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +68,13 @@ type Policy struct {
 	// InputSchemas check a claim's payload by its trigger_source (seed step 1).
 	InputSchemas map[string]*SchemaRef `yaml:"input_schemas"`
 	dir          string                // relative schema paths start here
+	// Version identifies the policy file's content (recorded with auto-approvals).
+	Version string `yaml:"-"`
+	// Notify posts a short card (Slack-compatible JSON) when an approval is requested.
+	Notify Notify `yaml:"notify"`
+
+	// OIDC is single sign-on for the approval pages (optional; see oidc.go).
+	OIDC *OIDC `yaml:"oidc"`
 }
 
 // Failure classes (DESIGN.md "Failure classes and retry policy").
@@ -201,9 +210,31 @@ type Action struct {
 	ApprovalTTL Duration `yaml:"approval_ttl"`
 	// Reversible is required for act_with_window and approve_by_exception.
 	Reversible bool `yaml:"reversible"`
+	// LogFields are the payload fields that may appear in notifications (and, later, in
+	// events and logs); every other field stays out.
+	LogFields []string `yaml:"log_fields"`
+	// Window is act_with_window's delay: the effect waits this long, cancellable, before
+	// the dispatcher may take it.
+	Window Duration `yaml:"window"`
+	// RuleSource, EvidenceSources and SampleRate configure approve_by_exception: the rule
+	// must hold, validation must have passed, and the request must carry evidence from
+	// every listed source (evaluators outside the model); a sample of auto-approvals goes
+	// to post-hoc review.
+	RuleSource      string   `yaml:"rule"`
+	EvidenceSources []string `yaml:"evidence_sources"`
+	SampleRate      float64  `yaml:"sample_rate"`
+	Rule            *Rule    `yaml:"-"`
 	// QualifiedReview names the role that must approve medical, legal, regulated-financial,
 	// child-safety or structural decisions: it forces approve_before_act by that role.
 	QualifiedReview string `yaml:"qualified_review"`
+}
+
+// Notify is the approval notification webhook. Its URL is a secret (Slack webhooks are
+// bearer URLs), so it comes from the environment or a file.
+type Notify struct {
+	WebhookURLEnv  string `yaml:"webhook_url_env"`
+	WebhookURLFile string `yaml:"webhook_url_file"`
+	WebhookURL     string `yaml:"-"`
 }
 
 // Approvers are the people who may decide an approval.
@@ -285,7 +316,8 @@ func Parse(b []byte, lookupEnv func(string) (string, bool)) (*Policy, error) {
 }
 
 func parse(b []byte, dir string, lookupEnv func(string) (string, bool)) (*Policy, error) {
-	p := Policy{dir: dir}
+	sum := sha256.Sum256(b)
+	p := Policy{dir: dir, Version: hex.EncodeToString(sum[:6])}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&p); err != nil {
@@ -307,6 +339,7 @@ func (p *Policy) defaults() {
 		table[class] = rule // a row given replaces the default row whole
 	}
 	p.Retry = table
+	p.OIDC.defaults()
 	if p.Budgets == (Budgets{}) {
 		p.Budgets.MaxModelCalls = 50
 	}
@@ -418,6 +451,12 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 			e.add(f+".max_backoff", "must not be shorter than backoff")
 		}
 	}
+	if p.Notify.WebhookURLEnv != "" || p.Notify.WebhookURLFile != "" {
+		p.Notify.WebhookURL = secret("notify", "webhook_url", p.Notify.WebhookURLEnv, p.Notify.WebhookURLFile, &e, lookupEnv)
+		if u, err := url.Parse(p.Notify.WebhookURL); p.Notify.WebhookURL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
+			e.add("notify.webhook_url", "must be an absolute http(s) URL")
+		}
+	}
 	if n := *p.Validation.MaxRepairs; n < 0 || n > 20 {
 		e.add("validation.max_repairs", "must be from 0 to 20")
 	}
@@ -459,8 +498,26 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		if (a.Gate == GateActWithWindow || a.Gate == GateApproveByException) && !a.Reversible {
 			e.add(f+".reversible", "%s is only for reversible actions: set reversible: true, or use approve_before_act", a.Gate)
 		}
-		if a.Gate == GateActWithWindow || a.Gate == GateApproveByException {
-			e.add(f+".gate", "%s is not available yet in this version; use approve_before_act", a.Gate)
+		if a.Gate == GateActWithWindow && (a.Window.D() < 10*time.Second || a.Window.D() > 7*24*time.Hour) {
+			e.add(f+".window", "act_with_window needs a window from 10s to 168h")
+		}
+		if a.Gate == GateApproveByException {
+			if a.RuleSource == "" {
+				e.add(f+".rule", "approve_by_exception needs a rule")
+			} else if r, err := compileRule(a.RuleSource); err != nil {
+				e.add(f+".rule", "%v", err)
+			} else {
+				a.Rule = r
+			}
+			if len(a.EvidenceSources) == 0 {
+				e.add(f+".evidence_sources", "approve_by_exception needs evidence from at least one evaluator outside the model")
+			}
+			if a.Schema == nil {
+				e.add(f+".schema", "approve_by_exception needs a schema: validation must pass")
+			}
+		}
+		if a.SampleRate < 0 || a.SampleRate > 1 {
+			e.add(f+".sample_rate", "must be from 0 to 1")
 		}
 		if a.ApprovalTTL.D() < time.Minute || a.ApprovalTTL.D() > 30*24*time.Hour {
 			e.add(f+".approval_ttl", "must be from 1m to 720h")
@@ -499,6 +556,7 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 			e.add(f+".connector", "must be http, smtp or worker, not %q", a.Connector)
 		}
 	}
+	p.OIDC.validate("oidc", &e, lookupEnv)
 	if len(e) > 0 {
 		return errors.New(strings.Join(e, "; "))
 	}
@@ -686,3 +744,36 @@ func Backoff(base, limit Duration, attempts int, retryAfter time.Duration) time.
 	}
 	return max(d, retryAfter)
 }
+
+// gateStrictness orders the gate modes: a client may ask for a stricter gate than its
+// action type's, never a weaker one. act_with_window ranks above approve_by_exception
+// because every one of its effects waits for a person's chance to cancel.
+var gateStrictness = map[string]int{GateNone: 0, GateApproveByException: 1, GateActWithWindow: 2, GateApproveBeforeAct: 3}
+
+// WithGate returns the action type with a client's requested gate: the same when gate is
+// "" or equal; a copy with the stricter gate; or an error (weaker, unknown, or a mode the
+// type lacks the configuration for).
+func (a *Action) WithGate(gate string) (*Action, error) {
+	if gate == "" || gate == a.Gate {
+		return a, nil
+	}
+	want, ok := gateStrictness[gate]
+	if !ok {
+		return nil, fmt.Errorf("unknown gate %q", gate)
+	}
+	if want < gateStrictness[a.Gate] {
+		return nil, ErrGateTooWeak
+	}
+	if len(a.Approvers.Roles) == 0 && len(a.Approvers.Subjects) == 0 {
+		return nil, fmt.Errorf("%s has no approvers configured for a stricter gate", a.Name)
+	}
+	if (gate == GateActWithWindow && a.Window == 0) || (gate == GateApproveByException && a.Rule == nil) {
+		return nil, fmt.Errorf("%s is not configured for %s", a.Name, gate)
+	}
+	c := *a
+	c.Gate = gate
+	return &c, nil
+}
+
+// ErrGateTooWeak: a client asked for a weaker gate than its action type's policy.
+var ErrGateTooWeak = errors.New("a client may ask for a stricter gate, never a weaker one")

@@ -95,6 +95,11 @@ func TestErrorsNameTheField(t *testing.T) {
 		{`actions: {a: {connector: worker, schema: [1, 2]}}`, "a schema is a file path or an inline mapping"},
 		{`input_schemas: {zendesk: {type: object, properties: {a: {type: nope}}}}`, "input_schemas.zendesk"},
 		{`validation: {max_repairs: -1}`, "validation.max_repairs"},
+		{`actions: {t: {connector: worker, gate: approve_by_exception, reversible: true, approvers: {roles: [x]}, schema: {type: object}, evidence_sources: [c], rule: "output.label =="}}`, "actions.t.rule"},
+		{`actions: {t: {connector: worker, gate: approve_by_exception, reversible: true, approvers: {roles: [x]}, schema: {type: object}, evidence_sources: [c], rule: "1 + 1"}}`, "must be a boolean expression"},
+		{`actions: {t: {connector: worker, gate: approve_by_exception, reversible: true, approvers: {roles: [x]}, schema: {type: object}, rule: "true"}}`, "actions.t.evidence_sources"},
+		{`actions: {t: {connector: worker, gate: approve_by_exception, reversible: true, approvers: {roles: [x]}, evidence_sources: [c], rule: "true"}}`, "actions.t.schema"},
+		{`actions: {t: {connector: worker, gate: none, sample_rate: 2}}`, "actions.t.sample_rate"},
 		{`budgets: {max_model_calls: -1}`, "budgets.max_model_calls"},
 	} {
 		_, err := Parse([]byte(c.doc), env(nil))

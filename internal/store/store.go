@@ -440,6 +440,9 @@ type ApprovalQueries interface {
 	IntentGet(ctx context.Context, idHash string, now *time.Time) (string, error)
 	ApprovalInsert(ctx context.Context, a Approval) error
 	ApprovalByTokenHash(ctx context.Context, tokenHash string) (Approval, error)
+	ApprovalByID(ctx context.Context, id string) (Approval, error)
+	// ApprovalsOpen lists unconsumed approvals of a mode, oldest first.
+	ApprovalsOpen(ctx context.Context, mode string, limit int) ([]Approval, error)
 	ApprovalsByRun(ctx context.Context, key string) ([]Approval, error)
 	// ApprovalConsume is the seed's UPDATE … RETURNING; ErrNoMatch when it does not apply.
 	ApprovalConsume(ctx context.Context, p ApprovalConsumeParams) (Approval, error)

@@ -1,7 +1,8 @@
-// Package web is airlock's pages for people: sign-in with local accounts, and the
-// approval confirmation page and decision. Pages are server-rendered and work without
-// JavaScript; a GET never changes anything; every POST passes net/http's
-// CrossOriginProtection, and cookies are SameSite=Lax, HttpOnly, Secure over https.
+// Package web is airlock's pages for people: sign-in with local accounts or OpenID
+// Connect single sign-on (oidc.go), and the approval confirmation page and decision.
+// Pages are server-rendered and work without JavaScript; a GET never changes an
+// approval; every POST passes net/http's CrossOriginProtection, and cookies are
+// SameSite=Lax, HttpOnly, Secure over https.
 package web
 
 import (
@@ -47,17 +48,22 @@ type Web struct {
 	store     store.Store
 	approvals *approvals.Service
 	log       *slog.Logger
-	secure    bool // Secure cookies: the public URL is https
+	secure    bool  // Secure cookies: the public URL is https
+	oidc      *OIDC // single sign-on, when configured
 	runs.Clock
 }
 
-func New(st store.Store, ap *approvals.Service, log *slog.Logger, publicURL string, now func() time.Time) *Web {
-	return &Web{store: st, approvals: ap, log: log, secure: strings.HasPrefix(publicURL, "https://"), Clock: runs.Clock{Now: now}}
+func New(st store.Store, ap *approvals.Service, log *slog.Logger, publicURL string, now func() time.Time, opts ...Option) *Web {
+	w := &Web{store: st, approvals: ap, log: log, secure: strings.HasPrefix(publicURL, "https://"), Clock: runs.Clock{Now: now}}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
 }
 
 // Patterns lists the routes Register adds (the OpenAPI test documents them).
 var Patterns = []string{"GET /login", "POST /login", "POST /logout", "GET /approve/{token}", "POST /approve/{token}",
-	"GET /approve/continue", "POST /approve/continue"}
+	"GET /approve/continue", "POST /approve/continue", "GET /login/oidc", "GET " + CallbackPath}
 
 // Register adds the pages to mux.
 func (w *Web) Register(mux *http.ServeMux) {
@@ -66,6 +72,8 @@ func (w *Web) Register(mux *http.ServeMux) {
 	mux.Handle("GET /login", headers(http.HandlerFunc(w.loginPage)))
 	mux.Handle("POST /login", post(w.login))
 	mux.Handle("POST /logout", post(w.logout))
+	mux.Handle("GET /login/oidc", headers(http.HandlerFunc(w.oidcStart)))
+	mux.Handle("GET "+CallbackPath, headers(http.HandlerFunc(w.oidcCallback)))
 	// "continue" is the page after a sign-in, found through the intent cookie: the raw
 	// token never sits in a URL parameter or server-side.
 	mux.Handle("GET /approve/continue", headers(http.HandlerFunc(w.continuePage)))
@@ -158,8 +166,52 @@ func (w *Web) neutral(rw http.ResponseWriter, who *approvals.Person) {
 		Message: "The approval link is unknown, has expired, or has already been used. Nothing was changed.", Person: who})
 }
 
+type loginPage struct {
+	page
+	SSO bool
+}
+
 func (w *Web) loginPage(rw http.ResponseWriter, r *http.Request) {
-	w.render(rw, http.StatusOK, "login.html", page{Title: "Sign in"})
+	if who := w.person(r); who != nil {
+		w.signedIn(rw, who)
+		return
+	}
+	w.render(rw, http.StatusOK, "login.html", loginPage{page: page{Title: "Sign in"}, SSO: w.oidc != nil})
+}
+
+func (w *Web) loginError(rw http.ResponseWriter, r *http.Request, status int, msg string) {
+	w.render(rw, status, "login.html", loginPage{page: page{Title: "Sign in", Error: msg}, SSO: w.oidc != nil})
+}
+
+func (w *Web) signedIn(rw http.ResponseWriter, who *approvals.Person) {
+	w.render(rw, http.StatusOK, "neutral.html", page{Title: "Signed in", Message: "You are signed in. Open your approval link again.", Person: who})
+}
+
+// startSession starts the server-side session of a sign-in, local or single sign-on:
+// only the cookie value's hash is stored; a session the browser held before ends.
+func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approvals.Person) bool {
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
+		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
+	}
+	value := randomValue()
+	now := time.Now().UTC()
+	if t := w.At(); t != nil {
+		now = *t
+	}
+	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), Subject: who.Subject, Roles: who.Roles,
+		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
+		w.log.Error("create session", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return false
+	}
+	w.setCookie(rw, sessionCookie, value, SessionLifetime)
+	return true
+}
+
+// hasIntent: an approval's place is kept across this sign-in.
+func (w *Web) hasIntent(r *http.Request) bool {
+	_, err := r.Cookie(intentCookie)
+	return err == nil
 }
 
 func (w *Web) login(rw http.ResponseWriter, r *http.Request) {
@@ -169,30 +221,18 @@ func (w *Web) login(rw http.ResponseWriter, r *http.Request) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			w.log.Error("sign-in", "err", err)
 		}
-		w.render(rw, http.StatusUnauthorized, "login.html", page{Title: "Sign in", Error: "Unknown user or wrong password."})
+		w.loginError(rw, r, http.StatusUnauthorized, "Unknown user or wrong password.")
 		return
 	}
-	value := randomValue()
-	now := time.Now().UTC()
-	if t := w.At(); t != nil {
-		now = *t
-	}
-	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), Subject: u.Name, Roles: u.Roles,
-		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
-		w.log.Error("create session", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+	who := approvals.Person{Subject: u.Name, Roles: u.Roles}
+	if !w.startSession(rw, r, who) {
 		return
 	}
-	w.setCookie(rw, sessionCookie, value, SessionLifetime)
-	to := "/login"
-	if _, err := r.Cookie(intentCookie); err == nil {
-		to = "/approve/continue"
-	} else {
-		w.render(rw, http.StatusOK, "neutral.html", page{Title: "Signed in", Message: "You are signed in. Open your approval link again.",
-			Person: &approvals.Person{Subject: u.Name, Roles: u.Roles}})
+	if !w.hasIntent(r) {
+		w.signedIn(rw, &who)
 		return
 	}
-	http.Redirect(rw, r, to, http.StatusSeeOther)
+	http.Redirect(rw, r, "/approve/continue", http.StatusSeeOther)
 }
 
 func (w *Web) logout(rw http.ResponseWriter, r *http.Request) {
@@ -338,6 +378,9 @@ func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action str
 	case errors.Is(err, approvals.ErrForbidden), errors.Is(err, approvals.ErrSelfApproval), errors.Is(err, approvals.ErrDecisionNotAllowed):
 		w.show(rw, r, th, action, who, http.StatusForbidden, err.Error())
 		return
+	case errors.Is(err, approvals.ErrTooLate):
+		w.render(rw, http.StatusConflict, "neutral.html", page{Title: "Too late to cancel", Message: err.Error(), Person: who})
+		return
 	case errors.Is(err, approvals.ErrNotFound):
 		w.neutral(rw, who)
 		return
@@ -347,8 +390,11 @@ func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action str
 		return
 	}
 	msg := "Approved: the action is queued and will be sent once."
-	if a.Decision == approvals.Reject {
+	switch a.Decision {
+	case approvals.Reject:
 		msg = "Rejected: nothing will be sent."
+	case approvals.Cancel:
+		msg = "Cancelled: nothing will be sent."
 	}
 	w.render(rw, http.StatusOK, "neutral.html", page{Title: "Decision recorded", Message: msg, Person: who})
 }

@@ -169,3 +169,16 @@ func (q queries) RunSetState(ctx context.Context, p store.RunSetStateParams) (st
 		WHERE idempotency_key = $1 AND state = $2
 		RETURNING `+runColumns, p.Key, string(p.From), string(p.To), jsonArg(p.Result), p.ParkReason, p.Now)))
 }
+
+func (q queries) ApprovalByID(ctx context.Context, id string) (store.Approval, error) {
+	return scanApproval(q.db.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = $1`, id))
+}
+
+func (q queries) ApprovalsOpen(ctx context.Context, mode string, limit int) ([]store.Approval, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE consumed_at IS NULL AND mode = $1 ORDER BY created_at, id LIMIT $2`, mode, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list open approvals: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Approval, error) { return scanApproval(row) })
+}

@@ -180,3 +180,12 @@ func (q queries) RunSetState(ctx context.Context, p store.RunSetStateParams) (st
 		WHERE idempotency_key = ?1 AND state = ?2
 		RETURNING `+runColumns, p.Key, string(p.From), string(p.To), jsonArg(p.Result), p.ParkReason, q.at(p.Now))))
 }
+
+func (q queries) ApprovalByID(ctx context.Context, id string) (store.Approval, error) {
+	return scanApproval(q.db.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
+}
+
+func (q queries) ApprovalsOpen(ctx context.Context, mode string, limit int) ([]store.Approval, error) {
+	return collectApprovals(q.db.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE consumed_at IS NULL AND mode = ? ORDER BY created_at, id LIMIT ?`, mode, limit))
+}

@@ -118,6 +118,28 @@ actions:
     http: {url: %[1]s/mail}
     approvers: {roles: [support-lead]}
     approval_ttl: 1h
+  digest:
+    connector: http
+    gate: act_with_window
+    reversible: true
+    window: 10m
+    approvers: {roles: [support-lead]}
+    http: {url: %[1]s/digest}
+  triage:
+    connector: http
+    gate: approve_by_exception
+    reversible: true
+    http: {url: %[1]s/triage}
+    schema:
+      type: object
+      required: [label]
+      properties:
+        label: {enum: [duplicate, spam, other]}
+        confidence: {type: number}
+    rule: 'output.label in ["duplicate", "spam"] && evidence["classifier"]["score"] >= 0.95'
+    evidence_sources: [classifier]
+    sample_rate: 1
+    approvers: {roles: [support-lead]}
   reply:
     connector: http
     gate: none
@@ -148,7 +170,7 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	}
 	e.Policy = pol
 	conns := map[string]connector.Connector{}
-	for _, name := range []string{"note", "crm", "email"} {
+	for _, name := range []string{"note", "crm", "email", "digest", "triage"} {
 		h := pol.Action(name).HTTP
 		c, err := httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Timeout: h.Timeout.D(),
 			LookupURL: h.LookupURL, LookupAuthoritative: h.LookupAuthoritative})

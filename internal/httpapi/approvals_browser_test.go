@@ -1,0 +1,197 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath is the browser the test drives (Debian's `apt-get install chromium`).
+const chromiumPath = "/usr/bin/chromium"
+
+// browserBudget bounds one whole browser session: start, every page, shutdown.
+const browserBudget = 60 * time.Second
+
+// requireChromium skips the test without a browser, except under CI, where it must run.
+func requireChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is missing: under CI the browser tests must run (apt-get install -y chromium)", chromiumPath)
+		}
+		t.Skipf("%s is missing; apt-get install -y chromium to run the browser tests", chromiumPath)
+	}
+}
+
+// newChromium starts a headless Chromium with a fresh profile and returns the context of
+// one tab. Everything it does shares one deadline; the browser is stopped (and waited
+// for) before the test's temporary directories are removed.
+func newChromium(t *testing.T) context.Context {
+	t.Helper()
+	profile := t.TempDir() // registered first, so removed after the browser has exited
+	output := &syncBuffer{}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox, // root in containers and CI
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(profile),
+		chromedp.CombinedOutput(output),
+	)
+	ctx, cancelTimeout := context.WithTimeout(context.Background(), browserBudget)
+	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	ctx, cancelTab := chromedp.NewContext(ctx)
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc() // also waits for the browser process to exit
+		cancelTimeout()
+		if t.Failed() {
+			t.Logf("chromium output:\n%s", output.String())
+		}
+	})
+	// Start the browser and open the tab now, on the tab's own context: the first run
+	// binds the tab's lifetime to the context it gets.
+	started := time.Now()
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v\n%s", err, output.String())
+	}
+	t.Logf("chromium started in %v", time.Since(started).Round(time.Millisecond))
+	return ctx
+}
+
+// noScripts fails unless the current page has no <script> element.
+func noScripts(ctx context.Context, t *testing.T, page string) {
+	t.Helper()
+	nodes, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll("script"), chromedp.AtLeast(0)))
+	if err != nil {
+		t.Fatalf("%s: look for scripts: %v", page, err)
+	}
+	if len(nodes) != 0 {
+		t.Fatalf("%s has %d <script> elements; the pages must work without JavaScript", page, len(nodes))
+	}
+}
+
+// TestApprovalInBrowser walks the approval flow in a real headless Chromium with
+// JavaScript switched off: a signed-out person opens the link, signs in, sees the card,
+// approves with the form's button, and the link is dead afterwards.
+func TestApprovalInBrowser(t *testing.T) {
+	requireChromium(t)
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		const key = "ticket-browser-1"
+		h.addUser("lead", "support-lead")
+		link := h.propose(key, "")
+		ctx := newChromium(t)
+		start := time.Now()
+		step := func(name string, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		path := func(resp *network.Response) string {
+			t.Helper()
+			u, err := url.Parse(resp.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return u.Path
+		}
+
+		// The pages are server-rendered forms: everything below works with scripts off.
+		_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		step("disable JavaScript", err)
+		step("script probe", chromedp.Do(ctx, chromedp.Navigate(`data:text/html,<title>off</title><script>document.title="on"</script>`)))
+		if title, err := chromedp.Run(ctx, chromedp.Title()); err != nil || title != "off" {
+			t.Fatalf("a page script still ran (title %q, %v): the check below would prove nothing", title, err)
+		}
+
+		// Signed out: the link leads to the sign-in page, without the token in the URL.
+		resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(link))
+		step("open the link", err)
+		if resp.Status != 200 || path(resp) != "/login" {
+			t.Fatalf("opening the link signed out: %d %s, want 200 /login", resp.Status, path(resp))
+		}
+		step("sign-in page", chromedp.Do(ctx, chromedp.WaitVisible(`//h1[normalize-space()="Sign in to airlock"]`)))
+		noScripts(ctx, t, "the sign-in page")
+
+		// Sign in with real key presses and a click on the button.
+		step("fill the sign-in form", chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.CSS(`form[action="/login"] input[name="username"]`), "lead"),
+			chromedp.SendKeys(chromedp.CSS(`form[action="/login"] input[name="password"]`), "correct horse battery"),
+		))
+		resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`form[action="/login"] button[type="submit"]`)))
+		step("sign in", err)
+		if resp.Status != 200 || path(resp) != "/approve/continue" {
+			t.Fatalf("after sign-in: %d %s, want 200 /approve/continue", resp.Status, path(resp))
+		}
+
+		// The approval card: the idempotency key, the decision buttons, the rerun protocol.
+		step("approval card", chromedp.Do(ctx,
+			chromedp.WaitVisible(`//h1[starts-with(normalize-space(), "Approve or reject")]`),
+			chromedp.WaitVisible(`//h2[normalize-space()="Rerun protocol"]`),
+			chromedp.WaitVisible(`//button[normalize-space()="Approve and send"]`),
+		))
+		shownKey, err := chromedp.Run(ctx, chromedp.Text(`//dt[normalize-space()="Idempotency key"]/following-sibling::dd[1]`))
+		step("read the idempotency key", err)
+		if strings.TrimSpace(shownKey) != key {
+			t.Fatalf("the card shows idempotency key %q, want %q", shownKey, key)
+		}
+		body, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+		step("read the card", err)
+		for _, want := range []string{key, "Rerun protocol", "Signed in as lead"} {
+			if !strings.Contains(body, want) {
+				t.Fatalf("the card does not show %q:\n%s", want, body)
+			}
+		}
+		noScripts(ctx, t, "the approval card")
+
+		// Approve with the form's button.
+		resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//button[normalize-space()="Approve and send"]`))
+		step("approve", err)
+		if resp.Status != 200 {
+			t.Fatalf("approve: status %d", resp.Status)
+		}
+		step("decision page", chromedp.Do(ctx, chromedp.WaitVisible(`//h1[normalize-space()="Decision recorded"]`)))
+		msg, err := chromedp.Run(ctx, chromedp.Text(`//h1[normalize-space()="Decision recorded"]/following-sibling::p[1]`))
+		step("read the decision", err)
+		if !strings.HasPrefix(strings.TrimSpace(msg), "Approved") {
+			t.Fatalf("after approving the page says %q, want Approved…", msg)
+		}
+		noScripts(ctx, t, "the decision page")
+
+		// Through the API: approved, with one effect queued.
+		run := h.get("/v1/runs/" + key)
+		effs, _ := run.body["effects"].([]any)
+		if run.body["state"] != "approved" || len(effs) != 1 || effs[0].(map[string]any)["state"] != "pending" {
+			t.Fatalf("after approving in the browser: %s", run.raw)
+		}
+
+		// The same link again, still signed in: the neutral page, nothing changed.
+		resp, err = chromedp.Run(ctx, chromedp.NavigateResponse(link))
+		step("open the link again", err)
+		if resp.Status != 404 {
+			t.Fatalf("second visit: status %d, want 404", resp.Status)
+		}
+		step("neutral page", chromedp.Do(ctx, chromedp.WaitVisible(`//h1[normalize-space()="This link cannot be used"]`)))
+		body, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+		step("read the neutral page", err)
+		if !strings.Contains(body, "cannot be used") || strings.Contains(body, "Approve and send") || strings.Contains(body, key) {
+			t.Fatalf("second visit shows:\n%s", body)
+		}
+		noScripts(ctx, t, "the neutral page")
+		if effs := h.get("/v1/runs/" + key).body["effects"].([]any); len(effs) != 1 {
+			t.Fatalf("%d effects after the second visit", len(effs))
+		}
+		t.Logf("browser flow took %v", time.Since(start).Round(time.Millisecond))
+	})
+}
