@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -141,6 +142,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	work := ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, nil)
 	pages := web.New(st, gate, log, publicURL, nil, webOpts...)
 	svc := runs.NewService(st, runs.Config{
 		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
@@ -149,7 +151,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
 	svc.Budgets = fail.Budget
 	srv := &http.Server{
-		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
+		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work, Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

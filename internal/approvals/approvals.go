@@ -233,6 +233,11 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 			return s.cancel(ctx, q, a, who, reason)
 		}
 		to, result := store.StateApproved, json.RawMessage(nil)
+		if a.Executor == store.ExecutorAgent {
+			// The agent performs it itself: back to processing with no live lease, so its
+			// next claim takes the run and its next plan of this effect may execute.
+			to = store.StateProcessing
+		}
 		if decision == Reject {
 			to = store.StateRejected
 			if result, err = json.Marshal(map[string]string{"rejected_by": who.Subject, "reason": reason}); err != nil {
@@ -252,7 +257,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		}); err != nil {
 			return err
 		}
-		if decision == Reject {
+		if decision == Reject || a.Executor == store.ExecutorAgent {
 			return nil
 		}
 		e, created, err := q.EffectInsert(ctx, store.Effect{ID: uuid.NewString(), RunKey: a.RunKey, EffectID: a.EffectID,

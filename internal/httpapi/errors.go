@@ -10,6 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/validation"
@@ -62,6 +63,11 @@ var errorTable = []struct {
 	{approvals.ErrNotFound, http.StatusNotFound, "review_not_found"},
 	{approvals.ErrDecisionNotAllowed, http.StatusUnprocessableEntity, "decision_not_allowed"},
 	{policy.ErrGateTooWeak, http.StatusUnprocessableEntity, "gate_too_weak"},
+	{ledger.ErrNotFound, http.StatusNotFound, "ledger_not_found"},
+	{ledger.ErrInvariantsChanged, http.StatusConflict, "invariants_changed"},
+	{ledger.ErrReconcileFirst, http.StatusConflict, "reconcile_first"},
+	{ledger.ErrInputMismatch, http.StatusConflict, "input_mismatch"},
+	{ledger.ErrNotPlanned, http.StatusConflict, "not_planned"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }
@@ -77,6 +83,12 @@ func toAPIError(err error) (*Error, bool) {
 	if errors.As(err, &ie) {
 		e := apiError(http.StatusUnprocessableEntity, "invalid_input", ie.Error())
 		e.Errors = ie.Errors
+		return e, true
+	}
+	var le *ledger.InvalidError
+	if errors.As(err, &le) {
+		e := apiError(http.StatusUnprocessableEntity, "invalid_ledger", le.Error())
+		e.Errors = le.Errors
 		return e, true
 	}
 	var fe *runs.FieldError

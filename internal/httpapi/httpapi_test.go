@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 	"github.com/airlockhq/airlock/internal/web"
@@ -69,7 +70,7 @@ func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL st
 		opts = append(opts, o(url))
 	}
 	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
-		Approvals: gate, Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096})
+		Approvals: gate, Ledger: ledger.NewService(env.Store, env.Policy, env.Effects, gate, env.Alerts, env.Failures.Budget, env.Clock.Now), Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096})
 	srv.Start()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -37,6 +38,7 @@ type Deps struct {
 	Effects      *effects.Service
 	Failures     *failures.Service
 	Approvals    *approvals.Service
+	Ledger       *ledger.Service
 	Web          *web.Web
 	Metrics      *metrics.Metrics
 	Log          *slog.Logger
@@ -68,6 +70,13 @@ var Routes = []Route{
 	{"POST", "/v1/runs/{key}/failures", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.failure }},
 	{"POST", "/v1/runs/{key}/usage", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.usage }},
 	{"POST", "/v1/runs/{key}/replace", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.replace }},
+	{"PUT", "/v1/runs/{key}/ledger", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.putLedger }},
+	{"GET", "/v1/runs/{key}/ledger", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getLedger }},
+	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/plan", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.plan }},
+	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/confirm", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.confirm }},
+	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/reconcile", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.reconcile }},
+	{"GET", "/v1/runs/{key}/resume", apikeys.ScopeRead, func(s *server) handlerFunc { return s.resume }},
+	{"GET", "/v1/ledger.schema.json", "", func(s *server) handlerFunc { return s.ledgerSchema }},
 	{"POST", "/v1/runs/{key}/effects", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.queueEffect }},
 	{"POST", "/v1/effects/{id}/cancel", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.cancelEffect }},
 	{"POST", "/v1/effects/claim", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.effectsClaim }},
@@ -88,7 +97,7 @@ var Routes = []Route{
 // New returns the API's handler.
 func New(d Deps) http.Handler {
 	// A missing part would surface as a 500 on its first request; fail at start instead.
-	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Approvals == nil || d.Web == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
+	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Approvals == nil || d.Ledger == nil || d.Web == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
 		panic("httpapi.New: every dependency is required")
 	}
 	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})}

@@ -116,6 +116,7 @@ type Queries interface {
 	EffectQueries
 	FailureQueries
 	ApprovalQueries
+	LedgerQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -259,6 +260,7 @@ const (
 const (
 	ExecutorDispatcher = "dispatcher" // sent by airlock's dispatcher through a connector
 	ExecutorWorker     = "worker"     // claimed and performed by an external worker
+	ExecutorAgent      = "agent"      // performed by the agent itself: planned before, confirmed after
 )
 
 // Effect is a row of effects: one external write of a run.
@@ -452,4 +454,14 @@ type ApprovalQueries interface {
 	// it was decided or expired meanwhile.
 	ApprovalExpire(ctx context.Context, id string, now *time.Time) (Approval, error)
 	RunSetState(ctx context.Context, p RunSetStateParams) (Run, error)
+}
+
+// LedgerQueries are the statements of the work ledger.
+type LedgerQueries interface {
+	// LedgerInsert stores a checkpoint; ErrNoMatch if that version exists already.
+	LedgerInsert(ctx context.Context, key string, checkpoint int, doc json.RawMessage, now *time.Time) error
+	// LedgerLatest returns the run's newest checkpoint; ErrNotFound if it has none.
+	LedgerLatest(ctx context.Context, key string) (int, json.RawMessage, error)
+	// EffectByRunEffectID returns the run's effect with that effect id; ErrNotFound if none.
+	EffectByRunEffectID(ctx context.Context, key, effectID string) (Effect, error)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/connector/smtpconn"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -93,6 +94,7 @@ type EffectsEnv struct {
 	Effects    *effects.Service
 	Failures   *failures.Service
 	Approvals  *approvals.Service
+	Ledger     *ledger.Service
 	Dispatcher *effects.Dispatcher
 }
 
@@ -140,6 +142,12 @@ actions:
     evidence_sources: [classifier]
     sample_rate: 1
     approvers: {roles: [support-lead]}
+  create_internal_draft:
+    connector: worker
+    gate: none
+  share_publicly:
+    connector: worker
+    approvers: {roles: [support-lead]}
   reply:
     connector: http
     gate: none
@@ -184,6 +192,7 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	e.Effects = effects.NewService(effects.Options{Store: e.Store, Policy: pol, Connectors: conns, Alerts: e.Alerts,
 		Now: e.Clock.Now, AIActionsEnabled: envOverride, AIActionsEnabledSet: envOverride != "", Budgets: e.Failures.Budget})
 	e.Approvals = approvals.NewService(e.Store, pol, e.Alerts, "http://127.0.0.1:8080", e.Clock.Now)
+	e.Ledger = ledger.NewService(e.Store, pol, e.Effects, e.Approvals, e.Alerts, e.Failures.Budget, e.Clock.Now)
 	e.Dispatcher = &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
 	return e
 }

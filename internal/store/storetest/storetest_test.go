@@ -32,3 +32,12 @@ func TestFailuresConformance(t *testing.T) {
 		})
 	}
 }
+
+func TestLedgerConformance(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunLedger(t, b)
+		})
+	}
+}

@@ -1,0 +1,188 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+
+	"github.com/airlockhq/airlock/internal/ledger"
+	"github.com/airlockhq/airlock/internal/runs"
+)
+
+// ledgerKey reads and checks the path's key and, where there is one, effect id.
+func ledgerPath(r *http.Request) (key, effectID string, err error) {
+	key = r.PathValue("key")
+	if err := validKey("key", key); err != nil {
+		return "", "", err
+	}
+	if id := r.PathValue("effect_id"); id != "" {
+		if err := validKey("effect_id", id); err != nil {
+			return "", "", err
+		}
+		effectID = id
+	}
+	return key, effectID, nil
+}
+
+func (s *server) putLedger(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		LeaseOwner string          `json:"lease_owner"`
+		Ledger     json.RawMessage `json:"ledger"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	key, _, err := ledgerPath(r)
+	if err != nil {
+		return err
+	}
+	if body.LeaseOwner == "" {
+		return missing("lease_owner")
+	}
+	if len(body.Ledger) == 0 || bytes.Equal(body.Ledger, []byte("null")) {
+		return missing("ledger")
+	}
+	cv, run, err := s.Ledger.Save(r.Context(), key, body.LeaseOwner, body.Ledger, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"checkpoint_version": cv, "version": run.Version})
+	return nil
+}
+
+func (s *server) getLedger(w http.ResponseWriter, r *http.Request) error {
+	key, _, err := ledgerPath(r)
+	if err != nil {
+		return err
+	}
+	l, err := s.Ledger.Get(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, l)
+	return nil
+}
+
+func (s *server) ledgerSchema(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/schema+json")
+	_, err := w.Write(ledger.SchemaJSON)
+	return err
+}
+
+func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
+	var b struct {
+		LeaseOwner string     `json:"lease_owner"`
+		Action     string     `json:"action"`
+		Target     string     `json:"target"`
+		InputHash  string     `json:"input_hash"`
+		Meta       *runs.Meta `json:"meta"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	key, id, err := ledgerPath(r)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, v string }{{"lease_owner", b.LeaseOwner}, {"action", b.Action}, {"target", b.Target}, {"input_hash", b.InputHash}} {
+		if f.v == "" {
+			return missing(f.name)
+		}
+		if err := validText(f.name, f.v, 320); err != nil {
+			return err
+		}
+	}
+	if err := validMeta(b.Meta); err != nil {
+		return err
+	}
+	res, err := s.Ledger.Plan(r.Context(), ledger.PlanRequest{Key: key, EffectID: id, Owner: b.LeaseOwner, Action: b.Action,
+		Target: b.Target, InputHash: b.InputHash, Actor: actor(r), Meta: b.Meta})
+	if err != nil {
+		return err
+	}
+	if a := res.Approval; a != nil {
+		s.Approvals.Notify(r.Context(), *a, s.Log)
+		writeJSON(w, http.StatusAccepted, map[string]any{"execute": false, "approval_id": a.Approval.ID, "approve_url": a.URL,
+			"expires_at": a.Approval.ExpiresAt, "state": a.Run.State, "version": a.Run.Version})
+		return nil
+	}
+	out := map[string]any{"execute": res.Execute}
+	if res.Receipt != "" {
+		out["receipt"] = res.Receipt
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) confirm(w http.ResponseWriter, r *http.Request) error {
+	var b struct {
+		LeaseOwner string `json:"lease_owner"`
+		Receipt    string `json:"receipt"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	key, id, err := ledgerPath(r)
+	if err != nil {
+		return err
+	}
+	if b.LeaseOwner == "" {
+		return missing("lease_owner")
+	}
+	if b.Receipt == "" {
+		return missing("receipt")
+	}
+	if err := validText("receipt", b.Receipt, 500); err != nil {
+		return err
+	}
+	if err := s.Ledger.Confirm(r.Context(), key, id, b.LeaseOwner, b.Receipt, actor(r)); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "confirmed", "receipt": b.Receipt})
+	return nil
+}
+
+func (s *server) reconcile(w http.ResponseWriter, r *http.Request) error {
+	var b struct {
+		LeaseOwner   string   `json:"lease_owner"`
+		Found        []string `json:"found"`
+		Undetermined bool     `json:"undetermined"`
+	}
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	key, id, err := ledgerPath(r)
+	if err != nil {
+		return err
+	}
+	if b.LeaseOwner == "" {
+		return missing("lease_owner")
+	}
+	if b.Found == nil && !b.Undetermined {
+		return missing("found (or undetermined: true)")
+	}
+	for _, f := range b.Found {
+		if err := validText("found", f, 500); err != nil {
+			return err
+		}
+	}
+	status, err := s.Ledger.Reconcile(r.Context(), key, id, b.LeaseOwner, b.Found, b.Undetermined, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": status})
+	return nil
+}
+
+func (s *server) resume(w http.ResponseWriter, r *http.Request) error {
+	key, _, err := ledgerPath(r)
+	if err != nil {
+		return err
+	}
+	v, err := s.Ledger.Resume(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}

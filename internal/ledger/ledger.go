@@ -1,0 +1,540 @@
+// Package ledger is the work ledger of seed 002: a long-running agent's resumable state,
+// saved by compare-and-set on its checkpoint version, and its own external effects
+// recorded as planned before and confirmed after, so that on restart airlock can tell it
+// what it may safely do next — and never to repeat a confirmed effect or start over.
+package ledger
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/validation"
+)
+
+//go:embed ledger.schema.json
+var SchemaJSON []byte
+
+var schema = func() *validation.Schema {
+	s, err := validation.Compile("ledger.schema.json", SchemaJSON)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// Domain outcomes; the HTTP layer maps each to one status and code.
+var (
+	ErrNotFound          = errors.New("the run has no ledger")
+	ErrInvariantsChanged = errors.New("invariants cannot change once saved")
+	ErrReconcileFirst    = errors.New("this effect was planned but not confirmed (or its outcome is unknown): search the external system and reconcile it first")
+	ErrInputMismatch     = errors.New("the effect id was planned with another input: the run stops for a person")
+	ErrNotPlanned        = errors.New("the effect is not planned")
+)
+
+// InvalidError is a ledger that fails the published schema or the rules around it.
+type InvalidError struct{ Errors []validation.Error }
+
+func (e *InvalidError) Error() string { return "the ledger is not valid" }
+
+// Document is the ledger as agents write it.
+type Document struct {
+	RunID             string          `json:"run_id"`
+	Goal              string          `json:"goal"`
+	Invariants        []string        `json:"invariants"`
+	Completed         []CompletedStep `json:"completed"`
+	Pending           []string        `json:"pending"`
+	NextAllowedAction string          `json:"next_allowed_action"`
+	CheckpointVersion int             `json:"checkpoint_version"`
+}
+
+// CompletedStep is a step done, with evidence the business can check.
+type CompletedStep struct {
+	Step     string `json:"step"`
+	Evidence string `json:"evidence"`
+}
+
+// EffectView is the derived, read-only entry of an effect in the ledger.
+type EffectView struct {
+	EffectID  string `json:"effect_id"`
+	Action    string `json:"action"`
+	Target    string `json:"target"`
+	InputHash string `json:"input_hash"`
+	Status    string `json:"status"` // planned, confirmed, unknown, cleared
+	Receipt   string `json:"receipt,omitempty"`
+}
+
+// Status is the ledger's name for an agent effect's state.
+func Status(s store.EffectState) string {
+	switch s {
+	case store.EffectCompleted:
+		return "confirmed"
+	case store.EffectPending:
+		return "cleared" // reconciled as not done: it may run again under the same id
+	}
+	return string(s)
+}
+
+// Service keeps ledgers and agent effects.
+type Service struct {
+	store     store.Store
+	policy    *policy.Policy
+	effects   *effects.Service
+	approvals *approvals.Service
+	alerts    runs.Alerter
+	budgets   func(string) runs.Budget
+	runs.Clock
+}
+
+func NewService(st store.Store, p *policy.Policy, eff *effects.Service, ap *approvals.Service, alerts runs.Alerter, budgets func(string) runs.Budget, now func() time.Time) *Service {
+	return &Service{store: st, policy: p, effects: eff, approvals: ap, alerts: alerts, budgets: budgets, Clock: runs.Clock{Now: now}}
+}
+
+// holder locks the run the caller holds a live lease on (the ledger's calls carry no
+// version: the lease alone proves ownership).
+func (s *Service) holder(ctx context.Context, q store.Queries, key, owner string) (store.Run, error) {
+	run, err := q.RunGet(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Run{}, runs.ErrNotFound
+	}
+	if err != nil {
+		return store.Run{}, err
+	}
+	held, err := q.RunLock(ctx, store.RunLockParams{Key: key, Owner: owner, Version: run.Version, Now: s.At()})
+	if errors.Is(err, store.ErrNoMatch) {
+		return store.Run{}, runs.Diagnose(ctx, q, s.Now, 0, runs.LeaseRequest{Key: key, Owner: owner, Version: run.Version})
+	}
+	return held, err
+}
+
+// Save stores the next checkpoint: schema-valid, run_id = key, checkpoint_version = the
+// stored one + 1 (the first is 1), invariants unchanged, no effects (they are derived).
+func (s *Service) Save(ctx context.Context, key, owner string, raw json.RawMessage, actor string) (int, store.Run, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return 0, store.Run{}, &InvalidError{Errors: []validation.Error{{Keyword: "type", Message: "the ledger must be a JSON object"}}}
+	}
+	if _, ok := probe["effects"]; ok {
+		return 0, store.Run{}, &InvalidError{Errors: []validation.Error{{Pointer: "/effects", Keyword: "readOnly",
+			Message: "effects are derived from plan, confirm and reconcile; they cannot be written"}}}
+	}
+	v, err := validation.Decode(raw)
+	if err != nil {
+		return 0, store.Run{}, &InvalidError{Errors: []validation.Error{{Keyword: "type", Message: "the ledger is not JSON"}}}
+	}
+	if errs := schema.Validate(v); errs != nil {
+		return 0, store.Run{}, &InvalidError{Errors: errs}
+	}
+	var doc Document
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return 0, store.Run{}, &InvalidError{Errors: []validation.Error{{Keyword: "type", Message: err.Error()}}}
+	}
+	if doc.RunID != key {
+		return 0, store.Run{}, &InvalidError{Errors: []validation.Error{{Pointer: "/run_id", Keyword: "const", Message: "must be the run's key"}}}
+	}
+	canonical, err := json.Marshal(doc)
+	if err != nil {
+		return 0, store.Run{}, err
+	}
+	var run store.Run
+	err = s.store.Transact(ctx, func(q store.Queries) error {
+		run, err = s.holder(ctx, q, key, owner)
+		if err != nil {
+			return err
+		}
+		stored, prev, err := q.LedgerLatest(ctx, key)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if doc.CheckpointVersion != stored+1 {
+			return fmt.Errorf("%w: the ledger is at checkpoint %d; save %d", runs.ErrVersionConflict, stored, stored+1)
+		}
+		if prev != nil {
+			var old Document
+			if err := json.Unmarshal(prev, &old); err != nil {
+				return err
+			}
+			if !slices.Equal(old.Invariants, doc.Invariants) {
+				return ErrInvariantsChanged
+			}
+		}
+		if err := q.LedgerInsert(ctx, key, doc.CheckpointVersion, canonical, s.At()); errors.Is(err, store.ErrNoMatch) {
+			return fmt.Errorf("%w: checkpoint %d was saved meanwhile", runs.ErrVersionConflict, doc.CheckpointVersion)
+		} else if err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.At(), key, "ledger_saved", run.Version, actor, nil, map[string]any{
+			"checkpoint_version": doc.CheckpointVersion, "next_allowed_action": doc.NextAllowedAction,
+			"completed": len(doc.Completed), "pending": len(doc.Pending),
+		})
+	})
+	if err != nil {
+		return 0, store.Run{}, fmt.Errorf("save ledger of %q: %w", key, err)
+	}
+	return doc.CheckpointVersion, run, nil
+}
+
+// Ledger is the stored document with its derived effects.
+type Ledger struct {
+	Document
+	Effects []EffectView `json:"effects"`
+}
+
+// Get returns the latest checkpoint and the run's agent effects.
+func (s *Service) Get(ctx context.Context, key string) (Ledger, error) {
+	_, raw, err := s.store.LedgerLatest(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		if _, err := s.store.RunGet(ctx, key); errors.Is(err, store.ErrNotFound) {
+			return Ledger{}, runs.ErrNotFound
+		}
+		return Ledger{}, ErrNotFound
+	}
+	if err != nil {
+		return Ledger{}, err
+	}
+	var l Ledger
+	if err := json.Unmarshal(raw, &l.Document); err != nil {
+		return Ledger{}, err
+	}
+	l.Effects, err = s.agentEffects(ctx, s.store, key)
+	return l, err
+}
+
+func (s *Service) agentEffects(ctx context.Context, q store.Queries, key string) ([]EffectView, error) {
+	list, err := q.EffectList(ctx, store.EffectListParams{RunKey: key, Limit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	out := []EffectView{}
+	for _, e := range list {
+		if e.Executor != store.ExecutorAgent {
+			continue
+		}
+		out = append(out, EffectView{EffectID: e.EffectID, Action: e.ActionType, Target: e.Target,
+			InputHash: e.PayloadHash, Status: Status(e.State), Receipt: e.ProviderID})
+	}
+	return out, nil
+}
+
+// PlanRequest records the intent to perform one external effect.
+type PlanRequest struct {
+	Key, EffectID, Owner string
+	Action, Target       string
+	InputHash            string
+	Actor                string
+	Meta                 *runs.Meta
+}
+
+// PlanResult says whether to execute: Execute, or not (Receipt of the confirmed one), or
+// wait for a person (Approval).
+type PlanResult struct {
+	Execute  bool
+	Receipt  string
+	Approval *approvals.Requested
+}
+
+// Plan passes the same checks as every other effect — a configured action type, an
+// enabled kill switch, a passed gate — then records the intent as planned.
+func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error) {
+	a := s.policy.Action(req.Action)
+	if a == nil {
+		return PlanResult{}, fmt.Errorf("%w: %q", effects.ErrUnknownActionType, req.Action)
+	}
+	if !a.ValidTarget(req.Target) {
+		return PlanResult{}, fmt.Errorf("%w: %q for %s", effects.ErrInvalidTarget, req.Target, req.Action)
+	}
+	if ok, why := s.effects.Enabled(ctx, req.Action); !ok {
+		return PlanResult{}, fmt.Errorf("%w: %s", effects.ErrActionsDisabled, why)
+	}
+	var res PlanResult
+	var mismatch bool
+	var exhausted string
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		run, err := s.holder(ctx, q, req.Key, req.Owner)
+		if err != nil {
+			return err
+		}
+		if s.budgets != nil {
+			now, err := s.Read(ctx, q)
+			if err != nil {
+				return err
+			}
+			if exhausted = runs.BudgetExceeded(run, s.budgets(run.ActionType), now); exhausted != "" {
+				_, err := runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+				return err
+			}
+		}
+		e, err := q.EffectByRunEffectID(ctx, req.Key, req.EffectID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return s.planNew(ctx, q, run, a, req, &res)
+		case err != nil:
+			return err
+		case e.PayloadHash != req.InputHash || e.ActionType != req.Action || e.Target != req.Target:
+			// The same id with another input: stop, and park the run where no delivery restarts it.
+			mismatch = true
+			moved, err := q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
+				From: store.StateProcessing, To: store.StateAwaitingHuman, ParkReason: "input_mismatch", Now: s.At()})
+			if err != nil {
+				return err
+			}
+			return runs.Event(ctx, q, s.At(), run.Key, "input_mismatch", moved.Version, req.Actor, req.Meta, map[string]any{
+				"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash})
+		case e.State == store.EffectCompleted:
+			res = PlanResult{Receipt: e.ProviderID}
+			return nil
+		case e.State == store.EffectPending:
+			// Reconciled as not done: it may run again, under the same id.
+			if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPending},
+				To: store.EffectPlanned, Now: s.At()}); err != nil {
+				return err
+			}
+			res.Execute = true
+			return runs.Event(ctx, q, s.At(), run.Key, "effect_planned", run.Version, req.Actor, req.Meta,
+				map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash, "again": true})
+		default:
+			return ErrReconcileFirst
+		}
+	})
+	switch {
+	case err == nil && mismatch:
+		s.alerts.Alert(ctx, "input_mismatch", req.Key, slog.String("effect_id", req.EffectID))
+		return PlanResult{}, fmt.Errorf("plan %s on %q: %w", req.EffectID, req.Key, ErrInputMismatch)
+	case err == nil && exhausted != "":
+		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		return PlanResult{}, fmt.Errorf("plan on %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
+	case err != nil:
+		return PlanResult{}, fmt.Errorf("plan %s on %q: %w", req.EffectID, req.Key, err)
+	}
+	return res, nil
+}
+
+// planNew records a first intent; a gated action asks a person first, unless one already
+// approved this very effect.
+func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, req PlanRequest, res *PlanResult) error {
+	if a.Gate != policy.GateNone {
+		aps, err := q.ApprovalsByRun(ctx, run.Key)
+		if err != nil {
+			return err
+		}
+		approved := slices.ContainsFunc(aps, func(ap store.Approval) bool {
+			return ap.EffectID == req.EffectID && ap.Decision == approvals.Approve && ap.PayloadHash == req.InputHash
+		})
+		if !approved {
+			requestedBy := req.Actor
+			if req.Meta != nil && req.Meta.RequestedBy != "" {
+				requestedBy = req.Meta.RequestedBy
+			}
+			r, err := s.approvals.Request(ctx, q, run, a, approvals.Proposed{ActionType: req.Action, Target: req.Target,
+				EffectID: req.EffectID, Executor: store.ExecutorAgent, PayloadHash: req.InputHash}, requestedBy, req.Actor, req.Meta)
+			res.Approval = &r
+			return err
+		}
+	}
+	if _, created, err := q.EffectInsert(ctx, store.Effect{ID: uuid.NewString(), RunKey: run.Key, EffectID: req.EffectID,
+		ActionType: req.Action, Target: req.Target, Executor: store.ExecutorAgent, PayloadHash: req.InputHash,
+		State: store.EffectPlanned, NotBefore: s.AtOrZero(), CreatedAt: s.AtOrZero()}); err != nil {
+		return err
+	} else if !created {
+		return ErrReconcileFirst
+	}
+	res.Execute = true
+	return runs.Event(ctx, q, s.At(), run.Key, "effect_planned", run.Version, req.Actor, req.Meta,
+		map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash})
+}
+
+// Confirm records the receipt of an effect the agent performed.
+func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt, actor string) error {
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		run, err := s.holder(ctx, q, key, owner)
+		if err != nil {
+			return err
+		}
+		e, err := q.EffectByRunEffectID(ctx, key, effectID)
+		if errors.Is(err, store.ErrNotFound) {
+			return ErrNotPlanned
+		}
+		if err != nil {
+			return err
+		}
+		if e.State == store.EffectCompleted && e.ProviderID == receipt {
+			return nil // the same confirmation again
+		}
+		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned},
+			To: store.EffectCompleted, ProviderID: &receipt, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
+			return fmt.Errorf("%w: it is %s", ErrNotPlanned, Status(e.State))
+		} else if err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.At(), key, "effect_confirmed", run.Version, actor, nil,
+			map[string]any{"effect_id": effectID, "receipt": receipt})
+	})
+	if err != nil {
+		return fmt.Errorf("confirm %s on %q: %w", effectID, key, err)
+	}
+	return nil
+}
+
+// Reconcile records what the agent found when it searched the external system for a
+// planned or unknown effect: none → cleared to run again under the same id; one →
+// confirmed with it; several, or a search that could not decide → unknown (a person).
+func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, found []string, undetermined bool, actor string) (string, error) {
+	var status string
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		run, err := s.holder(ctx, q, key, owner)
+		if err != nil {
+			return err
+		}
+		e, err := q.EffectByRunEffectID(ctx, key, effectID)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && e.Executor != store.ExecutorAgent) {
+			return ErrNotPlanned
+		}
+		if err != nil {
+			return err
+		}
+		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned, store.EffectUnknown}, Now: s.At()}
+		switch {
+		case undetermined || len(found) > 1:
+			p.To = store.EffectUnknown
+		case len(found) == 1:
+			p.To, p.ProviderID = store.EffectCompleted, &found[0]
+		default:
+			p.To = store.EffectPending
+		}
+		if _, err := q.EffectUpdate(ctx, p); errors.Is(err, store.ErrNoMatch) {
+			return fmt.Errorf("%w: it is %s", ErrNotPlanned, Status(e.State))
+		} else if err != nil {
+			return err
+		}
+		status = Status(p.To)
+		detail := map[string]any{"effect_id": effectID, "found": len(found), "undetermined": undetermined, "status": status}
+		if len(found) > 0 {
+			detail["receipts"] = found
+		}
+		if err := runs.Event(ctx, q, s.At(), key, "effect_reconciled", run.Version, actor, nil, detail); err != nil {
+			return err
+		}
+		if p.To == store.EffectUnknown {
+			return runs.Event(ctx, q, s.At(), key, "alert", run.Version, "airlock", nil,
+				map[string]any{"alert": "agent_effect_unknown", "effect_id": effectID})
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("reconcile %s on %q: %w", effectID, key, err)
+	}
+	if status == "unknown" {
+		s.alerts.Alert(ctx, "agent_effect_unknown", key, slog.String("effect_id", effectID))
+	}
+	return status, nil
+}
+
+// Verdicts of Resume.
+const (
+	Continue  = "continue"
+	Reconcile = "reconcile"
+	Wait      = "wait"
+	Stop      = "stop"
+)
+
+// ReconcileItem is what the agent must look for before anything else.
+type ReconcileItem struct {
+	EffectID  string `json:"effect_id"`
+	Action    string `json:"action"`
+	Target    string `json:"target"`
+	InputHash string `json:"input_hash"`
+	RunID     string `json:"run_id"`
+}
+
+// Verdict answers "what may I do now?".
+type Verdict struct {
+	Verdict           string          `json:"verdict"`
+	NextAllowedAction string          `json:"next_allowed_action,omitempty"`
+	CheckpointVersion int             `json:"checkpoint_version,omitempty"`
+	Reconcile         []ReconcileItem `json:"reconcile,omitempty"`
+	Reasons           []string        `json:"reasons"`
+}
+
+// Resume reads the run, its ledger and its agent effects and gives the verdict.
+func (s *Service) Resume(ctx context.Context, key string) (Verdict, error) {
+	run, err := s.store.RunGet(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return Verdict{}, runs.ErrNotFound
+	}
+	if err != nil {
+		return Verdict{}, err
+	}
+	v := Verdict{Reasons: []string{}}
+	stop := func(reason string) (Verdict, error) {
+		v.Verdict, v.Reasons = Stop, append(v.Reasons, reason)
+		return v, nil
+	}
+	switch run.State {
+	case store.StateAwaitingHuman:
+		if run.ParkReason == "approval" {
+			v.Verdict, v.Reasons = Wait, []string{"a person's approval is pending"}
+			return v, nil
+		}
+		return stop("the run is parked for a person: " + run.ParkReason)
+	case store.StateCompleted, store.StateFailedTerminal, store.StateRejected:
+		return stop("the run is " + string(run.State) + ": nothing more to do")
+	}
+	stored, raw, err := s.store.LedgerLatest(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		evs, err := s.store.EventList(ctx, key, 0, 10)
+		if err != nil {
+			return Verdict{}, err
+		}
+		started := slices.ContainsFunc(evs, func(e store.Event) bool {
+			return e.Kind != "claimed" && e.Kind != "lease_reclaimed" && e.Kind != "duplicate" && e.Kind != "heartbeat"
+		})
+		if started {
+			return stop("the run has started but has no ledger: never restart from scratch")
+		}
+		v.Verdict, v.Reasons = Continue, []string{"a new run: save the first ledger (checkpoint_version 1)"}
+		return v, nil
+	}
+	if err != nil {
+		return Verdict{}, err
+	}
+	var doc Document
+	if err := json.Unmarshal(raw, &doc); err != nil || doc.RunID == "" || doc.NextAllowedAction == "" {
+		return stop("the ledger is missing run_id, checkpoint_version or next_allowed_action")
+	}
+	v.CheckpointVersion = stored
+	list, err := s.agentEffects(ctx, s.store, key)
+	if err != nil {
+		return Verdict{}, err
+	}
+	for _, e := range list {
+		switch e.Status {
+		case "unknown":
+			v.Reasons = append(v.Reasons, "effect "+e.EffectID+" has an unknown outcome (several candidates or an undecided search): a person decides")
+		case "planned":
+			v.Reconcile = append(v.Reconcile, ReconcileItem{EffectID: e.EffectID, Action: e.Action, Target: e.Target, InputHash: e.InputHash, RunID: key})
+		}
+	}
+	if len(v.Reasons) > 0 {
+		v.Verdict, v.Reconcile = Stop, nil
+		return v, nil
+	}
+	if len(v.Reconcile) > 0 {
+		v.Verdict = Reconcile
+		v.Reasons = append(v.Reasons, "planned effects were never confirmed: search for them by effect id and run id, then reconcile")
+		return v, nil
+	}
+	v.Verdict, v.NextAllowedAction = Continue, doc.NextAllowedAction
+	return v, nil
+}
