@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/web"
@@ -257,5 +260,46 @@ func userCmd() *cobra.Command {
 	add.Flags().StringVar(&roles, "role", "", "comma-separated roles, e.g. support-lead (required)")
 	_ = add.MarkFlagRequired("role")
 	cmd.AddCommand(add)
+	return cmd
+}
+
+func purgeCmd() *cobra.Command {
+	var dry bool
+	cmd := &cobra.Command{
+		Use:   "purge [--dry-run]",
+		Short: "Remove what has outlived the policy's retention (payloads, results, events)",
+		Long: `purge removes effect and approval payloads, run results, validated values and the
+ledgers of finished runs older than retention.payloads (default 30 days), and events
+older than retention.events (default 400 days); hashes and ids stay. Every serve does
+this every retention.interval (default 1h); --dry-run only says what it would remove.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			pol, err := loadPolicy(cfg)
+			if err != nil {
+				return err
+			}
+			return withStore(cmd, func(st store.Store) error {
+				counts, err := retention.Purge(cmd.Context(), st, pol, time.Now(), dry)
+				if err != nil {
+					return err
+				}
+				verb := "removed"
+				if dry {
+					verb = "would remove"
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintf(tw, "KIND\t%s\n", strings.ToUpper(verb))
+				for _, k := range slices.Sorted(maps.Keys(counts)) {
+					fmt.Fprintf(tw, "%s\t%d\n", k, counts[k])
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "count only; change nothing")
 	return cmd
 }

@@ -23,16 +23,19 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/web"
 )
 
@@ -61,7 +64,8 @@ a flag wins over the environment, which wins over the default.`,
 	for _, o := range config.Options {
 		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(explainCmd(), reportCmd())
 	return root
 }
 
@@ -138,6 +142,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	gate := approvals.NewService(st, pol, alerts, publicURL, nil)
+	gate.Observer, fail.Observer = m, m
 	webOpts, err := webOptions(ctx, pol, publicURL)
 	if err != nil {
 		return err
@@ -151,13 +156,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
 	svc.Budgets = fail.Budget
 	srv := &http.Server{
-		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work, Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
+		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work, Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	wrap, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.Background())
+	srv.Handler = wrap(srv.Handler)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -172,8 +183,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		go func() { defer wg.Done(); d.Run(bg) }()
 		go func() { defer wg.Done(); every(bg, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) }()
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.ExpireDue, log) }()
+	go func() { defer wg.Done(); retention.Job(bg, st, pol, log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
 	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString(),

@@ -352,6 +352,13 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("purge --dry-run says what it would remove", func(t *testing.T) {
+		out, stderr, err := airlock(t, env, "purge", "--dry-run")
+		if err != nil || !strings.Contains(out, "WOULD REMOVE") || !strings.Contains(out, "effect_payloads") || !strings.Contains(out, "events") {
+			t.Fatalf("%v %q %q", err, out, stderr)
+		}
+	})
+
 	t.Run("version", func(t *testing.T) {
 		out, _, err := airlock(t, env, "version")
 		if err != nil || !strings.HasPrefix(out, "airlock ") {

@@ -84,6 +84,10 @@ type Service struct {
 	alerts    runs.Alerter
 	publicURL string
 	runs.Clock
+	// Observer, when set, counts decisions and gate waits.
+	Observer interface {
+		Decision(mode, decision string, wait time.Duration)
+	}
 }
 
 func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, publicURL string, now func() time.Time) *Service {
@@ -131,7 +135,7 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 	}
 	if err := runs.Event(ctx, q, s.At(), run.Key, "approval_requested", moved.Version, actor, meta, map[string]any{
 		"approval_id": ap.ID, "mode": ap.Mode, "action_type": p.ActionType, "target": p.Target, "effect_id": p.EffectID,
-		"payload_hash": p.PayloadHash, "requested_by": requestedBy, "expires_at": ap.ExpiresAt,
+		"payload_hash": p.PayloadHash, "payload_fields": a.Redact(p.Payload), "requested_by": requestedBy, "expires_at": ap.ExpiresAt,
 		"approver_roles": ap.ApproverRoles, "approver_subjects": ap.ApproverSubjects,
 	}); err != nil {
 		return Requested{}, err
@@ -277,6 +281,9 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("decide approval: %w", err)
 	}
+	if s.Observer != nil && out.ConsumedAt != nil {
+		s.Observer.Decision(out.Mode, decision, out.ConsumedAt.Sub(out.CreatedAt))
+	}
 	return out, nil
 }
 
@@ -346,6 +353,9 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 			return fmt.Errorf("expire approval %s: %w", a.ID, err)
 		}
 		s.alerts.Alert(ctx, "approval_expired", a.RunKey, slog.String("approval_id", a.ID))
+		if s.Observer != nil {
+			s.Observer.Decision(a.Mode, "expired", 0)
+		}
 	}
 	return nil
 }

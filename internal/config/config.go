@@ -29,6 +29,7 @@ type Config struct {
 	Migrate           bool
 	SQLiteSynchronous string
 	LogLevel          slog.Level
+	Tracing           string
 }
 
 // Backend names the store a database URL selects.
@@ -147,6 +148,15 @@ var Options = []Option{
 		}},
 	{"log-level", "AIRLOCK_LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+	{"tracing", "AIRLOCK_TRACING", "off", "OpenTelemetry tracing: off, stdout, or otlp (configured by the OTEL_EXPORTER_OTLP_* variables)",
+		func(c *Config, v string) error {
+			switch v {
+			case "off", "stdout", "otlp":
+				c.Tracing = v
+				return nil
+			}
+			return errors.New("must be off, stdout or otlp")
+		}},
 }
 
 func duration(field func(*Config) *time.Duration) func(*Config, string) error {

@@ -338,6 +338,9 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 		if err != nil {
 			return err
 		}
+		if err := s.settleApproved(ctx, q, e.RunKey, to); err != nil {
+			return err
+		}
 		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_resolved", 0, actor, nil, map[string]any{
 			"effect_id": e.EffectID, "from": e.State, "outcome": outcome, "provider_id": providerID, "note": note,
 		})
@@ -407,6 +410,9 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 			if errors.Is(err, store.ErrNoMatch) {
 				return nil // resolved meanwhile
 			}
+			return err
+		}
+		if err := s.settleApproved(ctx, q, e.RunKey, p.To); err != nil {
 			return err
 		}
 		if err := runs.Event(ctx, q, s.At(), e.RunKey, "effect_reconciled", 0, "airlock", nil, detail); err != nil {

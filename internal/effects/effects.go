@@ -161,6 +161,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 	}
 	var exhausted string
 	var run store.Run
+	var autoApproved bool
 	err = s.store.Transact(ctx, func(q store.Queries) error {
 		now := s.At()
 		run, err = q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
@@ -259,6 +260,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 		if err := runs.Event(ctx, q, now, req.Key, "effect_queued", run.Version, req.Actor, req.Meta, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target,
 			"executor": e.Executor, "payload_hash": e.PayloadHash, "not_before": e.NotBefore,
+			"payload_fields": a.Redact(e.Payload),
 		}); err != nil {
 			return err
 		}
@@ -272,6 +274,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 				}
 				detail["review_id"] = r.ID
 			}
+			autoApproved = true
 			return runs.Event(ctx, q, now, req.Key, "auto_approved", run.Version, "airlock", nil, detail)
 		}
 		if a.Gate == policy.GateActWithWindow {
@@ -292,6 +295,9 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 	sub.Run = run
 	if err != nil {
 		return Submitted{}, fmt.Errorf("queue effect on %q: %w", req.Key, err)
+	}
+	if autoApproved && gate.Observer != nil {
+		gate.Observer.Decision(policy.GateApproveByException, "auto", 0)
 	}
 	return sub, nil
 }

@@ -43,6 +43,11 @@ type Service struct {
 	policy *policy.Policy
 	alerts runs.Alerter
 	runs.Clock
+	// Observer, when set, counts validation results and retry-cap hits.
+	Observer interface {
+		Validation(result string)
+		RetryCap()
+	}
 }
 
 func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, now func() time.Time) *Service {
@@ -197,6 +202,16 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
 		return res, fmt.Errorf("validate %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
 	}
+	if s.Observer != nil {
+		switch {
+		case res.Repaired && res.Valid:
+			s.Observer.Validation("repaired")
+		case res.Valid:
+			s.Observer.Validation("valid")
+		default:
+			s.Observer.Validation("invalid")
+		}
+	}
 	if terminated {
 		s.alerts.Alert(ctx, "validation_failed", req.Key, slog.String("action_type", req.ActionType), slog.Int("errors", len(res.Errors)))
 	}
@@ -350,6 +365,9 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 	}
 	if alert != "" {
 		s.alerts.Alert(ctx, alert, req.Key, slog.String("class", req.Class), slog.Int("attempts", d.Attempts))
+	}
+	if d.Reason == "retry_cap" && s.Observer != nil {
+		s.Observer.RetryCap()
 	}
 	return d, nil
 }

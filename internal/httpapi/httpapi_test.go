@@ -65,6 +65,21 @@ func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL st
 	url := "http://" + srv.Listener.Addr().String()
 	gate := approvals.NewService(env.Store, env.Policy, env.Alerts, url, env.Clock.Now)
 	env.Approvals = gate
+	gate.Observer, env.Failures.Observer = h.metrics, h.metrics
+	env.Alerts.Next = metrics.Alerter{Log: log, Metrics: h.metrics}
+	env.Runs.Outcomes = func(o string) { h.metrics.Claims.WithLabelValues(o).Inc() }
+	env.Effects.Observe = func(o string, d time.Duration) { h.metrics.Dispatch.WithLabelValues(o).Observe(d.Seconds()) }
+	h.metrics.Registry.MustRegister(metrics.Gauges{
+		Effects: func(ctx context.Context) (map[string]int, error) {
+			counts, err := env.Store.EffectCountByState(ctx)
+			out := map[string]int{}
+			for s, n := range counts {
+				out[string(s)] = n
+			}
+			return out, err
+		},
+		Enabled: func(ctx context.Context) bool { ok, _ := env.Effects.Enabled(ctx, ""); return ok },
+	})
 	var opts []web.Option
 	for _, o := range pageOpts {
 		opts = append(opts, o(url))

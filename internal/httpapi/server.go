@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
@@ -39,6 +40,7 @@ type Deps struct {
 	Failures     *failures.Service
 	Approvals    *approvals.Service
 	Ledger       *ledger.Service
+	Audit        *audit.Service // optional: built over Store when nil
 	Web          *web.Web
 	Metrics      *metrics.Metrics
 	Log          *slog.Logger
@@ -76,6 +78,7 @@ var Routes = []Route{
 	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/confirm", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.confirm }},
 	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/reconcile", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.reconcile }},
 	{"GET", "/v1/runs/{key}/resume", apikeys.ScopeRead, func(s *server) handlerFunc { return s.resume }},
+	{"GET", "/v1/runs/{key}/explain", apikeys.ScopeRead, func(s *server) handlerFunc { return s.explain }},
 	{"GET", "/v1/ledger.schema.json", "", func(s *server) handlerFunc { return s.ledgerSchema }},
 	{"POST", "/v1/runs/{key}/effects", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.queueEffect }},
 	{"POST", "/v1/effects/{id}/cancel", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.cancelEffect }},
@@ -218,8 +221,12 @@ func (s *server) observe(next http.Handler) http.Handler {
 			}
 			s.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 			s.Metrics.HTTPDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
-			s.Log.Info("http", "method", r.Method, "route", route, "status", code,
-				"duration_ms", float64(time.Since(start).Microseconds())/1000, "request_id", id)
+			attrs := []any{"method", r.Method, "route", route, "status", code,
+				"duration_ms", float64(time.Since(start).Microseconds()) / 1000, "request_id", id}
+			if k := r.PathValue("key"); k != "" {
+				attrs = append(attrs, "key", k) // keys are not secrets; tokens never sit in a {key}
+			}
+			s.Log.Info("http", attrs...)
 		}()
 		next.ServeHTTP(sw, r)
 	})

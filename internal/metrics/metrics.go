@@ -19,6 +19,10 @@ type Metrics struct {
 	HTTPRequests *prometheus.CounterVec
 	HTTPDuration *prometheus.HistogramVec
 	Dispatch     *prometheus.HistogramVec
+	Approvals    *prometheus.CounterVec
+	GateWait     *prometheus.HistogramVec
+	Validations  *prometheus.CounterVec
+	RetryCaps    prometheus.Counter
 }
 
 func New() *Metrics {
@@ -41,7 +45,21 @@ func New() *Metrics {
 			Name: "airlock_dispatch_seconds", Help: "Time a connector took to send an effect, by outcome (sent, retryable, refused, ambiguous).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{"outcome"}),
+		Approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_approvals_total", Help: "Approval decisions by gate mode and decision (approve, reject, cancel, auto, expired).",
+		}, []string{"mode", "decision"}),
+		GateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_gate_wait_seconds", Help: "Time from an approval's request to its decision, by gate mode.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 18), // 1s … ~36h
+		}, []string{"mode"}),
+		Validations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_validations_total", Help: "Validation results: valid, repaired, invalid.",
+		}, []string{"result"}),
+		RetryCaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_retry_cap_hits_total", Help: "Failures that reached their class's max_attempts.",
+		}),
 	}
+	m.Registry.MustRegister(m.Approvals, m.GateWait, m.Validations, m.RetryCaps)
 	m.Registry.MustRegister(m.Claims, m.Alerts, m.HTTPRequests, m.HTTPDuration, m.Dispatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, o := range []string{"claimed", "reclaimed", "duplicate", "payload_mismatch"} {
@@ -92,3 +110,22 @@ func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(killDesc, prometheus.GaugeValue, v)
 }
+
+// Observer receives the domain's countable moments after they commit. Metrics implements
+// it; a nil Observer in a service means none.
+type Observer interface {
+	Decision(mode, decision string, wait time.Duration)
+	Validation(result string)
+	RetryCap()
+}
+
+func (m *Metrics) Decision(mode, decision string, wait time.Duration) {
+	m.Approvals.WithLabelValues(mode, decision).Inc()
+	if wait > 0 {
+		m.GateWait.WithLabelValues(mode).Observe(wait.Seconds())
+	}
+}
+
+func (m *Metrics) Validation(result string) { m.Validations.WithLabelValues(result).Inc() }
+
+func (m *Metrics) RetryCap() { m.RetryCaps.Inc() }

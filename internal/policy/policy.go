@@ -72,6 +72,8 @@ type Policy struct {
 	Version string `yaml:"-"`
 	// Notify posts a short card (Slack-compatible JSON) when an approval is requested.
 	Notify Notify `yaml:"notify"`
+	// Retention bounds how long payloads and events are kept.
+	Retention Retention `yaml:"retention"`
 
 	// OIDC is single sign-on for the approval pages (optional; see oidc.go).
 	OIDC *OIDC `yaml:"oidc"`
@@ -229,6 +231,15 @@ type Action struct {
 	QualifiedReview string `yaml:"qualified_review"`
 }
 
+// Retention: payloads (effect and approval payloads, run results, validated values,
+// ledgers of finished runs) and events are removed when older than these; hashes and ids
+// stay. Defaults apply on a fresh install.
+type Retention struct {
+	Payloads Duration `yaml:"payloads"` // default 30 days
+	Events   Duration `yaml:"events"`   // default 400 days
+	Interval Duration `yaml:"interval"` // how often each instance purges; default 1h
+}
+
 // Notify is the approval notification webhook. Its URL is a secret (Slack webhooks are
 // bearer URLs), so it comes from the environment or a file.
 type Notify struct {
@@ -343,6 +354,15 @@ func (p *Policy) defaults() {
 	if p.Budgets == (Budgets{}) {
 		p.Budgets.MaxModelCalls = 50
 	}
+	if p.Retention.Payloads == 0 {
+		p.Retention.Payloads = Duration(30 * 24 * time.Hour)
+	}
+	if p.Retention.Events == 0 {
+		p.Retention.Events = Duration(400 * 24 * time.Hour)
+	}
+	if p.Retention.Interval == 0 {
+		p.Retention.Interval = Duration(time.Hour)
+	}
 	if p.Validation.MaxRepairs == nil {
 		two := 2
 		p.Validation.MaxRepairs = &two
@@ -456,6 +476,15 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		if u, err := url.Parse(p.Notify.WebhookURL); p.Notify.WebhookURL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
 			e.add("notify.webhook_url", "must be an absolute http(s) URL")
 		}
+	}
+	if p.Retention.Payloads.D() < time.Hour {
+		e.add("retention.payloads", "must be at least 1h")
+	}
+	if p.Retention.Events.D() < p.Retention.Payloads.D() {
+		e.add("retention.events", "must not be shorter than retention.payloads")
+	}
+	if p.Retention.Interval.D() < time.Minute {
+		e.add("retention.interval", "must be at least 1m")
 	}
 	if n := *p.Validation.MaxRepairs; n < 0 || n > 20 {
 		e.add("validation.max_repairs", "must be from 0 to 20")
@@ -777,3 +806,22 @@ func (a *Action) WithGate(gate string) (*Action, error) {
 
 // ErrGateTooWeak: a client asked for a weaker gate than its action type's policy.
 var ErrGateTooWeak = errors.New("a client may ask for a stricter gate, never a weaker one")
+
+// Redact is what events and logs may say of a payload of this action type: the values of
+// its log_fields, and for every other top-level field only the SHA-256 of its JSON value.
+func (a *Action) Redact(payload json.RawMessage) map[string]any {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(payload, &fields) != nil {
+		return nil
+	}
+	out := make(map[string]any, len(fields))
+	for k, v := range fields {
+		if slices.Contains(a.LogFields, k) {
+			out[k] = v
+			continue
+		}
+		sum := sha256.Sum256(v)
+		out[k] = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return out
+}

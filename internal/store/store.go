@@ -117,6 +117,8 @@ type Queries interface {
 	FailureQueries
 	ApprovalQueries
 	LedgerQueries
+	RetentionQueries
+	AuditQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -464,4 +466,63 @@ type LedgerQueries interface {
 	LedgerLatest(ctx context.Context, key string) (int, json.RawMessage, error)
 	// EffectByRunEffectID returns the run's effect with that effect id; ErrNotFound if none.
 	EffectByRunEffectID(ctx context.Context, key, effectID string) (Effect, error)
+}
+
+// PurgeParams say what has outlived its retention.
+type PurgeParams struct {
+	// PayloadsBefore: payloads, results, validated values and ledgers of finished work
+	// last touched before this are removed (hashes and ids stay).
+	PayloadsBefore time.Time
+	// EventsBefore: events older than this are deleted.
+	EventsBefore time.Time
+	// Now expires sessions and login intents.
+	Now    time.Time
+	DryRun bool
+}
+
+// PurgeCounts is what a purge removed (or, dry, would remove), by kind.
+type PurgeCounts map[string]int64
+
+// RetentionQueries enforce retention. Every statement is set-based and idempotent, so
+// several instances may purge at once.
+type RetentionQueries interface {
+	Purge(ctx context.Context, p PurgeParams) (PurgeCounts, error)
+}
+
+// AuditCounts are plain counts over the events of a window.
+type AuditCounts struct {
+	ByKind map[string]int64 // events by kind
+	Runs   int64            // distinct run keys with an event (the system key "" excluded)
+}
+
+// AuditEventsParams pages through the events of some kinds at or after Since, by id.
+type AuditEventsParams struct {
+	Since   time.Time
+	Kinds   []string
+	AfterID int64
+	Limit   int
+}
+
+// GateWait is one decided approval: when it was requested and when a person decided.
+type GateWait struct {
+	RunKey     string
+	ApprovalID string
+	Decision   string
+	// RequestedAt is nil when the approval_requested event is no longer kept (retention).
+	RequestedAt *time.Time
+	DecidedAt   time.Time
+}
+
+// AuditQueries are the read-only statements of the audit report: its figures are
+// computed from the events table, the one record every step writes. They scan the
+// window's events; the report is an operator's query, not a hot path.
+type AuditQueries interface {
+	// AuditCount counts the events at or after since by kind, and the runs they belong to.
+	AuditCount(ctx context.Context, since time.Time) (AuditCounts, error)
+	// AuditEvents returns events of p.Kinds at or after p.Since with ID > p.AfterID, in id
+	// order, at most p.Limit.
+	AuditEvents(ctx context.Context, p AuditEventsParams) ([]Event, error)
+	// AuditGateWaits pairs every approval_decided event at or after since with the
+	// approval_requested event of the same run and approval_id, in id order.
+	AuditGateWaits(ctx context.Context, since time.Time) ([]GateWait, error)
 }

@@ -48,16 +48,21 @@ func NewEnv(t testing.TB, b Backend, realClock bool) *Env {
 	return e
 }
 
-// RecordingAlerter keeps the alerts raised.
+// RecordingAlerter keeps the alerts raised, and passes them on to Next if set.
 type RecordingAlerter struct {
 	mu    sync.Mutex
 	kinds []string
+	Next  runs.Alerter
 }
 
-func (a *RecordingAlerter) Alert(_ context.Context, kind, key string, _ ...slog.Attr) {
+func (a *RecordingAlerter) Alert(ctx context.Context, kind, key string, attrs ...slog.Attr) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.kinds = append(a.kinds, kind+":"+key)
+	next := a.Next
+	a.mu.Unlock()
+	if next != nil {
+		next.Alert(ctx, kind, key, attrs...)
+	}
 }
 
 func (a *RecordingAlerter) Kinds() []string {

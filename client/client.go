@@ -1,0 +1,398 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gowebpki/jcs"
+)
+
+// Client calls one airlock server. Its fields may be set directly; the zero HTTP uses
+// http.DefaultClient. A Client is safe for concurrent use.
+type Client struct {
+	BaseURL string // e.g. "http://127.0.0.1:8080", without a trailing /v1
+	APIKey  string // sent as Authorization: Bearer; needs the runs scope to act
+	HTTP    *http.Client
+}
+
+// New returns a client of the server at baseURL with a 30-second request timeout.
+func New(baseURL, apiKey string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), APIKey: apiKey, HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// APIError is an error answer from airlock: {"error": code, "message": …}.
+type APIError struct {
+	Status  int    // the HTTP status
+	Code    string // stable, machine-readable: "lease_lost", "reconcile_first", …
+	Message string // for people
+	// Errors lists schema violations (invalid_ledger, invalid_input).
+	Errors []SchemaError
+}
+
+// SchemaError is one JSON Schema violation, located by a JSON pointer.
+type SchemaError struct {
+	Pointer string `json:"pointer"`
+	Keyword string `json:"keyword"`
+	Message string `json:"message"`
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("airlock: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// IsCode reports whether err is (or wraps) an [*APIError] with this code.
+func IsCode(err error, code string) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+// HashInput returns the lowercase hex SHA-256 of v's JSON encoding in canonical form
+// (RFC 8785: sorted keys, no insignificant whitespace, normalised numbers) — the same
+// hash airlock computes for a claim's payload, and the one to give [Client.Plan].
+//
+// The hash must be stable: airlock compares it on every plan of an effect id, and a
+// different hash for the same id stops the run (input_mismatch). Hash only the input that
+// defines the effect (the document's title and body, a message's recipient and text),
+// never timestamps, random ids or anything recomputed differently after a restart.
+func HashInput(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("hash input: %w", err)
+	}
+	canon, err := jcs.Transform(b)
+	if err != nil {
+		return "", fmt.Errorf("hash input: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// do sends one request and decodes a 2xx answer into out (when non-nil). It returns the
+// status so callers can tell 200 from 201 or 202.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, fmt.Errorf("airlock: encode %s %s: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	if err != nil {
+		return 0, fmt.Errorf("airlock: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("airlock: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("airlock: %s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, decodeError(resp.StatusCode, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("airlock: %s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func decodeError(status int, raw []byte) error {
+	var body struct {
+		Code    string        `json:"error"`
+		Message string        `json:"message"`
+		Errors  []SchemaError `json:"errors"`
+	}
+	if json.Unmarshal(raw, &body) == nil && body.Code != "" {
+		return &APIError{Status: status, Code: body.Code, Message: body.Message, Errors: body.Errors}
+	}
+	// Not airlock's format (a proxy in between): keep a short, printable excerpt.
+	msg := strings.TrimSpace(string(raw))
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	return &APIError{Status: status, Message: msg}
+}
+
+// runPath is /v1/runs/{key} plus more segments, each escaped.
+func runPath(key string, more ...string) string {
+	var b strings.Builder
+	b.WriteString("/v1/runs/")
+	b.WriteString(url.PathEscape(key))
+	for _, m := range more {
+		b.WriteByte('/')
+		b.WriteString(url.PathEscape(m))
+	}
+	return b.String()
+}
+
+// Meta describes who and what made a request; airlock records it in the run's events.
+type Meta struct {
+	WorkflowVersion  string `json:"workflow_version,omitempty"`
+	TriggerSource    string `json:"trigger_source,omitempty"`
+	Model            *Model `json:"model,omitempty"`
+	ProviderCategory string `json:"provider_category,omitempty"`
+	RequestedBy      string `json:"requested_by,omitempty"`
+}
+
+// Model identifies the model that produced an output.
+type Model struct {
+	Provider string `json:"provider,omitempty"`
+	Name     string `json:"name,omitempty"`
+	Revision string `json:"revision,omitempty"`
+}
+
+// ClaimRequest is POST /v1/runs/claim. Give Payload (hashed by airlock) or PayloadHash.
+type ClaimRequest struct {
+	Key           string `json:"key"`
+	Payload       any    `json:"payload,omitempty"`
+	PayloadHash   string `json:"payload_hash,omitempty"`
+	TriggerSource string `json:"trigger_source,omitempty"`
+	LeaseSeconds  int    `json:"lease_seconds,omitempty"` // 0: the server's default
+	Meta          *Meta  `json:"meta,omitempty"`
+}
+
+// Claim is the answer to a claim. With Claimed, LeaseOwner and Version are what every
+// later call on the run needs; without it, State (and Result, once finished) tell what
+// became of the run.
+type Claim struct {
+	Claimed        bool            `json:"claimed"`
+	Reclaimed      bool            `json:"reclaimed"` // an expired or retryable run taken over
+	Key            string          `json:"key"`
+	State          string          `json:"state"`
+	Version        int64           `json:"version"`
+	PayloadHash    string          `json:"payload_hash"`
+	LeaseOwner     string          `json:"lease_owner"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	Result         json.RawMessage `json:"result"`
+}
+
+// Run states.
+const (
+	StateProcessing      = "processing"
+	StateCompleted       = "completed"
+	StateFailedRetryable = "failed_retryable"
+	StateFailedTerminal  = "failed_terminal"
+	StateAwaitingHuman   = "awaiting_human"
+	StateApproved        = "approved"
+	StateRejected        = "rejected"
+)
+
+// Claim claims req.Key: 201 claimed, 200 not claimed (a duplicate, or a run that is
+// finished, parked or held by a live lease). A different payload under the same key is
+// an error with code payload_mismatch.
+func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
+	var out Claim
+	_, err := c.do(ctx, http.MethodPost, "/v1/runs/claim", req, &out)
+	return out, err
+}
+
+// HeartbeatRequest renews the lease of a run this process holds.
+type HeartbeatRequest struct {
+	LeaseOwner   string `json:"lease_owner"`
+	Version      int64  `json:"version"`
+	LeaseSeconds int    `json:"lease_seconds,omitempty"`
+	Meta         *Meta  `json:"meta,omitempty"`
+}
+
+// Lease is a renewed lease. A heartbeat moves the lease, never the version.
+type Lease struct {
+	Key       string    `json:"key"`
+	Version   int64     `json:"version"`
+	ExpiresAt time.Time `json:"lease_expires_at"`
+	StartedAt time.Time `json:"lease_started_at"`
+}
+
+// Heartbeat extends the lease. lease_lost means the lease expired or was taken over: the
+// caller no longer owns the run and must stop acting on it.
+func (c *Client) Heartbeat(ctx context.Context, key string, req HeartbeatRequest) (Lease, error) {
+	var out Lease
+	_, err := c.do(ctx, http.MethodPost, runPath(key, "heartbeat"), req, &out)
+	return out, err
+}
+
+// TransitionRequest moves a run: To is completed, failed_retryable or failed_terminal.
+type TransitionRequest struct {
+	LeaseOwner string `json:"lease_owner"`
+	Version    int64  `json:"version"`
+	To         string `json:"to"`
+	Result     any    `json:"result,omitempty"` // stored with a terminal state, returned to later claims
+	Meta       *Meta  `json:"meta,omitempty"`
+}
+
+// Transition is a run's state after a transition.
+type Transition struct {
+	Key     string `json:"key"`
+	State   string `json:"state"`
+	Version int64  `json:"version"`
+}
+
+// Transition moves the run by compare-and-set on lease owner and version.
+func (c *Client) Transition(ctx context.Context, key string, req TransitionRequest) (Transition, error) {
+	var out Transition
+	_, err := c.do(ctx, http.MethodPost, runPath(key, "transition"), req, &out)
+	return out, err
+}
+
+// Run is GET /v1/runs/{key}: a read-only view that never shows the lease owner.
+type Run struct {
+	Key         string          `json:"key"`
+	State       string          `json:"state"`
+	Version     int64           `json:"version"`
+	PayloadHash string          `json:"payload_hash"`
+	Result      json.RawMessage `json:"result"`
+	Lease       struct {
+		Live      bool       `json:"live"`
+		StartedAt *time.Time `json:"started_at"`
+		ExpiresAt *time.Time `json:"expires_at"`
+	} `json:"lease"`
+	Duplicates int64       `json:"duplicates"`
+	Reclaims   int64       `json:"reclaims"`
+	Effects    []RunEffect `json:"effects"`
+	ParkReason string      `json:"park_reason"`
+	CreatedAt  time.Time   `json:"created_at"`
+	UpdatedAt  time.Time   `json:"updated_at"`
+}
+
+// RunEffect is one of a run's effects as the outbox sees it.
+type RunEffect struct {
+	ID          string    `json:"id"` // addresses the effect under /v1/effects/{id}
+	EffectID    string    `json:"effect_id"`
+	ActionType  string    `json:"action_type"`
+	Target      string    `json:"target"`
+	Executor    string    `json:"executor"` // dispatcher, worker or agent
+	State       string    `json:"state"`    // pending, sending, planned, completed, unknown, failed, cancelled
+	PayloadHash string    `json:"payload_hash"`
+	ProviderID  string    `json:"provider_id"`
+	Attempts    int       `json:"attempts"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// Run reads the run; a missing one is an error with code run_not_found.
+func (c *Client) Run(ctx context.Context, key string) (Run, error) {
+	var out Run
+	_, err := c.do(ctx, http.MethodGet, runPath(key), nil, &out)
+	return out, err
+}
+
+// QueueEffectRequest asks airlock's outbox to perform an effect (POST /v1/runs/{key}/effects).
+// Agents that perform an effect themselves use [Client.Plan] and [Client.Confirm] instead.
+type QueueEffectRequest struct {
+	LeaseOwner string `json:"lease_owner"`
+	Version    int64  `json:"version"`
+	ActionType string `json:"action_type"`
+	Target     string `json:"target"`
+	Payload    any    `json:"payload,omitempty"`
+	EffectID   string `json:"effect_id,omitempty"`
+	Gate       string `json:"gate,omitempty"` // ask for a stricter gate than the policy's
+	Meta       *Meta  `json:"meta,omitempty"`
+}
+
+// QueuedEffect is the answer to [Client.QueueEffect]: the effect (queued now, or already
+// queued when Created is false), or, for a gated action type, the approval it waits for.
+type QueuedEffect struct {
+	Created   bool       `json:"created"`
+	Version   int64      `json:"version"`
+	Effect    *RunEffect `json:"effect"`
+	CancelURL string     `json:"cancel_url"` // act_with_window only
+	NotBefore *time.Time `json:"not_before"` // act_with_window only
+	// Approval is set (and Effect nil) when the run now waits for a person (202).
+	Approval *Approval `json:"-"`
+	State    string    `json:"state"`
+}
+
+// Approval is a pending human decision. ApproveURL carries a single-use secret: hand it
+// to the approvers, never log it.
+type Approval struct {
+	ID         string    `json:"approval_id"`
+	ApproveURL string    `json:"approve_url"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// QueueEffect queues an effect under the run's lease.
+func (c *Client) QueueEffect(ctx context.Context, key string, req QueueEffectRequest) (QueuedEffect, error) {
+	var raw json.RawMessage
+	status, err := c.do(ctx, http.MethodPost, runPath(key, "effects"), req, &raw)
+	if err != nil {
+		return QueuedEffect{}, err
+	}
+	var out QueuedEffect
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return QueuedEffect{}, fmt.Errorf("airlock: decode effect: %w", err)
+	}
+	if status == http.StatusAccepted {
+		var a Approval
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return QueuedEffect{}, fmt.Errorf("airlock: decode approval: %w", err)
+		}
+		out.Approval = &a
+	}
+	return out, nil
+}
+
+// Event is one entry of a run's audit timeline.
+type Event struct {
+	ID      int64           `json:"id"`
+	At      time.Time       `json:"at"`
+	Kind    string          `json:"kind"` // claimed, ledger_saved, effect_planned, effect_confirmed, …
+	Version int64           `json:"version"`
+	Actor   string          `json:"actor"`
+	Meta    json.RawMessage `json:"meta"`
+	Detail  json.RawMessage `json:"detail"`
+}
+
+// Events returns the run's events after the event id after (0: from the first), oldest
+// first, at most limit (0: the server's default of 100), and the after of the next page
+// (0 when this was the last).
+func (c *Client) Events(ctx context.Context, key string, after int64, limit int) ([]Event, int64, error) {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	path := runPath(key, "events")
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out struct {
+		Events    []Event `json:"events"`
+		NextAfter int64   `json:"next_after"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, 0, err
+	}
+	return out.Events, out.NextAfter, nil
+}

@@ -1,0 +1,46 @@
+// Package client is a small Go client for airlock's HTTP API, written for developers of
+// long-running agents that touch the outside world and must survive being stopped.
+//
+// # The flow
+//
+// An agent works on one run, named by an idempotency key its caller issued once
+// ("report-2026w48"). It keeps its resumable state — the work ledger — in airlock, and
+// asks airlock, every time it starts, what it may do next:
+//
+//  1. Claim the key ([Client.Claim]). claimed:true gives a lease_owner: the capability
+//     to act on the run until the lease expires. claimed:false means someone else holds
+//     a live lease, or the run is finished or waiting for a person: do not act. A
+//     process that restarts after a crash claims again once its old lease has expired
+//     (use short leases, and [Client.Heartbeat] while working).
+//  2. Ask for the resume verdict ([Client.Resume]) and follow it (below). A new run has
+//     no ledger yet: save the first one ([Client.SaveLedger], checkpoint 1) with the
+//     goal, the invariants (which may never change afterwards), the pending steps and
+//     next_allowed_action.
+//  3. Around every external effect (a document created, a message sent), record the
+//     intent before and the receipt after: [Client.Plan], perform the effect, then
+//     [Client.Confirm] with the external system's id as receipt (see [Plan]).
+//  4. After every step, save the ledger with checkpoint_version + 1. A save is
+//     compare-and-set: version_conflict or lease_lost means another process owns the
+//     run now, and this one must stop.
+//  5. At the end, [Client.Transition] the run to "completed".
+//
+// The resume verdicts:
+//
+//   - continue: go on from next_allowed_action (none yet: save the first ledger).
+//   - reconcile: effects were planned but never confirmed — the process stopped between
+//     plan and confirm, and may or may not have performed them. Search the external
+//     system for each (by run id or effect id), report what was found with
+//     [Client.Reconcile], and ask again. Never perform them again blindly.
+//   - wait: a person's approval is pending; exit and claim again later.
+//   - stop: a person must decide (an outcome is unknown, a search found several
+//     candidates, the run started but has no ledger): exit without acting. An agent
+//     never restarts a run from scratch.
+//
+// Errors from airlock are [*APIError] values carrying the API's stable code; test them
+// with [IsCode]. Input hashes given to [Client.Plan] must be stable: compute them with
+// [HashInput] from the effect's input, never from values that change between attempts.
+//
+// The agent under examples/agent in airlock's repository is a complete program that
+// follows this flow, with a test that kills it at every dangerous point and checks that
+// its external effect happens exactly once.
+package client

@@ -1,0 +1,93 @@
+// Package airlocktest serves a complete airlock API in-process, over a store the caller
+// opened, for the examples and tests that live outside internal/ (the client package's
+// runnable examples, the example agent's restart test). It wires the services as
+// `airlock serve` does, with real clocks — leases expire in wall time — and no
+// dispatcher: it is meant for agent-executed (worker) action types.
+package airlocktest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/ledger"
+	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/web"
+)
+
+// AgentPolicy is the policy of the seed's weekly-report agent: its one external effect,
+// performed by the agent itself, with no gate.
+const AgentPolicy = `
+actions:
+  create_internal_draft:
+    connector: worker
+    gate: none
+`
+
+// Server is a running in-process airlock.
+type Server struct {
+	URL    string
+	APIKey string // a key with the runs scope
+	Store  store.Store
+	http   *httptest.Server
+}
+
+// Close stops the server; the store stays open (its opener closes it).
+func (s *Server) Close() { s.http.Close() }
+
+// OpenSQLite opens and migrates a new SQLite file in dir.
+func OpenSQLite(ctx context.Context, dir string) (store.Store, error) {
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Start serves the API over st (migrated) with the policy given as YAML, and creates an
+// API key with the runs scope. log may be nil (discarded).
+func Start(ctx context.Context, st store.Store, policyYAML string, log *slog.Logger) (*Server, error) {
+	pol, err := policy.Parse([]byte(policyYAML), func(string) (string, bool) { return "", false })
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := metrics.New()
+	alerts := metrics.Alerter{Log: log, Metrics: m}
+	fail := failures.NewService(st, pol, alerts, nil)
+	eff := effects.NewService(effects.Options{Store: st, Policy: pol, Alerts: alerts, Log: log, Budgets: fail.Budget})
+	srv := httptest.NewUnstartedServer(nil)
+	url := "http://" + srv.Listener.Addr().String()
+	gate := approvals.NewService(st, pol, alerts, url, nil)
+	work := ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, nil)
+	svc := runs.NewService(st, runs.Config{DefaultLease: 5 * time.Minute, MaxLease: time.Hour,
+		MaxLeaseLifetime: 24 * time.Hour, ReclaimAlertAfter: 3}, alerts, nil)
+	svc.Budgets = fail.Budget
+	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate,
+		Ledger: work, Web: web.New(st, gate, log, url, nil), Metrics: m, Log: log, MaxBodyBytes: 1 << 20})
+	srv.Start()
+	_, key, err := apikeys.Create(ctx, st, "agent", []string{apikeys.ScopeRuns}, time.Now())
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("create API key: %w", err)
+	}
+	return &Server{URL: srv.URL, APIKey: key, Store: st, http: srv}, nil
+}

@@ -1,0 +1,56 @@
+// Package retention enforces the policy's retention: what has outlived it is removed,
+// keeping the hashes and ids an audit needs. Several instances may purge at once: every
+// statement is set-based and idempotent.
+package retention
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Purge removes (or with dry, counts) what is older than the policy allows at now.
+func Purge(ctx context.Context, st store.Store, p *policy.Policy, now time.Time, dry bool) (store.PurgeCounts, error) {
+	counts, err := st.Purge(ctx, store.PurgeParams{
+		PayloadsBefore: now.Add(-p.Retention.Payloads.D()),
+		EventsBefore:   now.Add(-p.Retention.Events.D()),
+		Now:            now, DryRun: dry,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("purge: %w", err)
+	}
+	return counts, nil
+}
+
+// Job purges every interval until ctx ends.
+func Job(ctx context.Context, st store.Store, p *policy.Policy, log *slog.Logger) {
+	t := time.NewTicker(p.Retention.Interval.D())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		counts, err := Purge(ctx, st, p, time.Now(), false)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("retention purge failed", "err", err)
+			}
+			continue
+		}
+		var attrs []any
+		for k, n := range counts {
+			if n > 0 {
+				attrs = append(attrs, k, n)
+			}
+		}
+		if len(attrs) > 0 {
+			log.Info("retention purge", attrs...)
+		}
+	}
+}
