@@ -103,22 +103,6 @@ func scanApproval(row scanner) (store.Approval, error) {
 	return a, nil
 }
 
-func collectApprovals(rows *sql.Rows, err error) ([]store.Approval, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Approval
-	for rows.Next() {
-		a, err := scanApproval(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
 func (q queries) ApprovalInsert(ctx context.Context, a store.Approval) error {
 	_, err := q.db.ExecContext(ctx, `INSERT INTO approvals (id, idempotency_key, token_hash, mode, allowed_decisions, expires_at,
 		  requested_by, approver_roles, approver_subjects, separation_of_duties, action_type, target, effect_id, executor,
@@ -138,7 +122,7 @@ func (q queries) ApprovalByTokenHash(ctx context.Context, tokenHash string) (sto
 }
 
 func (q queries) ApprovalsByRun(ctx context.Context, key string) ([]store.Approval, error) {
-	return collectApprovals(q.db.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE idempotency_key = ? ORDER BY created_at, id`, key))
+	return selectAll(ctx, q.db, scanApproval, `SELECT `+approvalColumns+` FROM approvals WHERE idempotency_key = ? ORDER BY created_at, id`, key)
 }
 
 func (q queries) ApprovalConsume(ctx context.Context, p store.ApprovalConsumeParams) (store.Approval, error) {
@@ -157,8 +141,8 @@ func (q queries) ApprovalConsume(ctx context.Context, p store.ApprovalConsumePar
 }
 
 func (q queries) ApprovalsExpired(ctx context.Context, now *time.Time, limit int) ([]store.Approval, error) {
-	return collectApprovals(q.db.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals
-		WHERE consumed_at IS NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?`, q.at(now), limit))
+	return selectAll(ctx, q.db, scanApproval, `SELECT `+approvalColumns+` FROM approvals
+		WHERE consumed_at IS NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?`, q.at(now), limit)
 }
 
 func (q queries) ApprovalExpire(ctx context.Context, id string, now *time.Time) (store.Approval, error) {
@@ -186,6 +170,6 @@ func (q queries) ApprovalByID(ctx context.Context, id string) (store.Approval, e
 }
 
 func (q queries) ApprovalsOpen(ctx context.Context, mode string, limit int) ([]store.Approval, error) {
-	return collectApprovals(q.db.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals
-		WHERE consumed_at IS NULL AND mode = ? ORDER BY created_at, id LIMIT ?`, mode, limit))
+	return selectAll(ctx, q.db, scanApproval, `SELECT `+approvalColumns+` FROM approvals
+		WHERE consumed_at IS NULL AND mode = ? ORDER BY created_at, id LIMIT ?`, mode, limit)
 }

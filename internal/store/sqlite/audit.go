@@ -45,26 +45,14 @@ func (q queries) AuditEvents(ctx context.Context, p store.AuditEventsParams) ([]
 		args = append(args, k)
 	}
 	args = append(args, p.Limit)
-	rows, err := q.db.QueryContext(ctx, `
-		SELECT id, run_key, at, kind, version, actor, meta, detail FROM events
+	evs, err := selectAll(ctx, q.db, scanEvent, `
+		SELECT `+eventColumns+` FROM events
 		WHERE at >= ? AND id > ? AND kind IN (?`+strings.Repeat(", ?", len(p.Kinds)-1)+`)
 		ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Event
-	for rows.Next() {
-		var e store.Event
-		var at int64
-		var meta, detail sql.NullString
-		if err := rows.Scan(&e.ID, &e.RunKey, &at, &e.Kind, &e.Version, &e.Actor, &meta, &detail); err != nil {
-			return nil, fmt.Errorf("list audit events: %w", err)
-		}
-		e.At, e.Meta, e.Detail = fromMicros(at), optJSON(meta), optJSON(detail)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return evs, nil
 }
 
 func (q queries) AuditGateWaits(ctx context.Context, since time.Time) ([]store.GateWait, error) {

@@ -41,22 +41,6 @@ func scanEffect(row scanner) (store.Effect, error) {
 	return e, nil
 }
 
-func collectEffects(rows *sql.Rows, err error) ([]store.Effect, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Effect
-	for rows.Next() {
-		e, err := scanEffect(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 // orNow resolves a zero time to the clock.
 func (q queries) orNow(t time.Time) int64 {
 	if t.IsZero() {
@@ -111,7 +95,7 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 		}
 	}
 	args = append(args, p.Limit)
-	return collectEffects(q.db.QueryContext(ctx, query+` ORDER BY created_at, id LIMIT ?`, args...))
+	return selectAll(ctx, q.db, scanEffect, query+` ORDER BY created_at, id LIMIT ?`, args...)
 }
 
 // EffectLease needs no SKIP LOCKED: the IMMEDIATE transaction holds the only write lock,
@@ -136,7 +120,7 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 	}
 	args = append(args, p.Limit)
 	query += ` ORDER BY not_before LIMIT ?) RETURNING ` + effectColumns
-	return collectEffects(q.db.QueryContext(ctx, query, args...))
+	return selectAll(ctx, q.db, scanEffect, query, args...)
 }
 
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
@@ -177,8 +161,8 @@ func numbered(from, n int) string {
 }
 
 func (q queries) EffectExpiredLeases(ctx context.Context, now *time.Time, limit int) ([]store.Effect, error) {
-	return collectEffects(q.db.QueryContext(ctx, `SELECT `+effectColumns+` FROM effects
-		WHERE state = 'sending' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, q.at(now), limit))
+	return selectAll(ctx, q.db, scanEffect, `SELECT `+effectColumns+` FROM effects
+		WHERE state = 'sending' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, q.at(now), limit)
 }
 
 func (q queries) EffectCountByState(ctx context.Context) (map[store.EffectState]int, error) {

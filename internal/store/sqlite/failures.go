@@ -60,10 +60,10 @@ func (q queries) FailureAttempt(ctx context.Context, key, class string) (int, er
 
 func (q queries) EffectRequeueFailed(ctx context.Context, key string, now *time.Time) ([]store.Effect, error) {
 	at := q.at(now)
-	return collectEffects(q.db.QueryContext(ctx, `
+	return selectAll(ctx, q.db, scanEffect, `
 		UPDATE effects SET state = 'pending', not_before = ?2, updated_at = ?2
 		WHERE idempotency_key = ?1 AND state = 'failed' AND executor = 'dispatcher'
-		RETURNING `+effectColumns, key, at))
+		RETURNING `+effectColumns, key, at)
 }
 
 func (q queries) ReplacementInsert(ctx context.Context, r store.Replacement) error {

@@ -203,6 +203,37 @@ func jsonArg(b json.RawMessage) any {
 
 type scanner interface{ Scan(dest ...any) error }
 
+// selectAll runs query and scans every row with scan.
+func selectAll[T any](ctx context.Context, db dbtx, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+const eventColumns = `id, run_key, at, kind, version, actor, meta, detail`
+
+func scanEvent(row scanner) (store.Event, error) {
+	var e store.Event
+	var at int64
+	var meta, detail sql.NullString
+	if err := row.Scan(&e.ID, &e.RunKey, &at, &e.Kind, &e.Version, &e.Actor, &meta, &detail); err != nil {
+		return store.Event{}, err
+	}
+	e.At, e.Meta, e.Detail = fromMicros(at), optJSON(meta), optJSON(detail)
+	return e, nil
+}
+
 const runColumns = `idempotency_key, state, payload_hash, lease_owner, lease_started_at,
 	lease_expires_at, version, result, duplicates, reclaims, trigger_source, workflow_version,
 	created_at, updated_at, action_type, repairs, validations, model_calls, tokens, park_reason,
@@ -326,25 +357,12 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 }
 
 func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
-	rows, err := q.db.QueryContext(ctx, `
-		SELECT id, run_key, at, kind, version, actor, meta, detail FROM events
+	evs, err := selectAll(ctx, q.db, scanEvent, `SELECT `+eventColumns+` FROM events
 		WHERE run_key = ? AND id > ? ORDER BY id LIMIT ?`, key, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Event
-	for rows.Next() {
-		var e store.Event
-		var at int64
-		var meta, detail sql.NullString
-		if err := rows.Scan(&e.ID, &e.RunKey, &at, &e.Kind, &e.Version, &e.Actor, &meta, &detail); err != nil {
-			return nil, fmt.Errorf("list events: %w", err)
-		}
-		e.At, e.Meta, e.Detail = fromMicros(at), optJSON(meta), optJSON(detail)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return evs, nil
 }
 
 func (q queries) APIKeyInsert(ctx context.Context, k store.APIKey) error {
@@ -376,20 +394,11 @@ func (q queries) APIKeyByHash(ctx context.Context, hash string) (store.APIKey, e
 }
 
 func (q queries) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	keys, err := selectAll(ctx, q.db, scanAPIKey, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list api keys: %w", err)
 	}
-	defer rows.Close()
-	var out []store.APIKey
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list api keys: %w", err)
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return keys, nil
 }
 
 func (q queries) APIKeyRevoke(ctx context.Context, id string, at time.Time) error {
