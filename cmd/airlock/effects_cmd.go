@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -32,9 +33,8 @@ func cliActor() string {
 	return "cli"
 }
 
-// withEffects opens the store and an outbox service (no connectors: nothing is sent from
-// an operator command).
-func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error {
+// withPolicy opens the configured store and policy for an operator command.
+func withPolicy(cmd *cobra.Command, fn func(st store.Store, pol *policy.Policy) error) error {
 	cfg, err := loadConfig(cmd)
 	if err != nil {
 		return err
@@ -43,9 +43,19 @@ func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error 
 	if err != nil {
 		return err
 	}
-	return withStore(cmd, func(st store.Store) error {
-		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		return fn(newEffects(st, pol, nil, log, metrics.New(), nil))
+	return withStore(cmd, func(st store.Store) error { return fn(st, pol) })
+}
+
+// operatorLog is an operator command's log: warnings and alerts only, on stderr.
+func operatorLog() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// withEffects opens the store and an outbox service (no connectors: nothing is sent from
+// an operator command).
+func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error {
+	return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
+		return fn(newEffects(st, pol, nil, operatorLog(), metrics.New(), nil))
 	})
 }
 
@@ -195,17 +205,8 @@ own state. Your name and reason are recorded on the old run.
 ` + runs.RerunProtocol,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			pol, err := loadPolicy(cfg)
-			if err != nil {
-				return err
-			}
-			return withStore(cmd, func(st store.Store) error {
-				log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-				svc := failures.NewService(st, pol, metrics.Alerter{Log: log, Metrics: metrics.New()}, nil)
+			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
+				svc := failures.NewService(st, pol, metrics.Alerter{Log: operatorLog(), Metrics: metrics.New()}, nil)
 				r, err := svc.Replace(cmd.Context(), args[0], newKey, reason, cliActor())
 				if err != nil {
 					return err
@@ -274,15 +275,7 @@ older than retention.events (default 400 days); hashes and ids stay. Every serve
 this every retention.interval (default 1h); --dry-run only says what it would remove.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			pol, err := loadPolicy(cfg)
-			if err != nil {
-				return err
-			}
-			return withStore(cmd, func(st store.Store) error {
+			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
 				counts, err := retention.Purge(cmd.Context(), st, pol, time.Now(), dry)
 				if err != nil {
 					return err

@@ -185,7 +185,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	wg.Add(2)
 	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.ExpireDue, log) }()
-	go func() { defer wg.Done(); retention.Job(bg, st, pol, log) }()
+	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
 	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString(),

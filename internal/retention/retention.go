@@ -26,22 +26,12 @@ func Purge(ctx context.Context, st store.Store, p *policy.Policy, now time.Time,
 	return counts, nil
 }
 
-// Job purges every interval until ctx ends.
-func Job(ctx context.Context, st store.Store, p *policy.Policy, log *slog.Logger) {
-	t := time.NewTicker(p.Retention.Interval.D())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// Job is one scheduled purge, for `every`: it logs what it removed.
+func Job(st store.Store, p *policy.Policy, log *slog.Logger) func(context.Context) error {
+	return func(ctx context.Context) error {
 		counts, err := Purge(ctx, st, p, time.Now(), false)
 		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("retention purge failed", "err", err)
-			}
-			continue
+			return err
 		}
 		var attrs []any
 		for k, n := range counts {
@@ -52,5 +42,6 @@ func Job(ctx context.Context, st store.Store, p *policy.Policy, log *slog.Logger
 		if len(attrs) > 0 {
 			log.Info("retention purge", attrs...)
 		}
+		return nil
 	}
 }

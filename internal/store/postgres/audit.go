@@ -42,18 +42,12 @@ func (q queries) AuditCount(ctx context.Context, since time.Time) (store.AuditCo
 
 func (q queries) AuditEvents(ctx context.Context, p store.AuditEventsParams) ([]store.Event, error) {
 	rows, err := q.db.Query(ctx, `
-		SELECT id, run_key, at, kind, version, actor, meta, detail FROM events
+		SELECT `+eventColumns+` FROM events
 		WHERE at >= $1 AND kind = ANY($2) AND id > $3 ORDER BY id LIMIT $4`, p.Since, p.Kinds, p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Event, error) {
-		var e store.Event
-		var meta, detail []byte
-		err := row.Scan(&e.ID, &e.RunKey, &e.At, &e.Kind, &e.Version, &e.Actor, &meta, &detail)
-		e.Meta, e.Detail = rawOrNil(meta), rawOrNil(detail)
-		return e, err
-	})
+	return pgx.CollectRows(rows, scanEvent)
 }
 
 func (q queries) AuditGateWaits(ctx context.Context, since time.Time) ([]store.GateWait, error) {

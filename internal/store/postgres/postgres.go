@@ -299,18 +299,22 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 
 func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
 	rows, err := q.db.Query(ctx, `
-		SELECT id, run_key, at, kind, version, actor, meta, detail FROM events
+		SELECT `+eventColumns+` FROM events
 		WHERE run_key = $1 AND id > $2 ORDER BY id LIMIT $3`, key, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Event, error) {
-		var e store.Event
-		var meta, detail []byte
-		err := row.Scan(&e.ID, &e.RunKey, &e.At, &e.Kind, &e.Version, &e.Actor, &meta, &detail)
-		e.Meta, e.Detail = rawOrNil(meta), rawOrNil(detail)
-		return e, err
-	})
+	return pgx.CollectRows(rows, scanEvent)
+}
+
+const eventColumns = `id, run_key, at, kind, version, actor, meta, detail`
+
+func scanEvent(row pgx.CollectableRow) (store.Event, error) {
+	var e store.Event
+	var meta, detail []byte
+	err := row.Scan(&e.ID, &e.RunKey, &e.At, &e.Kind, &e.Version, &e.Actor, &meta, &detail)
+	e.Meta, e.Detail = rawOrNil(meta), rawOrNil(detail)
+	return e, err
 }
 
 func rawOrNil(b []byte) json.RawMessage {
