@@ -177,13 +177,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	if !pol.Dispatch.Disabled {
-		d := &effects.Dispatcher{Service: eff, BatchSize: pol.Dispatch.BatchSize, Lease: pol.Dispatch.Lease.D(),
-			Interval: pol.Dispatch.Interval.D(), Crash: crashHook()}
+		d := &effects.Dispatcher{Service: eff, BatchSize: pol.Dispatch.BatchSize, Concurrency: pol.Dispatch.Concurrency,
+			Lease: pol.Dispatch.Lease.D(), Interval: pol.Dispatch.Interval.D(), Drain: pol.Dispatch.Drain.D(), Crash: crashHook()}
 		wg.Add(2)
 		go func() { defer wg.Done(); d.Run(bg) }()
 		go func() { defer wg.Done(); every(bg, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) }()
 	}
-	wg.Add(2)
+	// Every instance sweeps lapsed effect leases, dispatching or not: an external worker's
+	// lease must end even where no dispatcher runs.
+	sweep := min(pol.Dispatch.Interval.D()*10, 5*time.Second)
+	wg.Add(3)
+	go func() { defer wg.Done(); every(bg, sweep, eff.SweepExpired, log) }()
 	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.ExpireDue, log) }()
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.

@@ -28,14 +28,41 @@ func ActionScope(actionType string) string { return "action:" + actionType }
 // SystemKey is the event key of changes that belong to no run (the kill switch).
 const SystemKey = ""
 
-// Enabled is the kill switch read at the send boundary. It is default-deny: a send needs
-// a positive read of the global scope, no disabled row for the action type, and
-// AI_ACTIONS_ENABLED not set to anything but "true". A read error means disabled.
+// Enabled is the kill switch as an API read. Sends do not use it: they read the switch
+// in the transaction that commits the send's begin (see enabledIn).
 func (s *Service) Enabled(ctx context.Context, actionType string) (bool, string) {
+	switches, err := s.store.KillSwitchList(ctx)
+	return s.enabled(ctx, switches, err, actionType)
+}
+
+// enabledIn reads the kill switch inside q's transaction, holding the guard that orders it
+// against changes: a change that committed first is seen, one that commits later waits.
+func (s *Service) enabledIn(ctx context.Context, q store.Queries) (func(actionType string) (bool, string), error) {
+	if err := q.KillSwitchGuard(ctx, false); err != nil {
+		return nil, err
+	}
+	switches, err := q.KillSwitchList(ctx)
+	return func(t string) (bool, string) { return s.enabled(ctx, switches, err, t) }, nil
+}
+
+// EnabledIn is the kill switch for one action type read inside q's transaction under its
+// guard (agent plans use it, as the dispatcher's begin-mark and worker claims do).
+func (s *Service) EnabledIn(ctx context.Context, q store.Queries, actionType string) (bool, string, error) {
+	enabled, err := s.enabledIn(ctx, q)
+	if err != nil {
+		return false, "", err
+	}
+	ok, why := enabled(actionType)
+	return ok, why, nil
+}
+
+// enabled is default-deny: a send needs a positive read of the global scope, no disabled
+// row for the action type, and AI_ACTIONS_ENABLED not set to anything but "true". A read
+// error means disabled.
+func (s *Service) enabled(ctx context.Context, switches []store.KillSwitch, err error, actionType string) (bool, string) {
 	if s.envDisabled {
 		return false, "AI_ACTIONS_ENABLED is not true in airlock's environment"
 	}
-	switches, err := s.store.KillSwitchList(ctx)
 	if err != nil {
 		s.log.WarnContext(ctx, "kill switch unreadable: treating actions as disabled", "err", err)
 		return false, "the kill switch could not be read"
@@ -73,9 +100,13 @@ func (s *Service) SetKillSwitch(ctx context.Context, scope string, enabled bool,
 	}
 	return s.store.Transact(ctx, func(q store.Queries) error {
 		now := s.At()
+		if err := q.KillSwitchGuard(ctx, true); err != nil {
+			return err
+		}
 		if err := q.KillSwitchSet(ctx, store.KillSwitch{Scope: scope, Enabled: enabled, Reason: reason, Actor: actor, UpdatedAt: s.AtOrZero()}); err != nil {
 			return err
 		}
+		s.hook("kill_switch_written")
 		return runs.Event(ctx, q, now, SystemKey, "kill_switch", 0, actor, nil,
 			map[string]any{"scope": scope, "enabled": enabled, "reason": reason})
 	})
@@ -91,137 +122,46 @@ func (s *Service) KillSwitch(ctx context.Context) ([]store.KillSwitch, bool, err
 // recorded as blocked) again.
 const blockedRetry = 5 * time.Second
 
-// Dispatcher sends due effects through their connectors. Any number may run, in one
-// process or many, against one database.
-type Dispatcher struct {
-	*Service
-	BatchSize int
-	Lease     time.Duration
-	Interval  time.Duration
-	// Crash, when set, is called at the named points (after_lease, after_send): the crash
-	// tests use it to SIGKILL the process there. Never set in production.
-	Crash func(point string)
-}
-
-// Run dispatches until ctx ends.
-func (d *Dispatcher) Run(ctx context.Context) {
-	t := time.NewTicker(d.Interval)
-	defer t.Stop()
-	for {
-		if _, err := d.Tick(ctx); err != nil && ctx.Err() == nil {
-			d.log.ErrorContext(ctx, "dispatch round failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Tick runs one round: expired leases become unknown, then one batch of due effects is
-// leased and sent. It returns how many effects it leased.
-func (d *Dispatcher) Tick(ctx context.Context) (int, error) {
-	if err := d.SweepExpired(ctx); err != nil {
-		return 0, err
-	}
-	owner := "dispatcher:" + uuid.NewString()
-	var batch []store.Effect
-	err := d.store.Transact(ctx, func(q store.Queries) error {
-		var err error
-		batch, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
-			Owner: owner, Lease: d.Lease, Limit: d.BatchSize, Now: d.At()})
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("lease effects: %w", err)
-	}
-	for _, e := range batch {
-		if err := d.send(ctx, e, owner); err != nil {
-			d.log.ErrorContext(ctx, "dispatch", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
-		}
-	}
-	return len(batch), nil
-}
-
-func (d *Dispatcher) crash(point string) {
-	if d.Crash != nil {
-		d.Crash(point)
-	}
-}
-
-func (d *Dispatcher) send(ctx context.Context, e store.Effect, owner string) error {
-	if ok, why := d.Enabled(ctx, e.ActionType); !ok {
-		return d.block(ctx, e, owner, why)
-	}
-	c := d.connectors[e.ActionType]
-	if c == nil {
-		// Configured once, removed from the policy since: nothing can send it safely.
-		_, _, err := d.finish(ctx, e, owner, connector.Result{Outcome: connector.Refused, Class: "no_connector"}, "airlock")
-		return err
-	}
-	d.crash("after_lease")
-	// Commit "the send begins" first: a sender that dies before this point provably sent
-	// nothing, and the sweeper can queue its effect again instead of calling it unknown.
-	err := d.store.Transact(ctx, func(q store.Queries) error {
-		_, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
-			Owner: owner, To: store.EffectSending, Started: true, Now: d.At()})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("mark send started: %w", err) // lease lost: someone else decides now
-	}
-	start := time.Now()
-	sendCtx, cancel := context.WithTimeout(ctx, d.Lease)
-	res := c.Send(sendCtx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
-		ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
-	cancel()
-	if d.Observe != nil {
-		d.Observe(res.Outcome.String(), time.Since(start))
-	}
-	d.crash("after_send")
-	_, _, err = d.finish(ctx, e, owner, res, "airlock")
-	return err
-}
-
-// block returns a leased effect to pending untouched, and records the blocked attempt.
-func (d *Dispatcher) block(ctx context.Context, e store.Effect, owner, why string) error {
-	return d.store.Transact(ctx, func(q store.Queries) error {
-		now, err := d.Read(ctx, q)
-		if err != nil {
-			return err
-		}
-		nb, class := now.Add(blockedRetry), "actions_disabled"
-		_, err = q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
-			Owner: owner, To: store.EffectPending, NotBefore: &nb, ErrorClass: &class, ReleaseAttempt: true, Now: d.At()})
-		if err != nil {
-			return err
-		}
-		return runs.Event(ctx, q, d.At(), e.RunKey, "send_blocked", 0, "airlock", nil,
-			map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "reason": why})
-	})
-}
-
 // SweepExpired handles effects whose sender's lease expired. A dispatcher that died before
 // it began the send provably sent nothing: the effect is queued again. One that died after
 // may have sent it: unknown (an idempotent connector's effect is queued again instead, to
 // be resent with the same key). An external worker's lapsed lease is always unknown.
-// Each effect changes in its own transaction, on its own run key.
+// Every instance sweeps, dispatching or not. Each effect changes in its own transaction,
+// and each change re-checks, in its statement, that the lease is still expired and (for a
+// requeue) that the send never began: a row read earlier decides nothing.
 func (s *Service) SweepExpired(ctx context.Context) error {
-	expired, err := s.store.EffectExpiredLeases(ctx, s.At(), 100)
-	if err != nil {
-		return fmt.Errorf("find expired effect leases: %w", err)
-	}
-	for _, e := range expired {
-		if e.Executor == store.ExecutorDispatcher && e.SendStartedAt == nil {
-			if err := s.requeueUnsent(ctx, e); err != nil && !errors.Is(err, store.ErrNoMatch) {
+	for range 10 { // up to 1,000 a round; the next round takes the rest
+		expired, err := s.store.EffectExpiredLeases(ctx, s.At(), 100)
+		if err != nil {
+			return fmt.Errorf("find expired effect leases: %w", err)
+		}
+		s.hook("sweep_listed")
+		for _, e := range expired {
+			if e.Executor == store.ExecutorDispatcher && e.SendStartedAt == nil {
+				if err := s.requeueUnsent(ctx, e); err != nil && !errors.Is(err, store.ErrNoMatch) {
+					return err
+				}
+				continue
+			}
+			res := connector.Result{Outcome: connector.Ambiguous, Class: "lease_expired"}
+			var out outcome
+			err := s.store.Transact(ctx, func(q store.Queries) error {
+				if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
+					return err
+				}
+				var err error
+				out, err = s.finishIn(ctx, q, e, e.LeaseOwner, res, "airlock", true)
+				return err
+			})
+			if err == nil {
+				s.raise(ctx, e, res, out.alert)
+			}
+			if err != nil && !errors.Is(err, ErrEffectLeaseLost) {
 				return err
 			}
-			continue
 		}
-		res := connector.Result{Outcome: connector.Ambiguous, Class: "lease_expired"}
-		if _, _, err := s.finish(ctx, e, e.LeaseOwner, res, "airlock"); err != nil && !errors.Is(err, ErrEffectLeaseLost) {
-			return err
+		if len(expired) < 100 {
+			return nil
 		}
 	}
 	return nil
@@ -229,42 +169,56 @@ func (s *Service) SweepExpired(ctx context.Context) error {
 
 // requeueUnsent returns an effect whose sender died before sending to pending.
 func (s *Service) requeueUnsent(ctx context.Context, e store.Effect) error {
-	return s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.store.Transact(ctx, func(q store.Queries) error {
 		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
 		class := "sender_lost_before_send"
 		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
-			Owner: e.LeaseOwner, To: store.EffectPending, NotBefore: &now, ErrorClass: &class, ReleaseAttempt: true, Now: s.At()}); err != nil {
+			Owner: e.LeaseOwner, To: store.EffectPending, NotBefore: &now, ErrorClass: &class, ReleaseAttempt: true,
+			LeaseExpired: true, NotStarted: true, Now: s.At()}); err != nil {
+			return err
+		}
+		if err := q.EffectNotify(ctx); err != nil {
 			return err
 		}
 		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_requeued", 0, "airlock", nil,
 			map[string]any{"effect_id": e.EffectID, "reason": "the sender's lease expired before it began the send"})
 	})
+	if err == nil {
+		s.Wake()
+	}
+	return err
 }
 
-// WorkerClaim leases one due effect of the given types to an external worker.
+// WorkerClaim leases one due effect of the given types to an external worker. The kill
+// switch is read in the claiming transaction, like a dispatcher's begin-mark.
 func (s *Service) WorkerClaim(ctx context.Context, types []string, lease time.Duration, actor string) (store.Effect, bool, error) {
-	var allowed []string
 	for _, t := range types {
 		a := s.policy.Action(t)
 		if a == nil || a.Executor() != store.ExecutorWorker {
 			return store.Effect{}, false, fmt.Errorf("%w: %q is not a worker action type", ErrUnknownActionType, t)
 		}
-		if ok, _ := s.Enabled(ctx, t); ok {
-			allowed = append(allowed, t)
-		}
-	}
-	if len(allowed) == 0 {
-		_, why := s.Enabled(ctx, types[0])
-		return store.Effect{}, false, fmt.Errorf("%w: %s", ErrActionsDisabled, why)
 	}
 	owner := "worker:" + uuid.NewString()
 	var got []store.Effect
 	err := s.store.Transact(ctx, func(q store.Queries) error {
-		var err error
-		got, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorWorker, Types: allowed,
+		enabled, err := s.enabledIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		caps := map[string]int{}
+		for _, t := range types {
+			if ok, _ := enabled(t); ok {
+				caps[t] = 1
+			}
+		}
+		if len(caps) == 0 {
+			_, why := enabled(types[0])
+			return fmt.Errorf("%w: %s", ErrActionsDisabled, why)
+		}
+		got, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorWorker, Caps: caps,
 			Owner: owner, Lease: lease, Limit: 1, Now: s.At()})
 		if err != nil || len(got) == 0 {
 			return err
@@ -288,7 +242,7 @@ func (s *Service) WorkerReport(ctx context.Context, id, owner string, res connec
 	if e.Executor != store.ExecutorWorker || e.State != store.EffectSending || e.LeaseOwner != owner {
 		return store.Effect{}, ErrEffectLeaseLost
 	}
-	out, _, err := s.finish(ctx, e, owner, res, actor)
+	out, err := s.finish(ctx, e, owner, res, actor)
 	return out, err
 }
 
@@ -313,10 +267,7 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 	}
 	var out store.Effect
 	err := s.store.Transact(ctx, func(q store.Queries) error {
-		e, err := q.EffectGet(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return ErrNotFound
-		}
+		e, err := s.lockEffectRun(ctx, q, id)
 		if err != nil {
 			return err
 		}
@@ -341,6 +292,11 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 		if err := s.settleApproved(ctx, q, e.RunKey, to); err != nil {
 			return err
 		}
+		if to == store.EffectPending {
+			if err := q.EffectNotify(ctx); err != nil {
+				return err
+			}
+		}
 		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_resolved", 0, actor, nil, map[string]any{
 			"effect_id": e.EffectID, "from": e.State, "outcome": outcome, "provider_id": providerID, "note": note,
 		})
@@ -351,39 +307,64 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 	return out, nil
 }
 
-// Reconcile asks connectors with a lookup about unknown effects: one match completes the
-// effect; none queues it again under the same effect id where the lookup is
+// reconcileBatch is how many unknown effects one reconciliation round looks up.
+const reconcileBatch = 100
+
+// Reconcile asks connectors with a lookup about unknown effects that are due: one match
+// completes the effect; none queues it again under the same effect id where the lookup is
 // authoritative (it stays unknown otherwise); several keep it unknown and alert once.
+// Every effect that stays unknown is checked again later, with backoff, and goes behind
+// the others: effects that can never be settled automatically cannot starve newer ones.
 func (s *Service) Reconcile(ctx context.Context) error {
-	unknown, err := s.store.EffectList(ctx, store.EffectListParams{States: []store.EffectState{store.EffectUnknown}, Limit: 100})
+	var types []string
+	for t, c := range s.connectors {
+		if lk, ok := c.(connector.Lookup); ok {
+			if h, ok := lk.(interface{ HasLookup() bool }); !ok || h.HasLookup() {
+				types = append(types, t)
+			}
+		}
+	}
+	if len(types) == 0 {
+		return nil
+	}
+	unknown, err := s.store.EffectsUnknownDue(ctx, types, s.At(), reconcileBatch)
 	if err != nil {
 		return fmt.Errorf("list unknown effects: %w", err)
 	}
 	for _, e := range unknown {
-		lk, ok := s.connectors[e.ActionType].(connector.Lookup)
-		if !ok || e.Executor != store.ExecutorDispatcher {
-			continue
-		}
-		if h, ok := lk.(interface{ HasLookup() bool }); ok && !h.HasLookup() {
-			continue
-		}
+		lk := s.connectors[e.ActionType].(connector.Lookup)
 		ids, err := lk.Lookup(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
 			ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
 		if err != nil {
 			s.log.WarnContext(ctx, "reconcile lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
-			continue
+		} else if err := s.reconcileOne(ctx, e, ids, lk.Authoritative()); err != nil {
+			return err
 		}
-		if err := s.reconcileOne(ctx, e, ids, lk.Authoritative()); err != nil {
+		if err := s.checkLater(ctx, e); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// checkLater puts a still-unknown effect behind the others: the next check waits twice as
+// long each time, from 30 s up to 1 h.
+func (s *Service) checkLater(ctx context.Context, e store.Effect) error {
+	now, err := s.Read(ctx, s.store)
+	if err != nil {
+		return err
+	}
+	wait := min(30*time.Second<<min(e.Checks, 7), time.Hour)
+	return s.store.EffectCheckLater(ctx, e.ID, now.Add(wait))
+}
+
 func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string, authoritative bool) error {
 	const several = "reconcile_several"
 	var alert bool
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
+			return err
+		}
 		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err

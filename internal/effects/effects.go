@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,6 +54,41 @@ type Service struct {
 	Observe func(outcome string, d time.Duration)
 	// budgets returns a run's budget by action type; nil means unlimited.
 	budgets func(actionType string) runs.Budget
+	// Hook, when set, is called at named points between statements (sweep_listed,
+	// settle_counted, kill_switch_written, leased, sent): tests force interleavings with
+	// it. Never set in production.
+	Hook func(point string)
+	// wake tells this instance's dispatcher that an effect is due (nil: none runs).
+	wake atomic.Pointer[func()]
+}
+
+func (s *Service) hook(point string) {
+	if s.Hook != nil {
+		s.Hook(point)
+	}
+}
+
+// Wake tells this instance's dispatcher, if one runs, to look for due effects now.
+func (s *Service) Wake() {
+	if f := s.wake.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// lockEffectRun reads an effect and locks its run's row, run first: every transaction
+// that changes whether a run has open effects takes the run's lock before the effect's.
+func (s *Service) lockEffectRun(ctx context.Context, q store.Queries, id string) (store.Effect, error) {
+	e, err := q.EffectGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Effect{}, ErrNotFound
+	}
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
+		return store.Effect{}, err
+	}
+	return q.EffectGet(ctx, id) // as of the lock
 }
 
 // Options wire a Service.
@@ -257,6 +293,9 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 		if _, err := q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
 			return err
 		}
+		if err := q.EffectNotify(ctx); err != nil {
+			return err
+		}
 		if err := runs.Event(ctx, q, now, req.Key, "effect_queued", run.Version, req.Actor, req.Meta, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target,
 			"executor": e.Executor, "payload_hash": e.PayloadHash, "not_before": e.NotBefore,
@@ -299,6 +338,9 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 	if autoApproved && gate.Observer != nil {
 		gate.Observer.Decision(policy.GateApproveByException, "auto", 0)
 	}
+	if sub.Created {
+		s.Wake()
+	}
 	return sub, nil
 }
 
@@ -320,8 +362,39 @@ func (s *Service) List(ctx context.Context, p store.EffectListParams) ([]store.E
 }
 
 // finish applies a send's outcome to the effect (a compare-and-set on its lease) and
-// writes the event on its run, in one transaction. It returns the alert to raise, if any.
-func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res connector.Result, actor string) (store.Effect, string, error) {
+// writes the event on its run, in one transaction that holds the run's lock.
+func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res connector.Result, actor string) (store.Effect, error) {
+	var out outcome
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
+			return err
+		}
+		var err error
+		out, err = s.finishIn(ctx, q, e, owner, res, actor, false)
+		return err
+	})
+	if err != nil {
+		return store.Effect{}, fmt.Errorf("record outcome of effect %s: %w", e.ID, err)
+	}
+	s.raise(ctx, e, res, out.alert)
+	return out.effect, nil
+}
+
+// outcome is what recording a send's result did.
+type outcome struct {
+	effect store.Effect
+	alert  string // the alert to raise after commit, if any
+}
+
+func (s *Service) raise(ctx context.Context, e store.Effect, res connector.Result, alert string) {
+	if alert != "" {
+		s.alerts.Alert(ctx, alert, e.RunKey, slog.String("effect_id", e.EffectID), slog.String("error_class", res.Class))
+	}
+}
+
+// finishIn records a send's outcome inside q's transaction; the caller holds the run's
+// lock. expired (the sweeper) applies it only if the lease has lapsed at the statement.
+func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect, owner string, res connector.Result, actor string, expired bool) (outcome, error) {
 	a := s.policy.Action(e.ActionType)
 	retry := policy.ActionRetry{MaxAttempts: 1, Backoff: policy.Duration(time.Second), MaxBackoff: policy.Duration(time.Second)}
 	idempotent := false
@@ -331,76 +404,69 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 	if c := s.connectors[e.ActionType]; c != nil && e.Executor == store.ExecutorDispatcher {
 		idempotent = c.Idempotent()
 	}
-	var out store.Effect
-	var alert string
-	err := s.store.Transact(ctx, func(q store.Queries) error {
-		now, err := s.Read(ctx, q)
-		if err != nil {
-			return err
-		}
-		class := res.Class
-		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class, Now: s.At()}
-		kind := ""
-		detail := map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
-		if class != "" {
-			detail["error_class"] = class
-		}
-		switch {
-		case res.Outcome == connector.Sent:
-			p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, "effect_completed"
-			detail["provider_id"] = res.ProviderID
-		case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
-			wait := policy.Backoff(retry.Backoff, retry.MaxBackoff, e.Attempts, res.RetryAfter)
-			nb := now.Add(wait)
-			p.To, p.NotBefore, kind = store.EffectPending, &nb, "effect_retry_scheduled"
-			detail["retry_in_ms"] = wait.Milliseconds()
-			if res.Outcome == connector.Ambiguous {
-				detail["ambiguous"] = true // resent with the same idempotency key: the provider de-duplicates
-			}
-		case res.Outcome == connector.Ambiguous:
-			p.To, kind, alert = store.EffectUnknown, "effect_unknown", "effect_unknown"
-		default: // refused, or retryable past the cap
-			p.To, kind, alert = store.EffectFailed, "effect_failed", "effect_failed"
-			if res.Outcome == connector.Retryable {
-				detail["retry_cap"] = retry.MaxAttempts
-			}
-		}
-		out, err = q.EffectUpdate(ctx, p)
-		if errors.Is(err, store.ErrNoMatch) && res.Outcome == connector.Sent {
-			// Our lease lapsed mid-send and the sweeper marked it unknown: we now know better.
-			p.From, p.Owner = []store.EffectState{store.EffectUnknown}, ""
-			out, err = q.EffectUpdate(ctx, p)
-		}
-		if errors.Is(err, store.ErrNoMatch) {
-			return ErrEffectLeaseLost
-		}
-		if err != nil {
-			return err
-		}
-		if err := runs.Event(ctx, q, s.At(), e.RunKey, kind, 0, actor, nil, detail); err != nil {
-			return err
-		}
-		if err := s.settleApproved(ctx, q, e.RunKey, p.To); err != nil {
-			return err
-		}
-		if alert != "" {
-			return runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
-				map[string]any{"alert": alert, "effect_id": e.EffectID, "error_class": class})
-		}
-		return nil
-	})
+	var out outcome
+	now, err := s.Read(ctx, q)
 	if err != nil {
-		return store.Effect{}, "", fmt.Errorf("record outcome of effect %s: %w", e.ID, err)
+		return out, err
 	}
-	if alert != "" {
-		s.alerts.Alert(ctx, alert, e.RunKey, slog.String("effect_id", e.EffectID), slog.String("error_class", res.Class))
+	class := res.Class
+	p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class,
+		LeaseExpired: expired, Now: s.At()}
+	kind := ""
+	detail := map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
+	if class != "" {
+		detail["error_class"] = class
 	}
-	return out, alert, nil
+	switch {
+	case res.Outcome == connector.Sent:
+		p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, "effect_completed"
+		detail["provider_id"] = res.ProviderID
+	case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
+		wait := policy.Backoff(retry.Backoff, retry.MaxBackoff, e.Attempts, res.RetryAfter)
+		nb := now.Add(wait)
+		p.To, p.NotBefore, kind = store.EffectPending, &nb, "effect_retry_scheduled"
+		detail["retry_in_ms"] = wait.Milliseconds()
+		if res.Outcome == connector.Ambiguous {
+			detail["ambiguous"] = true // resent with the same idempotency key: the provider de-duplicates
+		}
+	case res.Outcome == connector.Ambiguous:
+		p.To, kind, out.alert = store.EffectUnknown, "effect_unknown", "effect_unknown"
+	default: // refused, or retryable past the cap
+		p.To, kind, out.alert = store.EffectFailed, "effect_failed", "effect_failed"
+		if res.Outcome == connector.Retryable {
+			detail["retry_cap"] = retry.MaxAttempts
+		}
+	}
+	out.effect, err = q.EffectUpdate(ctx, p)
+	if errors.Is(err, store.ErrNoMatch) && res.Outcome == connector.Sent {
+		// Our lease lapsed mid-send and the sweeper marked it unknown: we now know better.
+		p.From, p.Owner, p.LeaseExpired = []store.EffectState{store.EffectUnknown}, "", false
+		out.effect, err = q.EffectUpdate(ctx, p)
+	}
+	if errors.Is(err, store.ErrNoMatch) {
+		return outcome{}, ErrEffectLeaseLost
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	if err := runs.Event(ctx, q, s.At(), e.RunKey, kind, 0, actor, nil, detail); err != nil {
+		return outcome{}, err
+	}
+	if err := s.settleApproved(ctx, q, e.RunKey, p.To); err != nil {
+		return outcome{}, err
+	}
+	if out.alert != "" {
+		return out, runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
+			map[string]any{"alert": out.alert, "effect_id": e.EffectID, "error_class": class})
+	}
+	return out, nil
 }
 
 // settleApproved finishes an approved run once its effects have: completed when none is
-// open any more, failed_terminal when one failed for good. A run still processing is its
-// client's to finish.
+// open any more, failed_terminal when one failed for good (its other pending effects are
+// cancelled: nothing of a failed run leaves). A run still processing is its client's to
+// finish. The caller holds the run's lock (RunLockKeys), so two effects finishing at once
+// cannot each see the other still open.
 func (s *Service) settleApproved(ctx context.Context, q store.Queries, key string, effect store.EffectState) error {
 	if effect != store.EffectCompleted && effect != store.EffectFailed {
 		return nil
@@ -412,6 +478,7 @@ func (s *Service) settleApproved(ctx context.Context, q store.Queries, key strin
 	to := store.StateFailedTerminal
 	if effect == store.EffectCompleted {
 		n, err := q.RunOpenEffects(ctx, key)
+		s.hook("settle_counted")
 		if err != nil || n > 0 {
 			return err
 		}
@@ -421,8 +488,14 @@ func (s *Service) settleApproved(ctx context.Context, q store.Queries, key strin
 	if err != nil {
 		return err
 	}
-	return runs.Event(ctx, q, s.At(), key, "transition", run.Version, "airlock", nil,
-		map[string]any{"from": store.StateApproved, "to": to, "reason": "effects_" + string(effect)})
+	if err := runs.Event(ctx, q, s.At(), key, "transition", run.Version, "airlock", nil,
+		map[string]any{"from": store.StateApproved, "to": to, "reason": "effects_" + string(effect)}); err != nil {
+		return err
+	}
+	if to == store.StateFailedTerminal {
+		return runs.CancelPending(ctx, q, s.At(), key)
+	}
+	return nil
 }
 
 // Cancel withdraws a pending effect that no sender has taken yet (act_with_window's cancel,
@@ -430,10 +503,7 @@ func (s *Service) settleApproved(ctx context.Context, q store.Queries, key strin
 func (s *Service) Cancel(ctx context.Context, id, reason, actor string) (store.Effect, error) {
 	var out store.Effect
 	err := s.store.Transact(ctx, func(q store.Queries) error {
-		e, err := q.EffectGet(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return ErrNotFound
-		}
+		e, err := s.lockEffectRun(ctx, q, id)
 		if err != nil {
 			return err
 		}

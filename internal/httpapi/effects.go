@@ -132,7 +132,7 @@ func (s *server) effectsClaim(w http.ResponseWriter, r *http.Request) error {
 		LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
 		Payload        json.RawMessage `json:"payload"`
 		IdempotencyKey string          `json:"idempotency_key"`
-	}{viewEffect(e), e.LeaseOwner, e.LeaseExpiresAt, e.Payload, e.EffectID})
+	}{viewEffect(e), e.LeaseOwner, e.LeaseExpiresAt, e.Payload, effects.ProviderKey(e)})
 	return nil
 }
 

@@ -255,9 +255,6 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 	if !a.ValidTarget(req.Target) {
 		return PlanResult{}, fmt.Errorf("%w: %q for %s", effects.ErrInvalidTarget, req.Target, req.Action)
 	}
-	if ok, why := s.effects.Enabled(ctx, req.Action); !ok {
-		return PlanResult{}, fmt.Errorf("%w: %s", effects.ErrActionsDisabled, why)
-	}
 	var res PlanResult
 	var mismatch bool
 	var exhausted string
@@ -265,6 +262,13 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 		run, err := s.holder(ctx, q, req.Key, req.Owner)
 		if err != nil {
 			return err
+		}
+		// Read in the transaction, under the switch's guard: a disable that committed
+		// first always wins.
+		if ok, why, err := s.effects.EnabledIn(ctx, q, req.Action); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: %s", effects.ErrActionsDisabled, why)
 		}
 		if s.budgets != nil {
 			now, err := s.Read(ctx, q)

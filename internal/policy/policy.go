@@ -184,10 +184,16 @@ func (s *SchemaRef) compile(field, dir string) error {
 
 // Dispatch tunes the dispatcher inside `airlock serve`.
 type Dispatch struct {
-	Interval  Duration `yaml:"interval"`   // how often to look for due effects (default 500ms)
-	BatchSize int      `yaml:"batch_size"` // effects leased per round (default 16)
-	Lease     Duration `yaml:"lease"`      // how long a send may take before it counts as crashed (default 2m)
-	Disabled  bool     `yaml:"disabled"`   // run no dispatcher in this instance
+	// Interval is the fallback poll: a dispatcher also wakes at once when an effect is
+	// queued in its instance, or (PostgreSQL) in any instance.
+	Interval  Duration `yaml:"interval"`   // default 500ms
+	BatchSize int      `yaml:"batch_size"` // most effects leased in one statement (default 32)
+	// Concurrency is how many sends one instance has in flight at once (default 32).
+	Concurrency int      `yaml:"concurrency"`
+	Lease       Duration `yaml:"lease"`    // how long a send may take before it counts as crashed (default 2m)
+	Disabled    bool     `yaml:"disabled"` // run no dispatcher in this instance
+	// Drain is how long a stopping instance lets its in-flight sends finish (default 30s).
+	Drain Duration `yaml:"drain"`
 	// ReconcileInterval is how often unknown effects are looked up (default 30s).
 	ReconcileInterval Duration `yaml:"reconcile_interval"`
 }
@@ -201,6 +207,12 @@ type Action struct {
 	SMTP      *SMTP       `yaml:"smtp"`
 	Worker    *Worker     `yaml:"worker"`
 	Retry     ActionRetry `yaml:"retry"`
+	// MaxInFlight caps this type's sends in flight per instance, so a slow or hanging
+	// provider cannot take every slot (default: dispatch.concurrency when this is the only
+	// type airlock sends, half of it otherwise).
+	MaxInFlight int `yaml:"max_in_flight"`
+	// Rate caps this type's sends per second per instance (0: no cap).
+	Rate float64 `yaml:"rate"`
 	// Schema validates the model output this action type sends (POST /validate); with
 	// one, an effect queues only a validated value.
 	Schema *SchemaRef `yaml:"schema"`
@@ -372,7 +384,13 @@ func (p *Policy) defaults() {
 		d.Interval = Duration(500 * time.Millisecond)
 	}
 	if d.BatchSize == 0 {
-		d.BatchSize = 16
+		d.BatchSize = 32
+	}
+	if d.Concurrency == 0 {
+		d.Concurrency = 32
+	}
+	if d.Drain == 0 {
+		d.Drain = Duration(30 * time.Second)
 	}
 	if d.Lease == 0 {
 		d.Lease = Duration(2 * time.Minute)
@@ -423,6 +441,22 @@ func (p *Policy) defaults() {
 			}
 			if a.SMTP.Timeout == 0 {
 				a.SMTP.Timeout = Duration(30 * time.Second)
+			}
+		}
+	}
+	// One type alone may use every slot; beside others, half, so a provider that hangs
+	// leaves the rest of the instance's sends going.
+	sent := 0
+	for _, a := range p.Actions {
+		if a.Executor() == "dispatcher" {
+			sent++
+		}
+	}
+	for _, a := range p.Actions {
+		if a.MaxInFlight == 0 {
+			a.MaxInFlight = d.Concurrency
+			if sent > 1 {
+				a.MaxInFlight = max(1, d.Concurrency/2)
 			}
 		}
 	}
@@ -506,6 +540,12 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 	if p.Dispatch.Interval.D() < 10*time.Millisecond {
 		e.add("dispatch.interval", "must be at least 10ms")
 	}
+	if p.Dispatch.Concurrency < 1 || p.Dispatch.Concurrency > 1000 {
+		e.add("dispatch.concurrency", "must be from 1 to 1000")
+	}
+	if p.Dispatch.Drain.D() < 0 || p.Dispatch.Drain.D() > 10*time.Minute {
+		e.add("dispatch.drain", "must be from 0s to 10m")
+	}
 	for _, name := range p.ActionNames() {
 		a := p.Actions[name]
 		f := "actions." + name
@@ -517,6 +557,17 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		}
 		if a.Retry.MaxAttempts < 1 || a.Retry.MaxAttempts > 100 {
 			e.add(f+".retry.max_attempts", "must be from 1 to 100")
+		}
+		if a.MaxInFlight < 1 || a.MaxInFlight > p.Dispatch.Concurrency {
+			e.add(f+".max_in_flight", "must be from 1 to dispatch.concurrency (%d)", p.Dispatch.Concurrency)
+		}
+		if a.Rate < 0 || a.Rate > 100000 {
+			e.add(f+".rate", "must be from 0 (no cap) to 100000 sends per second")
+		}
+		// A send that outlives its lease could be taken for crashed and its effect marked
+		// unknown (or, before it began, queued again) while it is still in flight.
+		if t := a.SendTimeout(); t > 0 && t >= p.Dispatch.Lease.D() {
+			e.add(f+".timeout", "%s must be shorter than dispatch.lease (%s): a send may not outlive its lease", t, p.Dispatch.Lease.D())
 		}
 		if a.Retry.MaxBackoff < a.Retry.Backoff {
 			e.add(f+".retry.max_backoff", "must not be shorter than retry.backoff")
@@ -752,6 +803,17 @@ func (a *Action) ValidTarget(target string) bool {
 }
 
 // Executor says who performs effects of this type.
+// SendTimeout is the connector's timeout for one send (0 for worker types).
+func (a *Action) SendTimeout() time.Duration {
+	switch {
+	case a.HTTP != nil:
+		return a.HTTP.Timeout.D()
+	case a.SMTP != nil:
+		return a.SMTP.Timeout.D()
+	}
+	return 0
+}
+
 func (a *Action) Executor() string {
 	if a.Connector == ConnectorWorker {
 		return "worker"

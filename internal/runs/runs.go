@@ -139,6 +139,15 @@ type Service struct {
 	// Budgets, when set, returns the budget of a run of an action type ("" for the
 	// global one): heartbeats of a run past it are refused.
 	Budgets func(actionType string) Budget
+	// Hook, when set, is called at named points between statements (complete_counted):
+	// tests force interleavings with it. Never set in production.
+	Hook func(point string)
+}
+
+func (s *Service) hook(point string) {
+	if s.Hook != nil {
+		s.Hook(point)
+	}
 }
 
 func NewService(s store.Store, cfg Config, alerts Alerter, now func() time.Time) *Service {
@@ -344,11 +353,17 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 	}
 	var run store.Run
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		// The run's lock first: an effect queued (or planned) under the same lease waits
+		// for this decision instead of slipping in after the count.
+		if _, err := q.RunLockKeys(ctx, []string{req.Key}); err != nil {
+			return err
+		}
 		if req.To == store.StateCompleted {
 			n, err := q.RunOpenEffects(ctx, req.Key)
 			if err != nil {
 				return err
 			}
+			s.hook("complete_counted")
 			if n > 0 {
 				return fmt.Errorf("%w: %d effect(s) not completed", ErrEffectsOpen, n)
 			}
@@ -367,7 +382,13 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		if req.Result != nil {
 			detail["result_hash"] = hashBytes(req.Result)
 		}
-		return Event(ctx, q, now, run.Key, "transition", run.Version, req.Actor, req.Meta, detail)
+		if err := Event(ctx, q, now, run.Key, "transition", run.Version, req.Actor, req.Meta, detail); err != nil {
+			return err
+		}
+		if req.To == store.StateFailedTerminal {
+			return CancelPending(ctx, q, now, run.Key)
+		}
+		return nil
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("transition %q: %w", req.Key, err)
@@ -493,10 +514,32 @@ func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.R
 	if err := Event(ctx, q, now, run.Key, "transition", out.Version, "airlock", nil, detail); err != nil {
 		return store.Run{}, err
 	}
+	if err := CancelPending(ctx, q, now, run.Key); err != nil {
+		return store.Run{}, err
+	}
 	if !alert {
 		return out, nil
 	}
 	return out, Event(ctx, q, now, run.Key, "alert", out.Version, "airlock", nil, map[string]any{"alert": reason})
+}
+
+// CancelPending withdraws the pending effects of a run that ended failed_terminal, each
+// with an event: nothing leaves without someone standing behind it, and nobody stands
+// behind a failed run. Effects already being sent are past recall: the begin-mark
+// refuses those not yet begun (they are cancelled there). A replacement run is the way
+// to send them after all.
+func CancelPending(ctx context.Context, q store.Queries, now *time.Time, key string) error {
+	cancelled, err := q.EffectCancelPending(ctx, key, "run_failed_terminal", now)
+	if err != nil {
+		return fmt.Errorf("cancel pending effects: %w", err)
+	}
+	for _, e := range cancelled {
+		if err := Event(ctx, q, now, key, "effect_cancelled", 0, "airlock", nil,
+			map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RerunProtocol is the seed's rerun protocol, shown wherever a person may be tempted to

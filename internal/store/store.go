@@ -94,6 +94,13 @@ type APIKey struct {
 	RevokedAt *time.Time
 }
 
+// EffectListener is a store that can tell one instance that another queued an effect
+// (PostgreSQL LISTEN/NOTIFY). ListenEffects calls wake for every notification until ctx
+// ends, reconnecting after errors.
+type EffectListener interface {
+	ListenEffects(ctx context.Context, wake func())
+}
+
 // Store is one database. Methods on Store itself run outside any transaction.
 type Store interface {
 	Queries
@@ -281,6 +288,8 @@ type Effect struct {
 	// SendStartedAt is committed just before the connector is called: a sender whose lease
 	// expired without it certainly never sent.
 	SendStartedAt  *time.Time
+	NextCheckAt    *time.Time // an unknown effect's next reconciliation (nil: due now)
+	Checks         int        // reconciliation checks of the unknown effect so far
 	ProviderID     string
 	Attempts       int
 	NotBefore      time.Time
@@ -306,10 +315,11 @@ type RunLockParams struct {
 	Now     *time.Time
 }
 
-// EffectLeaseParams selects due pending effects to lease.
+// EffectLeaseParams selects due pending effects to lease: at most Caps[type] of each
+// listed type, at most Limit in all, oldest not_before first.
 type EffectLeaseParams struct {
 	Executor string
-	Types    []string // nil: every type
+	Caps     map[string]int
 	Owner    string
 	Lease    time.Duration
 	Limit    int
@@ -330,7 +340,12 @@ type EffectUpdateParams struct {
 	ReleaseAttempt bool
 	// Started marks the send as begun (To must be sending).
 	Started bool
-	Now     *time.Time
+	// LeaseExpired applies the change only if the lease has expired at Now; NotStarted
+	// only if the send was never marked begun. The sweeper decides with both in the
+	// statement that changes the row, never on a row it read earlier.
+	LeaseExpired bool
+	NotStarted   bool
+	Now          *time.Time
 }
 
 // EffectListParams filters effects for operators.
@@ -355,7 +370,32 @@ type EffectQueries interface {
 	// PostgreSQL, the write lock on SQLite).
 	EffectLease(ctx context.Context, p EffectLeaseParams) ([]Effect, error)
 	// EffectUpdate is the effect's compare-and-set; ErrNoMatch when it does not apply.
+	// Moving an effect into unknown makes it due for reconciliation at once.
 	EffectUpdate(ctx context.Context, p EffectUpdateParams) (Effect, error)
+	// EffectMarkStarted commits "the send begins" for those of ids that owner still
+	// leases with a live lease at now, not yet begun, whose run is not failed_terminal;
+	// it returns the ids it marked.
+	EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error)
+	// EffectsUnknownDue lists unknown effects of the given types whose next
+	// reconciliation is due at now, the longest waiting first.
+	EffectsUnknownDue(ctx context.Context, types []string, now *time.Time, limit int) ([]Effect, error)
+	// EffectCheckLater counts one reconciliation check of an unknown effect and sets when
+	// it is next due.
+	EffectCheckLater(ctx context.Context, id string, at time.Time) error
+	// EffectCancelPending cancels the run's pending effects (its run ended: they never
+	// leave) and returns them.
+	EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]Effect, error)
+	// EffectNotify wakes the dispatchers of every instance when the transaction commits
+	// (PostgreSQL NOTIFY); a no-op where instances cannot be told (SQLite).
+	EffectNotify(ctx context.Context) error
+	// RunLockKeys locks the rows of these runs, in key order, until the transaction ends,
+	// and returns them. Every transaction that counts a run's effects and then changes the
+	// run (or an effect's openness) takes it first. Missing keys are left out.
+	RunLockKeys(ctx context.Context, keys []string) (map[string]Run, error)
+	// KillSwitchGuard orders kill switch changes against sends: a change takes it
+	// exclusively, a send's begin-mark shared, both until their transaction ends, so a
+	// change that commits first is seen by every later mark.
+	KillSwitchGuard(ctx context.Context, exclusive bool) error
 	// EffectExpiredLeases lists effects still sending whose lease expired before now.
 	EffectExpiredLeases(ctx context.Context, now *time.Time, limit int) ([]Effect, error)
 	// EffectCountByState counts effects per state (metrics).

@@ -22,7 +22,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at`
+	last_error_class, created_at, updated_at, next_check_at, checks`
 
 func scanEffect(row pgx.Row) (store.Effect, error) {
 	var e store.Effect
@@ -30,7 +30,7 @@ func scanEffect(row pgx.Row) (store.Effect, error) {
 	var payload []byte
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
-		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt)
+		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -91,21 +91,155 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 }
 
 func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
+	types, caps := make([]string, 0, len(p.Caps)), make([]int32, 0, len(p.Caps))
+	for t, n := range p.Caps {
+		if n > 0 {
+			types, caps = append(types, t), append(caps, int32(n))
+		}
+	}
+	if len(types) == 0 || p.Limit < 1 {
+		return nil, nil
+	}
+	// Each type up to its own cap (one LATERAL probe of the due index per type), then the
+	// oldest of those up to the limit. Rows locked but not taken stay pending.
 	return collectEffects(q.db.Query(ctx, `
 		WITH due AS (
-		  SELECT id FROM effects
-		  WHERE state = 'pending' AND executor = $1 AND not_before <= coalesce($6::timestamptz, now())
-		    AND ($2::text[] IS NULL OR action_type = ANY($2))
-		  ORDER BY not_before
+		  SELECT d.id FROM unnest($2::text[], $7::int[]) AS t(action_type, cap)
+		  CROSS JOIN LATERAL (
+		    SELECT id, not_before FROM effects
+		    WHERE state = 'pending' AND executor = $1 AND action_type = t.action_type
+		      AND not_before <= coalesce($6::timestamptz, now())
+		    ORDER BY not_before
+		    LIMIT t.cap
+		    FOR UPDATE SKIP LOCKED
+		  ) d
+		  ORDER BY d.not_before
 		  LIMIT $5
-		  FOR UPDATE SKIP LOCKED
 		)
 		UPDATE effects e
 		SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL,
 		    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
 		    updated_at = coalesce($6::timestamptz, now())
 		FROM due WHERE e.id = due.id
-		RETURNING `+prefixed("e.", effectColumns), p.Executor, p.Types, p.Owner, micros(p.Lease), p.Limit, p.Now))
+		RETURNING `+prefixed("e.", effectColumns), p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
+}
+
+func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
+	rows, err := q.db.Query(ctx, `
+		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), updated_at = coalesce($3::timestamptz, now())
+		WHERE e.id = ANY($1) AND e.state = 'sending' AND e.lease_owner = $2 AND e.send_started_at IS NULL
+		  AND e.lease_expires_at > coalesce($3::timestamptz, now())
+		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
+		                  WHERE r.idempotency_key = e.idempotency_key AND r.state = 'failed_terminal')
+		RETURNING e.id`, ids, owner, now)
+	if err != nil {
+		return nil, fmt.Errorf("mark sends begun: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func (q queries) EffectsUnknownDue(ctx context.Context, types []string, now *time.Time, limit int) ([]store.Effect, error) {
+	return collectEffects(q.db.Query(ctx, `SELECT `+effectColumns+` FROM effects
+		WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type = ANY($1)
+		  AND (next_check_at IS NULL OR next_check_at <= coalesce($2::timestamptz, now()))
+		ORDER BY next_check_at NULLS FIRST, updated_at LIMIT $3`, types, now, limit))
+}
+
+func (q queries) EffectCheckLater(ctx context.Context, id string, at time.Time) error {
+	_, err := q.db.Exec(ctx, `UPDATE effects SET next_check_at = $2, checks = checks + 1
+		WHERE id = $1 AND state = 'unknown'`, id, at)
+	return err
+}
+
+func (q queries) EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]store.Effect, error) {
+	return collectEffects(q.db.Query(ctx, `UPDATE effects SET state = 'cancelled', last_error_class = $2,
+		  updated_at = coalesce($3::timestamptz, now())
+		WHERE idempotency_key = $1 AND state = 'pending'
+		RETURNING `+effectColumns, key, class, now))
+}
+
+func (q queries) EffectNotify(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, `SELECT pg_notify('`+notifyChannel+`', '')`)
+	return err
+}
+
+// notifyChannel carries "an effect was queued" between instances.
+const notifyChannel = "airlock_effects"
+
+// killSwitchLock is the advisory lock key that orders kill switch changes against marks.
+const killSwitchLock = 0x6169726b696c6c // "airkill"
+
+func (q queries) KillSwitchGuard(ctx context.Context, exclusive bool) error {
+	fn := "pg_advisory_xact_lock_shared"
+	if exclusive {
+		fn = "pg_advisory_xact_lock"
+	}
+	_, err := q.db.Exec(ctx, `SELECT `+fn+`($1)`, int64(killSwitchLock))
+	return err
+}
+
+func (q queries) RunLockKeys(ctx context.Context, keys []string) (map[string]store.Run, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+runColumns+` FROM workflow_runs
+		WHERE idempotency_key = ANY($1) ORDER BY idempotency_key FOR UPDATE`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("lock runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("lock runs: %w", err)
+	}
+	out := make(map[string]store.Run, len(runs))
+	for _, r := range runs {
+		out[r.Key] = r
+	}
+	return out, nil
+}
+
+// ListenEffects holds one connection in LISTEN and calls wake for each notification,
+// reconnecting with backoff until ctx ends.
+func (s *Store) ListenEffects(ctx context.Context, wake func()) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listen(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = 100 * time.Millisecond
+		}
+		wake() // notifications may have been missed while disconnected
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (s *Store) listen(ctx context.Context, wake func()) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
+		return err
+	}
+	defer func() {
+		// The connection goes back to the pool: stop listening on it (or drop it).
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `UNLISTEN *`); err != nil {
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return err
+		}
+		wake()
+	}
 }
 
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
@@ -124,10 +258,14 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    lease_expires_at = CASE WHEN $3 = 'sending' THEN lease_expires_at ELSE NULL END,
 		    send_started_at = CASE WHEN $3 <> 'sending' THEN NULL
 		                           WHEN $10 THEN coalesce($9::timestamptz, now()) ELSE send_started_at END,
+		    next_check_at = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN next_check_at END,
+		    checks = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
 		    updated_at = coalesce($9::timestamptz, now())
 		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4)
+		  AND (NOT $11 OR lease_expires_at <= coalesce($9::timestamptz, now()))
+		  AND (NOT $12 OR send_started_at IS NULL)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
-		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started))
+		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
 	}

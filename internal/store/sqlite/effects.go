@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,22 +24,23 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at`
+	last_error_class, created_at, updated_at, next_check_at, checks`
 
 func scanEffect(row scanner) (store.Effect, error) {
 	var e store.Effect
 	var state string
 	var payload sql.NullString
-	var leaseExp, started sql.NullInt64
+	var leaseExp, started, nextCheck sql.NullInt64
 	var notBefore, created, updated int64
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &started, &e.ProviderID, &e.Attempts,
-		&notBefore, &e.LastErrorClass, &created, &updated)
+		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
 	e.State, e.Payload, e.LeaseExpiresAt, e.SendStartedAt = store.EffectState(state), optJSON(payload), optTime(leaseExp), optTime(started)
 	e.NotBefore, e.CreatedAt, e.UpdatedAt = fromMicros(notBefore), fromMicros(created), fromMicros(updated)
+	e.NextCheckAt = optTime(nextCheck)
 	return e, nil
 }
 
@@ -100,31 +103,102 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 
 // EffectLease needs no SKIP LOCKED: the IMMEDIATE transaction holds the only write lock,
 // so the select and the update see the same rows and no other writer runs in between.
+// Each type is probed up to its own cap, then the oldest of those up to the limit.
 func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
 	now := q.at(p.Now)
+	args := []any{p.Owner, now, p.Lease.Microseconds(), p.Executor}
+	var probes []string
+	for _, t := range slices.Sorted(maps.Keys(p.Caps)) {
+		if p.Caps[t] < 1 {
+			continue
+		}
+		probes = append(probes, fmt.Sprintf(`SELECT * FROM (SELECT id, not_before FROM effects
+		  WHERE state = 'pending' AND executor = ?4 AND not_before <= ?2 AND action_type = ?%d
+		  ORDER BY not_before LIMIT ?%d)`, len(args)+1, len(args)+2))
+		args = append(args, t, p.Caps[t])
+	}
+	if len(probes) == 0 || p.Limit < 1 {
+		return nil, nil
+	}
+	args = append(args, p.Limit)
 	query := `UPDATE effects
 		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1, send_started_at = NULL,
 		    lease_expires_at = ?2 + ?3, updated_at = ?2
-		WHERE id IN (
-		  SELECT id FROM effects
-		  WHERE state = 'pending' AND executor = ?4 AND not_before <= ?2`
-	args := []any{p.Owner, now, p.Lease.Microseconds(), p.Executor}
-	if p.Types != nil {
-		if len(p.Types) == 0 {
-			return nil, nil
-		}
-		query += ` AND action_type IN (` + placeholders(len(p.Types)) + `)`
-		for _, t := range p.Types {
-			args = append(args, t)
-		}
-	}
-	args = append(args, p.Limit)
-	query += ` ORDER BY not_before LIMIT ?) RETURNING ` + effectColumns
+		WHERE id IN (SELECT id FROM (` + strings.Join(probes, " UNION ALL ") + `) ORDER BY not_before LIMIT ?` +
+		fmt.Sprint(len(args)) + `) RETURNING ` + effectColumns
 	return selectAll(ctx, q.db, scanEffect, query, args...)
 }
 
+func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := []any{owner, q.at(now)}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return selectAll(ctx, q.db, func(row scanner) (string, error) {
+		var id string
+		return id, row.Scan(&id)
+	}, `UPDATE effects SET send_started_at = ?2, updated_at = ?2
+		WHERE id IN (`+numbered(3, len(ids))+`) AND state = 'sending' AND lease_owner = ?1
+		  AND send_started_at IS NULL AND lease_expires_at > ?2
+		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
+		                  WHERE r.idempotency_key = effects.idempotency_key AND r.state = 'failed_terminal')
+		RETURNING id`, args...)
+}
+
+func (q queries) EffectsUnknownDue(ctx context.Context, types []string, now *time.Time, limit int) ([]store.Effect, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	args := []any{q.at(now), limit}
+	for _, t := range types {
+		args = append(args, t)
+	}
+	return selectAll(ctx, q.db, scanEffect, `SELECT `+effectColumns+` FROM effects
+		WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type IN (`+numbered(3, len(types))+`)
+		  AND (next_check_at IS NULL OR next_check_at <= ?1)
+		ORDER BY next_check_at NULLS FIRST, updated_at LIMIT ?2`, args...)
+}
+
+func (q queries) EffectCheckLater(ctx context.Context, id string, at time.Time) error {
+	_, err := q.db.ExecContext(ctx, `UPDATE effects SET next_check_at = ?, checks = checks + 1
+		WHERE id = ? AND state = 'unknown'`, at.UnixMicro(), id)
+	return err
+}
+
+func (q queries) EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]store.Effect, error) {
+	return selectAll(ctx, q.db, scanEffect, `UPDATE effects SET state = 'cancelled', last_error_class = ?2, updated_at = ?3
+		WHERE idempotency_key = ?1 AND state = 'pending'
+		RETURNING `+effectColumns, key, class, q.at(now))
+}
+
+// EffectNotify has no one to tell: other processes on the file find new effects by polling.
+func (q queries) EffectNotify(context.Context) error { return nil }
+
+// KillSwitchGuard needs no lock: the IMMEDIATE transaction already excludes every writer.
+func (q queries) KillSwitchGuard(context.Context, bool) error { return nil }
+
+// RunLockKeys reads the runs: the IMMEDIATE transaction already holds the write lock.
+func (q queries) RunLockKeys(ctx context.Context, keys []string) (map[string]store.Run, error) {
+	out := make(map[string]store.Run, len(keys))
+	for _, k := range keys {
+		r, err := q.RunGet(ctx, k)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[k] = r
+	}
+	return out, nil
+}
+
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
-	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started}
+	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started,
+		p.LeaseExpired, p.NotStarted}
 	if p.NotBefore != nil {
 		args[4] = p.NotBefore.UnixMicro()
 	}
@@ -141,9 +215,12 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    lease_owner = CASE WHEN ?2 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN ?2 = 'sending' THEN lease_expires_at ELSE NULL END,
 		    send_started_at = CASE WHEN ?2 <> 'sending' THEN NULL WHEN ?9 THEN ?8 ELSE send_started_at END,
+		    next_check_at = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN next_check_at END,
+		    checks = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
 		    updated_at = ?8
 		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3)
-		  AND state IN (`+numbered(10, len(p.From))+`)
+		  AND (NOT ?10 OR lease_expires_at <= ?8) AND (NOT ?11 OR send_started_at IS NULL)
+		  AND state IN (`+numbered(12, len(p.From))+`)
 		RETURNING `+effectColumns, args...))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch

@@ -89,13 +89,22 @@ func (p *Provider) Total() int {
 // EffectsEnv is Env plus an outbox whose action types send to a test provider.
 type EffectsEnv struct {
 	*Env
-	Provider   *Provider
-	Policy     *policy.Policy
-	Effects    *effects.Service
-	Failures   *failures.Service
-	Approvals  *approvals.Service
-	Ledger     *ledger.Service
-	Dispatcher *effects.Dispatcher
+	Provider    *Provider
+	Policy      *policy.Policy
+	Effects     *effects.Service
+	Failures    *failures.Service
+	Approvals   *approvals.Service
+	Ledger      *ledger.Service
+	Dispatcher  *effects.Dispatcher
+	Conns       map[string]connector.Connector
+	envOverride string
+}
+
+// NewService is another outbox service over st (a second instance, or a store with faults
+// injected), with its own clock.
+func (e *EffectsEnv) NewService(st store.Store, now func() time.Time) *effects.Service {
+	return effects.NewService(effects.Options{Store: st, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
+		Now: now, AIActionsEnabled: e.envOverride, AIActionsEnabledSet: e.envOverride != "", Budgets: e.Failures.Budget})
 }
 
 // TestPolicy configures: note (http, not idempotent, lookup), crm (http, idempotent,
@@ -115,6 +124,11 @@ actions:
   task:
     connector: worker
     gate: none
+  ping:
+    connector: http
+    gate: none
+    http: {url: %[1]s/ping, timeout: 2s}
+    rate: 2
   email:
     connector: http
     http: {url: %[1]s/mail}
@@ -178,7 +192,7 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	}
 	e.Policy = pol
 	conns := map[string]connector.Connector{}
-	for _, name := range []string{"note", "crm", "email", "digest", "triage"} {
+	for _, name := range []string{"note", "crm", "email", "digest", "triage", "ping"} {
 		h := pol.Action(name).HTTP
 		c, err := httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Timeout: h.Timeout.D(),
 			LookupURL: h.LookupURL, LookupAuthoritative: h.LookupAuthoritative})
@@ -189,8 +203,8 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	}
 	e.Failures = failures.NewService(e.Store, pol, e.Alerts, e.Clock.Now)
 	e.Runs.Budgets = e.Failures.Budget
-	e.Effects = effects.NewService(effects.Options{Store: e.Store, Policy: pol, Connectors: conns, Alerts: e.Alerts,
-		Now: e.Clock.Now, AIActionsEnabled: envOverride, AIActionsEnabledSet: envOverride != "", Budgets: e.Failures.Budget})
+	e.Conns, e.envOverride = conns, envOverride
+	e.Effects = e.NewService(e.Store, e.Clock.Now)
 	e.Approvals = approvals.NewService(e.Store, pol, e.Alerts, "http://127.0.0.1:8080", e.Clock.Now)
 	e.Ledger = ledger.NewService(e.Store, pol, e.Effects, e.Approvals, e.Alerts, e.Failures.Budget, e.Clock.Now)
 	e.Dispatcher = &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
@@ -216,7 +230,7 @@ func RunEffects(t *testing.T, b Backend) {
 		{"ConcurrentDispatchersSendOnce", testConcurrentDispatchers},
 		{"SMTPDispatch", testSMTPDispatch},
 	}
-	for _, tt := range tests {
+	for _, tt := range append(tests, outboxTests...) {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
 	}
 	t.Run("EnvOverrideStopsSends", func(t *testing.T) {
@@ -463,7 +477,7 @@ func testExpiredSendLease(t *testing.T, e *EffectsEnv) {
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
 		var err error
 		now := e.Clock.Now()
-		leased, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Owner: "dead", Lease: time.Minute, Limit: 10, Now: &now})
+		leased, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: AllTypes(e.Policy), Owner: "dead", Lease: time.Minute, Limit: 10, Now: &now})
 		return err
 	})
 	if err != nil || len(leased) != 2 {
@@ -487,7 +501,7 @@ func testExpiredSendLease(t *testing.T, e *EffectsEnv) {
 	// with the same key for an idempotent one.
 	err = e.Store.Transact(ctx, func(q store.Queries) error {
 		now := e.Clock.Now()
-		leased, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Owner: "dead2", Lease: time.Minute, Limit: 10, Now: &now})
+		leased, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: AllTypes(e.Policy), Owner: "dead2", Lease: time.Minute, Limit: 10, Now: &now})
 		for _, l := range leased {
 			if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: l.ID, From: []store.EffectState{store.EffectSending},
 				Owner: "dead2", To: store.EffectSending, Started: true, Now: &now}); err != nil {
@@ -766,4 +780,13 @@ actions:
 		t.Fatal(err)
 	}
 	equal(t, "messages", len(ms.Messages()), 1)
+}
+
+// AllTypes caps every configured action type at 100 in a lease (tests that lease by hand).
+func AllTypes(p *policy.Policy) map[string]int {
+	caps := map[string]int{}
+	for _, n := range p.ActionNames() {
+		caps[n] = 100
+	}
+	return caps
 }

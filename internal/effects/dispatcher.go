@@ -1,0 +1,436 @@
+package effects
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/time/rate"
+
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Dispatcher sends due effects through their connectors. Any number may run, in one
+// process or many, against one database.
+//
+// One effect's path: leased with others in one statement (the lease caps each action
+// type at its max_in_flight and its rate); its begin is committed together with the
+// others' in one transaction that also reads the kill switch and requires a live lease;
+// the connector is called with a deadline inside the lease; the outcome is recorded by
+// compare-and-set on the lease, grouped with the outcomes that finish at the same time
+// into one transaction, and retried if recording fails until the lease ends.
+type Dispatcher struct {
+	*Service
+	BatchSize   int           // most effects leased in one statement
+	Concurrency int           // most sends in flight in this instance
+	Lease       time.Duration // how long a send may take before it counts as crashed
+	Interval    time.Duration // the fallback poll
+	Drain       time.Duration // how long Run lets in-flight sends finish once stopped
+	// Crash, when set, is called at the named points (after_lease, after_send): the crash
+	// tests use it to SIGKILL the process there. Never set in production.
+	Crash func(point string)
+
+	once     sync.Once
+	mu       sync.Mutex
+	inFlight map[string]int // by action type
+	total    int
+	limiters map[string]*rate.Limiter
+	wakeC    chan struct{}
+	rec      recorder
+}
+
+func (d *Dispatcher) init() {
+	d.once.Do(func() {
+		d.Concurrency = cmp.Or(d.Concurrency, 32)
+		d.BatchSize = cmp.Or(d.BatchSize, d.Concurrency)
+		d.Lease = cmp.Or(d.Lease, 2*time.Minute)
+		d.Interval = cmp.Or(d.Interval, 500*time.Millisecond)
+		d.inFlight = map[string]int{}
+		d.limiters = map[string]*rate.Limiter{}
+		for t := range d.connectors {
+			if a := d.policy.Action(t); a != nil && a.Rate > 0 {
+				d.limiters[t] = rate.NewLimiter(rate.Limit(a.Rate), max(1, int(a.Rate)))
+			}
+		}
+		d.wakeC = make(chan struct{}, 1)
+		d.rec.d = d
+	})
+}
+
+// wakeUp asks the loop to look for due effects now.
+func (d *Dispatcher) wakeUp() {
+	select {
+	case d.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches until ctx ends, then stops leasing and lets in-flight sends finish (up to
+// Drain) and record their outcomes: a stopping instance does not turn sent effects into
+// unknown ones.
+func (d *Dispatcher) Run(ctx context.Context) {
+	d.init()
+	wake := d.wakeUp
+	d.wake.Store(&wake)
+	defer d.wake.CompareAndSwap(&wake, nil)
+	if l, ok := d.store.(store.EffectListener); ok {
+		go l.ListenEffects(ctx, d.wakeUp)
+	}
+	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSends()
+	var sends sync.WaitGroup
+	t := time.NewTicker(d.Interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		leased, more, err := d.fill(ctx, sendCtx, &sends)
+		if err != nil && ctx.Err() == nil {
+			d.log.ErrorContext(ctx, "dispatch round failed", "err", err)
+		}
+		if more && leased > 0 {
+			continue // the lease came back full and there is room: lease again at once
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-d.wakeC:
+		}
+	}
+	done := make(chan struct{})
+	go func() { sends.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d.Drain):
+		d.log.Warn("dispatcher drain timed out: cancelling in-flight sends", "drain", d.Drain)
+		cancelSends()
+		<-done
+	}
+}
+
+// Tick runs one round and waits for it: expired leases are swept, then one batch of due
+// effects is leased, sent and recorded. It returns how many effects it leased.
+func (d *Dispatcher) Tick(ctx context.Context) (int, error) {
+	d.init()
+	if err := d.SweepExpired(ctx); err != nil {
+		return 0, err
+	}
+	var sends sync.WaitGroup
+	n, _, err := d.fill(ctx, ctx, &sends)
+	sends.Wait()
+	return n, err
+}
+
+func (d *Dispatcher) crash(point string) {
+	if d.Crash != nil {
+		d.Crash(point)
+	}
+}
+
+// caps is how many effects of each type this instance may lease now, and in all.
+func (d *Dispatcher) caps(now time.Time) (map[string]int, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	free := d.Concurrency - d.total
+	caps := map[string]int{}
+	if free <= 0 {
+		return caps, 0
+	}
+	for t := range d.connectors {
+		a := d.policy.Action(t)
+		if a == nil {
+			continue
+		}
+		n := min(free, max(a.MaxInFlight, 1)-d.inFlight[t])
+		if l := d.limiters[t]; l != nil {
+			n = min(n, int(l.TokensAt(now)))
+		}
+		if n > 0 {
+			caps[t] = n
+		}
+	}
+	return caps, min(free, d.BatchSize)
+}
+
+func (d *Dispatcher) take(batch []store.Effect, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range batch {
+		d.inFlight[e.ActionType]++
+		d.total++
+		if l := d.limiters[e.ActionType]; l != nil {
+			l.AllowN(now, 1) // leased within the tokens there were: never refused
+		}
+	}
+}
+
+func (d *Dispatcher) release(e store.Effect) {
+	d.mu.Lock()
+	d.inFlight[e.ActionType]--
+	d.total--
+	d.mu.Unlock()
+	d.wakeUp()
+}
+
+// fill leases as many due effects as there is room for, commits their begin and starts
+// their sends. more reports that the lease came back full.
+func (d *Dispatcher) fill(ctx, sendCtx context.Context, sends *sync.WaitGroup) (int, bool, error) {
+	caps, limit := d.caps(time.Now())
+	if limit == 0 || len(caps) == 0 {
+		return 0, false, nil
+	}
+	owner := "dispatcher:" + uuid.NewString()
+	// The send deadline is measured on this process's monotonic clock from before the
+	// lease statement, so it falls before the lease's end whatever the clocks say.
+	deadline := time.Now().Add(d.Lease - leaseMargin(d.Lease))
+	var batch []store.Effect
+	err := d.store.Transact(ctx, func(q store.Queries) error {
+		var err error
+		batch, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
+			Caps: caps, Owner: owner, Lease: d.Lease, Limit: limit, Now: d.At()})
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("lease effects: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, false, nil
+	}
+	d.take(batch, time.Now())
+	d.hook("leased")
+	d.crash("after_lease")
+	started, err := d.begin(ctx, owner, batch)
+	for _, e := range batch {
+		if !started[e.ID] {
+			d.release(e)
+		}
+	}
+	if err != nil {
+		return len(batch), false, err
+	}
+	for _, e := range batch {
+		if !started[e.ID] {
+			continue
+		}
+		sends.Add(1)
+		go func() {
+			defer sends.Done()
+			defer d.release(e)
+			d.send(sendCtx, e, owner, deadline)
+		}()
+	}
+	return len(batch), len(batch) == limit, nil
+}
+
+// leaseMargin is the part of a lease kept for recording the outcome after a send.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(lease/10, 5*time.Second)
+}
+
+// begin commits "the send begins" for a leased batch in one transaction, and returns the
+// ids that may be sent. In the same transaction: the kill switch is read under its guard
+// (a disable that committed first holds the effect: back to pending, attempt not counted),
+// the mark requires the lease to be live and the run not failed_terminal (such an effect
+// is cancelled). A sender that dies before this commit provably sent nothing.
+func (d *Dispatcher) begin(ctx context.Context, owner string, batch []store.Effect) (map[string]bool, error) {
+	started := map[string]bool{}
+	err := d.store.Transact(ctx, func(q store.Queries) error {
+		clear(started)
+		enabled, err := d.enabledIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, e := range batch {
+			if d.connectors[e.ActionType] == nil {
+				continue
+			}
+			if ok, why := enabled(e.ActionType); !ok {
+				if err := d.block(ctx, q, e, owner, why); err != nil {
+					return err
+				}
+				continue
+			}
+			ids = append(ids, e.ID)
+		}
+		marked, err := q.EffectMarkStarted(ctx, owner, ids, d.At())
+		if err != nil {
+			return err
+		}
+		for _, id := range marked {
+			started[id] = true
+		}
+		for _, e := range batch {
+			if slices.Contains(ids, e.ID) && !started[e.ID] {
+				if err := d.cancelIfRunEnded(ctx, q, e, owner); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark sends begun: %w", err)
+	}
+	return started, nil
+}
+
+// block returns a leased effect to pending untouched, and records the blocked attempt.
+func (d *Dispatcher) block(ctx context.Context, q store.Queries, e store.Effect, owner, why string) error {
+	now, err := d.Read(ctx, q)
+	if err != nil {
+		return err
+	}
+	nb, class := now.Add(blockedRetry), "actions_disabled"
+	_, err = q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
+		Owner: owner, To: store.EffectPending, NotBefore: &nb, ErrorClass: &class, ReleaseAttempt: true, Now: d.At()})
+	if err != nil {
+		return err
+	}
+	return runs.Event(ctx, q, d.At(), e.RunKey, "send_blocked", 0, "airlock", nil,
+		map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "reason": why})
+}
+
+// cancelIfRunEnded cancels a leased, unbegun effect whose run ended failed_terminal
+// (otherwise the mark failed because the lease was lost: someone else decides).
+func (d *Dispatcher) cancelIfRunEnded(ctx context.Context, q store.Queries, e store.Effect, owner string) error {
+	run, err := q.RunGet(ctx, e.RunKey)
+	if err != nil || run.State != store.StateFailedTerminal {
+		return err
+	}
+	class := "run_failed_terminal"
+	_, err = q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending},
+		Owner: owner, To: store.EffectCancelled, ErrorClass: &class, ReleaseAttempt: true, NotStarted: true, Now: d.At()})
+	if errors.Is(err, store.ErrNoMatch) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return runs.Event(ctx, q, d.At(), e.RunKey, "effect_cancelled", 0, "airlock", nil,
+		map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"})
+}
+
+// send calls the connector within the lease and records the outcome. sendCtx is not
+// cancelled by shutdown (only after the drain timeout), and the outcome is recorded with
+// a context no one cancels.
+func (d *Dispatcher) send(sendCtx context.Context, e store.Effect, owner string, deadline time.Time) {
+	c := d.connectors[e.ActionType]
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(sendCtx, deadline)
+	res := c.Send(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
+		ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
+	cancel()
+	if d.Observe != nil {
+		d.Observe(res.Outcome.String(), time.Since(start))
+	}
+	d.crash("after_send")
+	d.hook("sent")
+	d.rec.record(context.WithoutCancel(sendCtx), e, owner, res, deadline.Add(leaseMargin(d.Lease)))
+}
+
+// recorder groups outcomes that finish together into one transaction: the first caller
+// records everything queued meanwhile, the others wait for it (group commit).
+type recorder struct {
+	d       *Dispatcher
+	mu      sync.Mutex
+	pending []*record
+	leading bool
+}
+
+type record struct {
+	e     store.Effect
+	owner string
+	res   connector.Result
+	until time.Time // the lease's end: recording is retried until then
+	out   outcome
+	err   error
+	done  chan struct{}
+}
+
+func (r *recorder) record(ctx context.Context, e store.Effect, owner string, res connector.Result, until time.Time) {
+	it := &record{e: e, owner: owner, res: res, until: until, done: make(chan struct{})}
+	r.mu.Lock()
+	r.pending = append(r.pending, it)
+	if r.leading {
+		r.mu.Unlock()
+		<-it.done
+		return
+	}
+	r.leading = true
+	for len(r.pending) > 0 {
+		group := r.pending
+		r.pending = nil
+		r.mu.Unlock()
+		r.flush(ctx, group)
+		r.mu.Lock()
+	}
+	r.leading = false
+	r.mu.Unlock()
+	<-it.done
+}
+
+// flush records a group in one transaction, runs locked in key order (so two groups never
+// deadlock). If that fails, each outcome is recorded on its own, with retries.
+func (r *recorder) flush(ctx context.Context, group []*record) {
+	d := r.d
+	keys := make([]string, 0, len(group))
+	for _, it := range group {
+		keys = append(keys, it.e.RunKey)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	err := d.store.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.RunLockKeys(ctx, keys); err != nil {
+			return err
+		}
+		for _, it := range group {
+			it.out, it.err = d.finishIn(ctx, q, it.e, it.owner, it.res, "airlock", false)
+			if it.err != nil && !errors.Is(it.err, ErrEffectLeaseLost) {
+				return it.err
+			}
+		}
+		return nil
+	})
+	for _, it := range group {
+		if err != nil {
+			it.out, it.err = d.recordOne(ctx, it)
+		}
+		if it.err != nil {
+			d.log.WarnContext(ctx, "dispatch outcome not recorded", "key", it.e.RunKey, "effect_id", it.e.EffectID,
+				"outcome", it.res.Outcome.String(), "err", it.err)
+		} else {
+			d.raise(ctx, it.e, it.res, it.out.alert)
+		}
+		close(it.done)
+	}
+}
+
+// recordOne records one outcome in its own transaction, retrying with backoff while the
+// lease lasts: an outcome the provider gave is not dropped because one commit failed.
+func (d *Dispatcher) recordOne(ctx context.Context, it *record) (outcome, error) {
+	wait := 50 * time.Millisecond
+	for {
+		var out outcome
+		err := d.store.Transact(ctx, func(q store.Queries) error {
+			if _, err := q.RunLockKeys(ctx, []string{it.e.RunKey}); err != nil {
+				return err
+			}
+			var err error
+			out, err = d.finishIn(ctx, q, it.e, it.owner, it.res, "airlock", false)
+			return err
+		})
+		if err == nil || errors.Is(err, ErrEffectLeaseLost) || time.Now().Add(wait).After(it.until) {
+			return out, err
+		}
+		d.log.WarnContext(ctx, "recording a dispatch outcome failed: retrying", "key", it.e.RunKey,
+			"effect_id", it.e.EffectID, "retry_in", wait, "err", err)
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
+	}
+}
