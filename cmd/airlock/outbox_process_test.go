@@ -144,6 +144,8 @@ func setupDB(t *testing.T, env []string) string {
 func writePolicy(t *testing.T, httpSection string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
+	// A send may not outlive its lease: the connector's timeout stays under dispatch.lease.
+	httpSection = strings.Replace(httpSection, "{", "{timeout: 1500ms, ", 1)
 	doc := "actions:\n  note:\n    connector: http\n    gate: none\n    http: " + httpSection + "\n" +
 		"    retry: {backoff: 100ms, max_backoff: 100ms}\n" +
 		"dispatch: {interval: 50ms, lease: 2s, reconcile_interval: 200ms}\n"

@@ -116,3 +116,27 @@ func TestKillSwitchRoutes(t *testing.T) {
 		expect(t, h.do("PUT", "/v1/admin/kill-switch", h.adminKy, "application/json", `{"scope":"action:nope","enabled":false,"reason":"x"}`), 422, "unknown_action_type")
 	})
 }
+
+// Derived effect ids repeat across runs: a worker must get the provider key
+// (<run key>/<effect id>), or a provider that dedupes on it drops the second run's write.
+func TestWorkerIdempotencyKeyNamesTheRun(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		seen := map[string]string{}
+		for _, key := range []string{"cust-a", "cust-b"} {
+			owner, v := h.claim(key)
+			lb := fmt.Sprintf(`"lease_owner":"%s","version":%d`, owner, v)
+			q := h.post("/v1/runs/"+key+"/effects", `{`+lb+`,"action_type":"task","target":"slack","payload":{"msg":"hi"}}`)
+			expect(t, q, 201, "")
+			c := h.do("POST", "/v1/effects/claim", h.workerKey, "application/json", `{"types":["task"],"lease_seconds":60}`)
+			expect(t, c, 200, "")
+			ik, _ := c.body["idempotency_key"].(string)
+			if want := key + "/" + c.body["effect_id"].(string); ik != want {
+				t.Fatalf("idempotency_key %q, want %q", ik, want)
+			}
+			seen[ik] = key
+		}
+		if len(seen) != 2 {
+			t.Fatalf("two runs' effects share an idempotency key: %v", seen)
+		}
+	})
+}

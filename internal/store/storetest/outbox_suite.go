@@ -62,21 +62,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func testSweeperVsBegin(t *testing.T, e *EffectsEnv) {
 	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
 	b := e.NewService(e.Store, func() time.Time { return e.Clock.Now().Add(3 * time.Minute) })
-	leased, proceed, sent := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	leased, proceed, sent, swept := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	e.Effects.Hook = func(p string) {
 		switch p {
 		case "leased":
 			close(leased)
 			<-proceed
-		case "sent":
+		case "sent": // A has sent; it records the outcome only after B's sweep
 			close(sent)
+			<-swept
 		}
 	}
 	done := make(chan error)
 	go func() { _, err := e.Dispatcher.Tick(ctx); done <- err }()
 	<-leased
 	b.Hook = hookOn("sweep_listed", func() { close(proceed); <-sent })
-	if err := b.SweepExpired(ctx); err != nil {
+	err := b.SweepExpired(ctx)
+	close(swept)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
