@@ -56,8 +56,14 @@ func TestFailureRoutes(t *testing.T) {
 		op := func(path, body string) response { return h.do("POST", path, h.operatorKey, "application/json", body) }
 		expect(t, op("/v1/runs/r-1/replace", `{"new_key":"r-1-fix","reason":"typo"}`), 422, "invalid_replacement")
 		expect(t, op("/v1/runs/z-1/replace", `{"new_key":"z-2","reason":"typo"}`), 409, "not_finished")
+		// r-1 ended failed_terminal: its pending reply was cancelled with it, so nothing of
+		// it leaves, and a replacement is the way to send it after all.
+		effs := h.get("/v1/runs/r-1").body["effects"].([]any)
+		if len(effs) != 1 || effs[0].(map[string]any)["state"] != "cancelled" {
+			t.Fatalf("effects of the failed run: %v", effs)
+		}
 		rep := op("/v1/runs/r-1/replace", `{"new_key":"r-2","reason":"the customer wrote again"}`)
-		expect(t, rep, 409, "not_finished") // its reply effect is still pending
+		expect(t, rep, 200, "")
 		o3, v3 := h.claim("r-3")
 		expect(t, h.post("/v1/runs/r-3/transition", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"to":"completed"}`, o3, v3)), 200, "")
 		rep = op("/v1/runs/r-3/replace", `{"new_key":"r-4","reason":"the customer wrote again"}`)

@@ -308,8 +308,8 @@ func testFailedTerminalSendsNothing(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r), To: store.StateFailedTerminal}); err != nil {
 		t.Fatal(err)
 	}
-	tick(t, e)
 	equal(t, "pending effect of a failed run", effectState(t, e, pending.ID), store.EffectCancelled)
+	tick(t, e)
 
 	leased := queue(t, e, "k2", "note", "default", `{"n":2}`)
 	r = current(t, e, "k2")
