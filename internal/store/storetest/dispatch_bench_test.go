@@ -235,7 +235,8 @@ func (e *dispatchEnv) timeDispatch(b *testing.B, sends bool, maxConns int, run f
 func dispatchAirlock(b *testing.B, be storetest.Backend, workers int) {
 	e := newDispatchEnv(b, be)
 	e.seed(b, b.N)
-	e.timeDispatch(b, true, workers, func(ctx context.Context) {
+	// Each dispatcher sends a leased batch concurrently: up to a batch of connections each.
+	e.timeDispatch(b, true, workers*dispatchBatch, func(ctx context.Context) {
 		var wg sync.WaitGroup
 		for range workers {
 			d := &effects.Dispatcher{Service: e.effects, BatchSize: dispatchBatch, Lease: dispatchLease, Interval: 10 * time.Millisecond}
