@@ -156,7 +156,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
 	svc.Budgets = fail.Budget
 	srv := &http.Server{
-		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work, Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes,
+		Handler: httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work, Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes,
 			APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, nil)}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
