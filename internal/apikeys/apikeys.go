@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -109,4 +110,68 @@ func Allows(have []string, need string) bool {
 	}
 	// Every client that may act on runs or effects may also read them.
 	return need == ScopeRead && len(have) > 0
+}
+
+// Cache remembers, for a short TTL, the keys that authenticated, so a client's every
+// request does not cost a database round trip. Entries are keyed by the key's SHA-256
+// (the raw key is never kept) and only live keys are cached: an unknown or revoked key is
+// looked up every time. A key revoked in the database (on any instance: revocation is
+// `airlock apikey revoke`) stops working here at most TTL later.
+type Cache struct {
+	ttl time.Duration
+	now func() time.Time
+	max int
+
+	mu      sync.Mutex
+	entries map[string]cached // by hash
+}
+
+type cached struct {
+	key   store.APIKey
+	until time.Time
+}
+
+// NewCache caches for ttl (≤ 0: nothing is cached); now may be nil (the process clock).
+func NewCache(ttl time.Duration, now func() time.Time) *Cache {
+	if now == nil {
+		now = time.Now
+	}
+	return &Cache{ttl: ttl, now: now, max: 10000, entries: map[string]cached{}}
+}
+
+// Authenticate is Authenticate through the cache; a nil Cache caches nothing.
+func (c *Cache) Authenticate(ctx context.Context, q store.Queries, raw string) (store.APIKey, error) {
+	if c == nil || c.ttl <= 0 {
+		return Authenticate(ctx, q, raw)
+	}
+	if !strings.HasPrefix(raw, prefix) || len(raw) > 200 {
+		return store.APIKey{}, ErrInvalid
+	}
+	hash := Hash(raw)
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.entries[hash]
+	c.mu.Unlock()
+	if ok && now.Before(e.until) {
+		return e.key, nil
+	}
+	k, err := Authenticate(ctx, q, raw)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		delete(c.entries, hash)
+		return k, err
+	}
+	if len(c.entries) >= c.max {
+		for h, e := range c.entries {
+			if !now.Before(e.until) {
+				delete(c.entries, h)
+			}
+		}
+		if len(c.entries) >= c.max {
+			clear(c.entries)
+		}
+	}
+	c.entries[hash] = cached{key: k, until: now.Add(c.ttl)}
+	return k, nil
 }

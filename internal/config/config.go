@@ -26,6 +26,7 @@ type Config struct {
 	LeaseLifetimeMax  time.Duration
 	ReclaimAlertAfter int64
 	MaxBodyBytes      int64
+	APIKeyCacheTTL    time.Duration
 	Migrate           bool
 	SQLiteSynchronous string
 	LogLevel          slog.Level
@@ -125,6 +126,16 @@ var Options = []Option{
 				return errors.New("must be a number of bytes from 1024 to 67108864")
 			}
 			c.MaxBodyBytes = n
+			return nil
+		}},
+	{"api-key-cache-ttl", "AIRLOCK_API_KEY_CACHE_TTL", "2s",
+		"how long an instance trusts an API key it checked before looking it up again (0 to 30s; 0: every request); a revoked key works at most this long",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > 30*time.Second {
+				return errors.New("must be a duration from 0 to 30s, such as 2s")
+			}
+			c.APIKeyCacheTTL = d
 			return nil
 		}},
 	{"migrate", "AIRLOCK_MIGRATE", "true", "apply pending database migrations when serve starts",

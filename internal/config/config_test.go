@@ -17,7 +17,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "airlock.db" || c.Listen != "127.0.0.1:8080" || c.LeaseDefault != 5*time.Minute ||
-		!c.Migrate || c.SQLiteSynchronous != "FULL" || c.MaxBodyBytes != 1<<20 {
+		!c.Migrate || c.SQLiteSynchronous != "FULL" || c.MaxBodyBytes != 1<<20 || c.APIKeyCacheTTL != 2*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if b, target := c.Backend(); b != "sqlite" || target != "airlock.db" {
@@ -62,6 +62,8 @@ func TestBadValuesNameTheOption(t *testing.T) {
 		{map[string]string{"AIRLOCK_LISTEN": "localhost:99999"}, "AIRLOCK_LISTEN"},
 		{map[string]string{"AIRLOCK_MAX_BODY_BYTES": "-1"}, "AIRLOCK_MAX_BODY_BYTES"},
 		{map[string]string{"AIRLOCK_MIGRATE": "maybe"}, "AIRLOCK_MIGRATE"},
+		{map[string]string{"AIRLOCK_API_KEY_CACHE_TTL": "1m"}, "AIRLOCK_API_KEY_CACHE_TTL"},
+		{map[string]string{"AIRLOCK_API_KEY_CACHE_TTL": "-1s"}, "AIRLOCK_API_KEY_CACHE_TTL"},
 		{map[string]string{"AIRLOCK_RECLAIM_ALERT_AFTER": "x"}, "AIRLOCK_RECLAIM_ALERT_AFTER"},
 		{map[string]string{"AIRLOCK_LOG_LEVEL": "loud"}, "AIRLOCK_LOG_LEVEL"},
 		{map[string]string{"AIRLOCK_DATABASE_URL": " "}, "AIRLOCK_DATABASE_URL"},

@@ -45,6 +45,9 @@ type Deps struct {
 	Metrics      *metrics.Metrics
 	Log          *slog.Logger
 	MaxBodyBytes int64
+	// APIKeys, when set, caches authenticated API keys briefly (by hash); nil looks every
+	// request's key up in the store.
+	APIKeys *apikeys.Cache
 }
 
 type server struct {
@@ -133,7 +136,7 @@ func (s *server) authenticated(scope string, next handlerFunc) handlerFunc {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 			return apiError(http.StatusUnauthorized, "unauthenticated", "send an API key as Authorization: Bearer <key>")
 		}
-		key, err := apikeys.Authenticate(r.Context(), s.Store, strings.TrimSpace(raw))
+		key, err := s.APIKeys.Authenticate(r.Context(), s.Store, strings.TrimSpace(raw))
 		if errors.Is(err, apikeys.ErrInvalid) || errors.Is(err, apikeys.ErrRevoked) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock", error="invalid_token"`)
 			return apiError(http.StatusUnauthorized, "unauthenticated", "the API key is unknown or revoked")

@@ -179,7 +179,9 @@ type ClaimResult struct {
 }
 
 // Claim takes the key with one atomic statement; a refused claim is counted as a
-// duplicate (same payload) or refused as ErrPayloadMismatch (another payload).
+// duplicate (same payload) or refused as ErrPayloadMismatch (another payload). The
+// store writes the claim and its events atomically (store.ClaimSequence lists them): on
+// PostgreSQL in one statement, so a claim is one round trip.
 func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	lease, err := s.leaseLength(req.Lease)
 	if err != nil {
@@ -191,58 +193,26 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	if req.WorkflowVersion == "" && req.Meta != nil {
 		req.WorkflowVersion = req.Meta.WorkflowVersion
 	}
-	var res ClaimResult
-	var alertReclaims, mismatch bool
-	err = s.store.Transact(ctx, func(q store.Queries) error {
-		now := s.At()
-		run, err := q.RunClaim(ctx, store.RunClaimParams{
-			Key: req.Key, PayloadHash: req.PayloadHash, Owner: uuid.NewString(), Lease: lease,
-			TriggerSource: req.TriggerSource, WorkflowVersion: req.WorkflowVersion, Now: now,
-		})
-		switch {
-		case err == nil:
-			res = ClaimResult{Claimed: true, Reclaimed: run.Reclaims > 0, Run: run}
-			kind, detail := "claimed", map[string]any{"payload_hash": run.PayloadHash, "lease_expires_at": run.LeaseExpiresAt}
-			if res.Reclaimed {
-				kind = "lease_reclaimed"
-				detail["reclaims"] = run.Reclaims
-			} else if r, err := q.ReplacementFind(ctx, run.Key, true); err == nil {
-				detail["replaces"], detail["provider_ids"] = r.OldKey, r.ProviderIDs // the rerun protocol's link
-			} else if !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
-			if err := Event(ctx, q, now, run.Key, kind, run.Version, req.Actor, req.Meta, detail); err != nil {
-				return err
-			}
-			if res.Reclaimed && run.Reclaims > s.cfg.ReclaimAlertAfter {
-				alertReclaims = true
-				return Event(ctx, q, now, run.Key, "alert", run.Version, "airlock", nil,
-					map[string]any{"alert": "lease_reclaims", "reclaims": run.Reclaims, "threshold": s.cfg.ReclaimAlertAfter})
-			}
-			return nil
-		case errors.Is(err, store.ErrNoMatch):
-			run, err := q.RunRefuse(ctx, req.Key, req.PayloadHash)
-			if err != nil {
-				return fmt.Errorf("record refused claim: %w", err)
-			}
-			res = ClaimResult{Run: run}
-			if run.PayloadHash != req.PayloadHash {
-				mismatch = true
-				return Event(ctx, q, now, run.Key, "payload_mismatch", 0, req.Actor, req.Meta,
-					map[string]any{"payload_hash": req.PayloadHash, "stored_payload_hash": run.PayloadHash})
-			}
-			return Event(ctx, q, now, run.Key, "duplicate", 0, req.Actor, req.Meta,
-				map[string]any{"state": run.State, "duplicates": run.Duplicates})
-		default:
-			return fmt.Errorf("claim: %w", err)
+	var meta json.RawMessage
+	if req.Meta != nil {
+		if meta, err = json.Marshal(req.Meta); err != nil {
+			return ClaimResult{}, err
 		}
+	}
+	out, err := s.store.Claim(ctx, store.ClaimParams{
+		RunClaimParams: store.RunClaimParams{
+			Key: req.Key, PayloadHash: req.PayloadHash, Owner: uuid.NewString(), Lease: lease,
+			TriggerSource: req.TriggerSource, WorkflowVersion: req.WorkflowVersion, Now: s.At(),
+		},
+		Actor: req.Actor, Meta: meta, AlertAfter: s.cfg.ReclaimAlertAfter,
 	})
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
 	}
+	res := ClaimResult{Claimed: out.Claimed, Reclaimed: out.Reclaimed(), Run: out.Run}
 	switch {
-	case mismatch:
-		// Recorded and committed above; the run itself did not change.
+	case out.Mismatch:
+		// Recorded and committed; the run itself did not change.
 		s.count("payload_mismatch")
 		return res, fmt.Errorf("claim %q: %w", req.Key, ErrPayloadMismatch)
 	case res.Reclaimed:
@@ -252,7 +222,7 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	default:
 		s.count("duplicate")
 	}
-	if alertReclaims {
+	if out.Alerted {
 		s.alerts.Alert(ctx, "lease_reclaims", req.Key, slog.Int64("reclaims", res.Run.Reclaims))
 	}
 	return res, nil

@@ -108,6 +108,16 @@ func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (e
 	return nil
 }
 
+// Claim runs the claim's statements in one transaction: SQLite is local, so the round
+// trips cost little, and the write lock makes the sequence atomic.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (out store.ClaimOutcome, err error) {
+	err = s.Transact(ctx, func(q store.Queries) error {
+		out, err = store.ClaimSequence(ctx, q, p)
+		return err
+	})
+	return out, err
+}
+
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := store.LoadMigrations(migrationFS, "migrations")
 	if err != nil {

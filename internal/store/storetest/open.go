@@ -131,3 +131,37 @@ func (c *Clock) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
 }
+
+// Reopen opens a second store on st's database — another airlock instance sharing it —
+// closed when t ends. clock is the SQLite process clock (nil: the real one).
+func Reopen(t testing.TB, st store.Store, clock *Clock) store.Store {
+	t.Helper()
+	ctx := context.Background()
+	switch s := st.(type) {
+	case *postgres.Store:
+		other, err := postgres.OpenConfig(ctx, s.Pool().Config())
+		if err != nil {
+			t.Fatalf("reopen postgres: %v", err)
+		}
+		t.Cleanup(func() { other.Close() })
+		return other
+	case *sqlite.Store:
+		var seq int
+		var name, file string
+		if err := s.DB().QueryRowContext(ctx, `PRAGMA database_list`).Scan(&seq, &name, &file); err != nil || file == "" {
+			t.Fatalf("sqlite file of the store: %q %v", file, err)
+		}
+		opt := sqlite.Options{}
+		if clock != nil {
+			opt.Now = clock.Now
+		}
+		other, err := sqlite.Open(ctx, file, opt)
+		if err != nil {
+			t.Fatalf("reopen sqlite: %v", err)
+		}
+		t.Cleanup(func() { other.Close() })
+		return other
+	}
+	t.Fatalf("cannot reopen a %T", st)
+	return nil
+}

@@ -90,6 +90,7 @@ func Run(t *testing.T, b Backend) {
 		{"Transitions", testTransitions},
 		{"LeaseLength", testLeaseLength},
 		{"EventsAppendOnlyAndPaged", testEvents},
+		{"ClaimEventsExact", testClaimEventsExact},
 		{"APIKeys", testAPIKeys},
 		{"MigrateIsIdempotent", testMigrateIdempotent},
 		{"ConcurrentClaimsOneKey", testConcurrentClaimsOneKey},
@@ -430,6 +431,118 @@ func testEvents(t *testing.T, e *Env) {
 	}
 }
 
+// testClaimEventsExact pins every event a claim writes — kind, version, actor, meta,
+// time and detail — so a backend's single-statement claim cannot drift from
+// store.ClaimSequence.
+func testClaimEventsExact(t *testing.T, e *Env) {
+	type want struct {
+		kind    string
+		version int64
+		actor   string
+		meta    string // JSON, "" for none
+		detail  string // JSON
+	}
+	check := func(key string, from int, ws ...want) {
+		t.Helper()
+		evs, err := e.Store.EventList(ctx, key, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != from+len(ws) {
+			t.Fatalf("%s: %d events, want %d", key, len(evs), from+len(ws))
+		}
+		for i, w := range ws {
+			ev := evs[from+i]
+			if ev.Kind != w.kind || ev.Version != w.version || ev.Actor != w.actor || !ev.At.Equal(e.Clock.Now()) {
+				t.Fatalf("%s event %d = %s v%d by %q at %s; want %s v%d by %q at %s", key, from+i,
+					ev.Kind, ev.Version, ev.Actor, ev.At, w.kind, w.version, w.actor, e.Clock.Now())
+			}
+			if !jsonEqual(ev.Detail, w.detail) {
+				t.Fatalf("%s %s detail = %s, want %s", key, w.kind, ev.Detail, w.detail)
+			}
+			if (w.meta == "") != (ev.Meta == nil) || (w.meta != "" && !jsonEqual(ev.Meta, w.meta)) {
+				t.Fatalf("%s %s meta = %s, want %s", key, w.kind, ev.Meta, w.meta)
+			}
+		}
+	}
+	meta := &runs.Meta{WorkflowVersion: "wf@3", TriggerSource: "zendesk"}
+	const metaJSON = `{"workflow_version":"wf@3","trigger_source":"zendesk"}`
+	req := func(key, hash string) runs.ClaimRequest {
+		return runs.ClaimRequest{Key: key, PayloadHash: hash, Actor: "apikey:n8n", Meta: meta}
+	}
+	// A time with a fraction: events spell it like encoding/json does for UTC.
+	e.Clock.Advance(1500 * time.Millisecond)
+	leaseUntil := func() string {
+		return e.Clock.Now().Add(TestConfig.DefaultLease).UTC().Format(time.RFC3339Nano)
+	}
+	if _, err := e.Runs.Claim(ctx, req("k1", "h1")); err != nil {
+		t.Fatal(err)
+	}
+	check("k1", 0, want{"claimed", 1, "apikey:n8n", metaJSON, `{"payload_hash":"h1","lease_expires_at":"2026-11-30T09:05:01.5Z"}`})
+	if res, err := e.Runs.Claim(ctx, req("k1", "h1")); err != nil || res.Claimed {
+		t.Fatalf("duplicate: %+v %v", res, err)
+	}
+	check("k1", 1, want{"duplicate", 0, "apikey:n8n", metaJSON, `{"state":"processing","duplicates":1}`})
+	_, err := e.Runs.Claim(ctx, req("k1", "h2"))
+	wantErr(t, err, runs.ErrPayloadMismatch)
+	check("k1", 2, want{"payload_mismatch", 0, "apikey:n8n", metaJSON, `{"payload_hash":"h2","stored_payload_hash":"h1"}`})
+	// Three reclaims; ReclaimAlertAfter is 2, so the third also writes an alert.
+	for n := 1; n <= 3; n++ {
+		e.Clock.Advance(TestConfig.DefaultLease + 500*time.Millisecond)
+		res, err := e.Runs.Claim(ctx, req("k1", "h1"))
+		if err != nil || !res.Reclaimed {
+			t.Fatalf("reclaim %d: %+v %v", n, res, err)
+		}
+		ws := []want{{"lease_reclaimed", int64(n + 1), "apikey:n8n", metaJSON,
+			fmt.Sprintf(`{"payload_hash":"h1","lease_expires_at":%q,"reclaims":%d}`, leaseUntil(), n)}}
+		if n == 3 {
+			ws = append(ws, want{"alert", 4, "airlock", "", `{"alert":"lease_reclaims","reclaims":3,"threshold":2}`})
+		}
+		check("k1", 2+n, ws...)
+	}
+	// A failed_retryable run is reclaimed too (no alert below the threshold).
+	r := claim(t, e, "k2", "h1").Run
+	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r), To: store.StateFailedRetryable}); err != nil {
+		t.Fatal(err)
+	}
+	res2, err := e.Runs.Claim(ctx, req("k2", "h1"))
+	if err != nil || !res2.Reclaimed {
+		t.Fatalf("reclaim of failed_retryable: %+v %v", res2, err)
+	}
+	r2 := res2.Run
+	check("k2", 2, want{"lease_reclaimed", 3, "apikey:n8n", metaJSON,
+		fmt.Sprintf(`{"payload_hash":"h1","lease_expires_at":%q,"reclaims":1}`, leaseUntil())})
+	// A duplicate of a finished run reports its state.
+	done, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r2), To: store.StateCompleted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "k2", PayloadHash: "h1", Actor: "x"}); err != nil || res.Claimed || res.Run.Version != done.Version {
+		t.Fatalf("claim of a completed run: %+v %v", res, err)
+	}
+	check("k2", 4, want{"duplicate", 0, "x", "", `{"state":"completed","duplicates":1}`})
+	// The new key of a replacement carries the link to the run it replaces.
+	if err := e.Store.ReplacementInsert(ctx, store.Replacement{OldKey: "k2", NewKey: "k3", Reason: "fix",
+		Actor: "ops", ProviderIDs: []string{"crm-1", "mail-2"}, CreatedAt: e.Clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "k3", PayloadHash: "h9", Actor: "apikey:n8n"}); err != nil {
+		t.Fatal(err)
+	}
+	check("k3", 0, want{"claimed", 1, "apikey:n8n", "",
+		fmt.Sprintf(`{"payload_hash":"h9","lease_expires_at":%q,"replaces":"k2","provider_ids":["crm-1","mail-2"]}`, leaseUntil())})
+}
+
+// jsonEqual compares a stored document with the expected one, ignoring key order and
+// spacing.
+func jsonEqual(got json.RawMessage, want string) bool {
+	var g, w any
+	if json.Unmarshal(got, &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
+		return false
+	}
+	return fmt.Sprint(g) == fmt.Sprint(w)
+}
+
 func testAPIKeys(t *testing.T, e *Env) {
 	k, raw, err := apikeys.Create(ctx, e.Store, "n8n", []string{apikeys.ScopeRuns}, e.Clock.Now())
 	if err != nil {
@@ -512,6 +625,11 @@ func testConcurrentClaimsOneKey(t *testing.T, e *Env) {
 	if _, ok := owners.Load(r.LeaseOwner); !ok {
 		t.Fatal("the stored owner is not the one that was told it claimed")
 	}
+	counts := map[string]int{}
+	for _, k := range kinds(t, e, "hot") {
+		counts[k]++
+	}
+	equal(t, "events", counts, map[string]int{"claimed": 1, "duplicate": 9})
 }
 
 func testConcurrentClaimsManyKeys(t *testing.T, e *Env) {
@@ -547,6 +665,14 @@ func testConcurrentClaimsManyKeys(t *testing.T, e *Env) {
 		if n := wins[k].Load(); n != 1 {
 			t.Fatalf("key-%d was claimed %d times; want exactly one live owner", k, n)
 		}
+		// Every refused delivery was counted, and every delivery has its event.
+		key := fmt.Sprintf("key-%d", k)
+		r, err := e.Runs.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, key+" duplicates", r.Duplicates, deliveries-1)
+		equal(t, key+" events", len(kinds(t, e, key)), deliveries)
 	}
 }
 

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Usage: bash scripts/with-postgres.sh bash scripts/bench-claims.sh
+#
+# HTTP claims against the raw claim statement, on one PostgreSQL database:
+#   1. `airlock migrate` on a fresh database;
+#   2. pgbench, CLIENTS clients for SECONDS seconds, running the seed's claim statement
+#      (INSERT … ON CONFLICT … DO UPDATE … WHERE … RETURNING, prepared, autocommit) on
+#      random new keys against that schema;
+#   3. `airlock serve` on the same database and `airlock bench claims` against it with the
+#      same concurrency and duration (new keys only: --duplicate-every 0);
+# then prints both throughputs and their ratio.
+#
+# Environment: AIRLOCK_TEST_DATABASE_URL (set by scripts/with-postgres.sh), BENCH_SECONDS
+# (10), BENCH_CLIENTS (8), AIRLOCK_BIN (a prebuilt airlock to measure instead of building
+# this tree's, e.g. an older commit's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+
+: "${AIRLOCK_TEST_DATABASE_URL:?run me under scripts/with-postgres.sh (or set AIRLOCK_TEST_DATABASE_URL)}"
+SECONDS_=${BENCH_SECONDS:-10}
+CLIENTS=${BENCH_CLIENTS:-8}
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/airlock-bench.XXXXXX")
+SERVE_PID=""
+cleanup() {
+	if [ -n "$SERVE_PID" ]; then
+		kill -TERM "$SERVE_PID" 2>/dev/null || true
+		wait "$SERVE_PID" 2>/dev/null || true
+	fi
+	if [ -n "${DBNAME:-}" ]; then
+		psql -q "$AIRLOCK_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $DBNAME" >/dev/null 2>&1 || true
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+BIN=${AIRLOCK_BIN:-}
+if [ -z "$BIN" ]; then
+	go build -o "$TMP/airlock" ./cmd/airlock
+	BIN="$TMP/airlock"
+fi
+
+# A fresh database for this run, so earlier rows do not weigh on either side.
+DBNAME="bench_$(date +%s)_$$"
+psql -q -v ON_ERROR_STOP=1 "$AIRLOCK_TEST_DATABASE_URL" -c "CREATE DATABASE $DBNAME" >/dev/null
+DB_URL="${AIRLOCK_TEST_DATABASE_URL/\/postgres\?//$DBNAME?}"
+[ "$DB_URL" != "$AIRLOCK_TEST_DATABASE_URL" ] || { echo "cannot derive a database URL from $AIRLOCK_TEST_DATABASE_URL" >&2; exit 1; }
+export AIRLOCK_DATABASE_URL="$DB_URL"
+"$BIN" migrate >/dev/null 2>&1
+
+# 1. The raw statement: the seed's claim (as in internal/store/storetest/bench_test.go),
+#    on a random new key per transaction, prepared, in autocommit.
+cat >"$TMP/claim.sql" <<'SQL'
+\set n random(1, 1000000000000)
+INSERT INTO workflow_runs (
+  idempotency_key, state, payload_hash, lease_owner, lease_expires_at, created_at, updated_at
+)
+VALUES ('pgbench-' || :client_id || '-' || :n, 'processing',
+  '9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08', gen_random_uuid()::text,
+  now() + interval '5 minutes', now(), now())
+ON CONFLICT (idempotency_key) DO UPDATE
+SET lease_owner = EXCLUDED.lease_owner,
+    lease_expires_at = EXCLUDED.lease_expires_at,
+    state = 'processing',
+    version = workflow_runs.version + 1,
+    updated_at = now()
+WHERE workflow_runs.payload_hash = EXCLUDED.payload_hash
+  AND (workflow_runs.state = 'failed_retryable'
+       OR (workflow_runs.state = 'processing'
+           AND workflow_runs.lease_expires_at < now()))
+RETURNING idempotency_key, lease_owner, version;
+SQL
+pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$SECONDS_" -f "$TMP/claim.sql" "$DB_URL" >"$TMP/pgbench.out" 2>&1 ||
+	{ cat "$TMP/pgbench.out" >&2; exit 1; }
+RAW=$(sed -nE 's/^tps = ([0-9.]+).*without initial connection time.*/\1/p' "$TMP/pgbench.out")
+[ -n "$RAW" ] || { cat "$TMP/pgbench.out" >&2; exit 1; }
+RAW_LAT=$(sed -nE 's/^latency average = (.*)$/\1/p' "$TMP/pgbench.out")
+
+# 2. The same through airlock's HTTP API.
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+AIRLOCK_API_KEY=$("$BIN" apikey create --name bench --scope runs 2>/dev/null)
+export AIRLOCK_API_KEY
+AIRLOCK_LISTEN="127.0.0.1:$PORT" AIRLOCK_LOG_LEVEL=warn "$BIN" serve 2>"$TMP/serve.log" &
+SERVE_PID=$!
+for _ in $(seq 1 100); do
+	curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null || { cat "$TMP/serve.log" >&2; exit 1; }
+"$BIN" bench claims --url "http://127.0.0.1:$PORT" --concurrency "$CLIENTS" --duration "${SECONDS_}s" \
+	--duplicate-every 0 >"$TMP/bench.out" 2>&1 || { cat "$TMP/bench.out" "$TMP/serve.log" >&2; exit 1; }
+HTTP=$(sed -nE 's/^POST \/v1\/runs\/claim +[0-9]+ req +([0-9.]+) req\/s.*/\1/p' "$TMP/bench.out")
+[ -n "$HTTP" ] || { cat "$TMP/bench.out" >&2; exit 1; }
+
+echo "pgbench, raw claim statement, $CLIENTS clients, ${SECONDS_}s: $RAW claims/s (latency average $RAW_LAT)"
+sed -n 's/^/airlock bench claims: /p' "$TMP/bench.out"
+awk -v h="$HTTP" -v r="$RAW" 'BEGIN { printf "HTTP claim / raw statement: %.0f / %.0f = %.2f×\n", h, r, h / r }'
