@@ -155,6 +155,27 @@ func writePolicy(t *testing.T, httpSection string) string {
 	return "AIRLOCK_CONFIG=" + path
 }
 
+// apiOnly returns env with its policy file copied, dispatching disabled.
+func apiOnly(t *testing.T, env []string) []string {
+	t.Helper()
+	out := slices.Clone(env)
+	for i, kv := range out {
+		if path, ok := strings.CutPrefix(kv, "AIRLOCK_CONFIG="); ok {
+			doc, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p2 := filepath.Join(t.TempDir(), "api-only.yaml")
+			doc = bytes.Replace(doc, []byte("dispatch: {"), []byte("dispatch: {disabled: true, "), 1)
+			if err := os.WriteFile(p2, doc, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out[i] = "AIRLOCK_CONFIG=" + p2
+		}
+	}
+	return out
+}
+
 func apiJSON(method, url, apiKey, body string, out any) (int, error) {
 	var rd io.Reader
 	if body != "" {
@@ -369,8 +390,11 @@ func crashScenario(t *testing.T, env []string, crashAt, kind, httpSection string
 	if crashAt == "" {
 		prov.killPID.Store(int64(s1.cmd.Process.Pid))
 	}
+	// The effect is queued through an instance that does not dispatch: queueing wakes
+	// s1's dispatcher at once, and s1 may die before it could answer the request.
+	api := startServe(t, apiOnly(t, env))
 	const key = "crash-1"
-	pkey, err := queueNote(s1.URL, s1.URL, apiKey, key)
+	pkey, err := queueNote(api.URL, api.URL, apiKey, key)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, s1.Errors())
 	}
