@@ -458,4 +458,4 @@ func benchLatency(ctx context.Context, out io.Writer, b bencher, prov *benchProv
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-func ms(d time.Duration) string  { return fmt.Sprintf("%.1fms", msf(d)) }
+func ms(d time.Duration) string   { return fmt.Sprintf("%.1fms", msf(d)) }
