@@ -80,7 +80,7 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 	claims.Flags().IntVar(&concurrency, "concurrency", 8, "concurrent workers")
 	claims.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase runs")
 	claims.Flags().IntVar(&dupEvery, "duplicate-every", 10, "every Nth claim repeats a key (0: never)")
-	cmd.AddCommand(claims)
+	cmd.AddCommand(claims, benchEffectsCmd())
 	return cmd
 }
 
