@@ -148,7 +148,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	work := ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, nil)
-	pages := web.New(st, gate, log, publicURL, nil, webOpts...)
+	pages := web.New(st, gate, log, publicURL, nil, append(webOpts, web.WithObserver(m))...)
 	svc := runs.NewService(st, runs.Config{
 		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,
