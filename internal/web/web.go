@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"

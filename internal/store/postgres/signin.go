@@ -131,4 +131,3 @@ func (q queries) ThrottleDelete(ctx context.Context, key string) error {
 	_, err := q.db.Exec(ctx, `DELETE FROM signin_throttle WHERE key = $1`, key)
 	return err
 }
-
