@@ -155,20 +155,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, alerts, nil)
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
 	svc.Budgets = fail.Budget
+	tracer, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.Background())
 	srv := &http.Server{
-		Handler:           httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work, Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes}),
+		Handler: httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work,
+			Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes, Tracer: tracer}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	wrap, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)
-	if err != nil {
-		return err
-	}
-	defer stopTracing(context.Background())
-	srv.Handler = wrap(srv.Handler)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)

@@ -256,7 +256,7 @@ type approvalPage struct {
 // shows nothing of it.
 func (w *Web) notApprover(rw http.ResponseWriter, who *approvals.Person, why error) {
 	w.render(rw, http.StatusForbidden, "neutral.html", page{Title: "You are not an approver of this action",
-		Message: why.Error() + ". Nothing was changed; its content is shown only to those who may decide it.", Person: who})
+		Message: strings.ToUpper(why.Error()[:1]) + why.Error()[1:] + ". Nothing was changed; its content is shown only to those who may decide it.", Person: who})
 }
 
 func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action string, who *approvals.Person, status int, errMsg string) {
