@@ -148,16 +148,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	work := ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, nil)
-	pages := web.New(st, gate, log, publicURL, nil, webOpts...)
+	pages := web.New(st, gate, log, publicURL, nil, append(webOpts, web.WithObserver(m))...)
 	svc := runs.NewService(st, runs.Config{
 		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,
 	}, alerts, nil)
 	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
 	svc.Budgets = fail.Budget
+	tracer, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.Background())
 	api := httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work,
 		Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes,
-		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, nil)})
+		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, nil), Tracer: tracer})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -166,12 +171,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	wrap, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)
-	if err != nil {
-		return err
-	}
-	defer stopTracing(context.Background())
-	srv.Handler = wrap(srv.Handler)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)

@@ -1,26 +1,39 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/runs"
 )
 
-// decode reads one JSON object into v strictly: JSON content type, size limit, no unknown
-// fields, no trailing data. Each failure has its own code.
+// decode reads one JSON object into v strictly: JSON content type, size limit, valid
+// UTF-8 throughout (no lone surrogate escapes either), no field twice in any object at
+// any depth, field names exactly as documented (encoding/json alone would let "KEY" set
+// key), no unknown fields, no trailing data. Every route decodes its body here; each
+// failure has its own code.
 func decode(r *http.Request, v any) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return apiError(http.StatusUnsupportedMediaType, "unsupported_media_type", "send the body as JSON with Content-Type: application/json")
 	}
-	dec := json.NewDecoder(r.Body)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return decodeError(err)
+	}
+	if err := strictJSON(raw, reflect.TypeOf(v)); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
@@ -32,6 +45,175 @@ func decode(r *http.Request, v any) error {
 		return apiError(http.StatusBadRequest, "malformed_json", "the body must hold exactly one JSON object")
 	}
 	return nil
+}
+
+// strictJSON checks what encoding/json lets through. Syntax errors are left to the
+// decoder, which reports them.
+func strictJSON(raw []byte, t reflect.Type) error {
+	if !utf8.Valid(raw) {
+		return apiError(http.StatusBadRequest, "invalid_utf8", "the body is not valid UTF-8")
+	}
+	if loneSurrogate(raw) {
+		return apiError(http.StatusBadRequest, "invalid_utf8", "the body escapes a lone UTF-16 surrogate (\\uD800–\\uDFFF), which is not a character")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	err := walkJSON(dec, t, "")
+	var ae *Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	return nil
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// shape is what a JSON value decodes into: nil when it is free-form (any, RawMessage,
+// a type with its own UnmarshalJSON), whose objects are still checked for duplicates.
+func shape(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() == reflect.Interface || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
+	return t
+}
+
+// jsonFields maps the JSON names of a struct's fields (embedded structs' included) to
+// their types.
+func jsonFields(t reflect.Type, out map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			if ft := shape(f.Type); ft != nil && ft.Kind() == reflect.Struct {
+				jsonFields(ft, out)
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+}
+
+func walkJSON(dec *json.Decoder, t reflect.Type, path string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	t = shape(t)
+	switch delim {
+	case '{':
+		var fields map[string]reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			fields = map[string]reflect.Type{}
+			jsonFields(t, fields)
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key, _ := kt.(string)
+			name := path + key
+			if seen[key] {
+				return apiError(http.StatusBadRequest, "duplicate_field", fmt.Sprintf("%s appears twice; give each field once", quoteField(name)))
+			}
+			seen[key] = true
+			var next reflect.Type
+			switch {
+			case fields != nil:
+				ft, exact := fields[key]
+				if !exact {
+					for f := range fields {
+						if strings.EqualFold(f, key) {
+							return apiError(http.StatusBadRequest, "unknown_field", fmt.Sprintf("unknown field %s: field names are case-sensitive; did you mean %q?", quoteField(name), path+f))
+						}
+					}
+				}
+				next = ft
+			case t != nil && t.Kind() == reflect.Map:
+				next = t.Elem()
+			}
+			if err := walkJSON(dec, next, name+"."); err != nil {
+				return err
+			}
+		}
+	case '[':
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if err := walkJSON(dec, elem, fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i)); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
+}
+
+func quoteField(name string) string {
+	return strconv.Quote(strings.TrimSuffix(name, "."))
+}
+
+// loneSurrogate reports a \uD800–\uDFFF escape inside a JSON string that is not a high
+// surrogate followed by a low one: encoding/json would store U+FFFD in its place.
+func loneSurrogate(raw []byte) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\' && i+1 < len(raw) && raw[i+1] == 'u':
+			r, ok := hex4(i)
+			if !ok {
+				i++
+				continue
+			}
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true
+			case r >= 0xD800 && r <= 0xDBFF:
+				lo, ok := hex4(i + 6)
+				if !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return true
+				}
+				i += 11
+				continue
+			}
+			i += 5
+		case c == '\\':
+			i++ // skip the escaped character
+		}
+	}
+	return false
 }
 
 func decodeError(err error) error {

@@ -80,7 +80,7 @@ func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL st
 		},
 		Enabled: func(ctx context.Context) bool { ok, _ := env.Effects.Enabled(ctx, ""); return ok },
 	})
-	var opts []web.Option
+	opts := []web.Option{web.WithObserver(h.metrics)}
 	for _, o := range pageOpts {
 		opts = append(opts, o(url))
 	}

@@ -266,7 +266,7 @@ func TestSSOSignedInWithoutApproverRole(t *testing.T) {
 				t.Fatalf("%s: callback %d %v", c.user.Email, code, hdr)
 			}
 			code, page, _ := b.do("GET", h.url+"/approve/continue", nil, nil)
-			if code != 200 || !strings.Contains(page, "Signed in as "+c.user.Email+" "+c.roles) ||
+			if code != http.StatusForbidden || !strings.Contains(page, "Signed in as "+c.user.Email+" "+c.roles) ||
 				!strings.Contains(page, "not one of the approvers") || strings.Contains(page, "Approve and send") {
 				t.Fatalf("%s: card %d %s", c.user.Email, code, page)
 			}

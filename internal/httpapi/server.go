@@ -26,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/web"
 )
 
@@ -48,11 +49,14 @@ type Deps struct {
 	// APIKeys, when set, caches authenticated API keys briefly (by hash); nil looks every
 	// request's key up in the store.
 	APIKeys *apikeys.Cache
+	Tracer  *tracing.Tracer // nil: no tracing
 }
 
 type server struct {
 	Deps
 	promHandler http.Handler
+	mux         *http.ServeMux
+	traced      map[string]bool // the API's route patterns ("POST /v1/runs/claim")
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -106,9 +110,10 @@ func New(d Deps) http.Handler {
 	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Approvals == nil || d.Ledger == nil || d.Web == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
 		panic("httpapi.New: every dependency is required")
 	}
-	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})}
 	mux := http.NewServeMux()
+	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}), mux: mux, traced: map[string]bool{}}
 	for _, rt := range Routes {
+		s.traced[rt.Method+" "+rt.Pattern] = true
 		h := rt.h(s)
 		if rt.Scope != "" {
 			h = s.authenticated(rt.Scope, h)
@@ -205,8 +210,19 @@ func (s *server) observe(next http.Handler) http.Handler {
 		_, _ = rand.Read(b)
 		id := hex.EncodeToString(b)
 		w.Header().Set("X-Request-Id", id)
+		// Every answer is JSON, text or a page with its declared type: never sniffed.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 		sw := &statusWriter{ResponseWriter: w}
+		// Traced or not is decided by the route the mux picks for this request — only
+		// the API's own patterns — never by the raw path; a page, a redirect to a cleaned
+		// path and an unmatched path are not traced.
+		end := func(int) {}
+		if _, pattern := s.mux.Handler(r); s.Tracer != nil && s.traced[pattern] {
+			var ctx context.Context
+			ctx, end = s.Tracer.Start(r, pattern)
+			r = r.WithContext(ctx)
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				s.Log.Error("panic serving request", "route", r.Pattern, "request_id", id, "panic", p)
@@ -222,6 +238,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 			if code == 0 {
 				code = http.StatusOK
 			}
+			end(code)
 			s.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 			s.Metrics.HTTPDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 			attrs := []any{"method", r.Method, "route", route, "status", code,

@@ -23,6 +23,7 @@ type Metrics struct {
 	GateWait     *prometheus.HistogramVec
 	Validations  *prometheus.CounterVec
 	RetryCaps    prometheus.Counter
+	SignIns      *prometheus.CounterVec
 }
 
 func New() *Metrics {
@@ -58,10 +59,16 @@ func New() *Metrics {
 		RetryCaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_retry_cap_hits_total", Help: "Failures that reached their class's max_attempts.",
 		}),
+		SignIns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_signin_attempts_total", Help: "Local sign-in attempts by result: ok, refused (wrong password or unknown account), throttled (429).",
+		}, []string{"result"}),
 	}
-	m.Registry.MustRegister(m.Approvals, m.GateWait, m.Validations, m.RetryCaps)
+	m.Registry.MustRegister(m.Approvals, m.SignIns, m.GateWait, m.Validations, m.RetryCaps)
 	m.Registry.MustRegister(m.Claims, m.Alerts, m.HTTPRequests, m.HTTPDuration, m.Dispatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{"ok", "refused", "throttled"} {
+		m.SignIns.WithLabelValues(r)
+	}
 	for _, o := range []string{"claimed", "reclaimed", "duplicate", "payload_mismatch"} {
 		m.Claims.WithLabelValues(o)
 	}
@@ -129,3 +136,6 @@ func (m *Metrics) Decision(mode, decision string, wait time.Duration) {
 func (m *Metrics) Validation(result string) { m.Validations.WithLabelValues(result).Inc() }
 
 func (m *Metrics) RetryCap() { m.RetryCaps.Inc() }
+
+// SignIn counts a local sign-in attempt (web.Observer).
+func (m *Metrics) SignIn(result string) { m.SignIns.WithLabelValues(result).Inc() }

@@ -421,11 +421,30 @@ type User struct {
 // Session is a logged-in person. Only the SHA-256 of the cookie value is stored.
 type Session struct {
 	IDHash     string
+	UserID     string // the local account signed in; "" for single sign-on
 	Subject    string
 	Roles      []string
 	CreatedAt  time.Time
 	LastSeenAt time.Time
 	ExpiresAt  time.Time
+}
+
+// UserUpdateParams change an account: nil fields stay.
+type UserUpdateParams struct {
+	Name         string
+	Roles        []string
+	PasswordHash *string
+	// Disabled: true disables at DisabledAt (or now), false enables.
+	Disabled   *bool
+	DisabledAt *time.Time
+}
+
+// Throttle is the sign-in backoff of one account or one client.
+type Throttle struct {
+	Key       string
+	Failures  int       // attempts counted since the window began
+	NextAt    time.Time // no attempt is checked before this
+	UpdatedAt time.Time
 }
 
 // Approval is a single-use challenge that holds a proposed effect until a decision.
@@ -482,9 +501,25 @@ type ApprovalQueries interface {
 	// marks it seen; ErrNotFound otherwise.
 	SessionTouch(ctx context.Context, idHash string, idle time.Duration, now *time.Time) (Session, error)
 	SessionDelete(ctx context.Context, idHash string) error
-	IntentInsert(ctx context.Context, idHash, tokenHash string, expires time.Time) error
-	// IntentGet returns an unexpired intent's token hash; ErrNotFound otherwise.
-	IntentGet(ctx context.Context, idHash string, now *time.Time) (string, error)
+	// UserList lists local accounts by name.
+	UserList(ctx context.Context) ([]User, error)
+	// UserUpdate changes one account and ends its sessions in the same statement batch;
+	// ErrNotFound if no account has that name.
+	UserUpdate(ctx context.Context, p UserUpdateParams) (User, error)
+	// UserDelete removes an account and its sessions; ErrNotFound if none.
+	UserDelete(ctx context.Context, name string) error
+	// SessionsEndForUser deletes every session of a local account; it returns how many.
+	SessionsEndForUser(ctx context.Context, userID string) (int64, error)
+	// SecretGet returns a key generated at migrate (site_secrets); ErrNotFound if none.
+	SecretGet(ctx context.Context, name string) ([]byte, error)
+	// ThrottleGet returns the key's sign-in backoff (Key "" when it has none) and the
+	// current time: *now, else the database clock (PostgreSQL) or the process clock.
+	ThrottleGet(ctx context.Context, key string, now *time.Time) (Throttle, time.Time, error)
+	// ThrottleLock is ThrottleGet that creates the row if needed and locks it until the
+	// transaction ends (use it inside Transact).
+	ThrottleLock(ctx context.Context, key string, now *time.Time) (Throttle, time.Time, error)
+	ThrottlePut(ctx context.Context, t Throttle) error
+	ThrottleDelete(ctx context.Context, key string) error
 	ApprovalInsert(ctx context.Context, a Approval) error
 	ApprovalByTokenHash(ctx context.Context, tokenHash string) (Approval, error)
 	ApprovalByID(ctx context.Context, id string) (Approval, error)

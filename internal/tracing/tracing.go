@@ -1,6 +1,9 @@
 // Package tracing makes OpenTelemetry tracing available and keeps it off by default. When
-// on, HTTP requests become spans named by method; approval and sign-in pages are never
-// traced, because their paths can carry a token.
+// on, requests to the API's routes become server spans named by the route they matched
+// ("POST /v1/runs/claim"). Whether a request is traced is decided by that route, never by
+// the raw path, which a client can spell many ways (//approve/T, /x/../approve/T,
+// /Approve/T): the caller passes only routes from its own table, and a span carries the
+// route pattern, the method and the status — never the path, its query, or a header.
 package tracing
 
 import (
@@ -10,11 +13,14 @@ import (
 	"os"
 	"strings"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Modes of AIRLOCK_TRACING.
@@ -24,14 +30,24 @@ const (
 	OTLP   = "otlp"   // OTLP over HTTP; the standard OTEL_EXPORTER_OTLP_* variables configure it
 )
 
-// Setup installs a tracer provider for mode and returns the handler wrapper and a shutdown
-// function that flushes spans.
-func Setup(ctx context.Context, mode string) (wrap func(http.Handler) http.Handler, shutdown func(context.Context) error, err error) {
-	none := func(h http.Handler) http.Handler { return h }
+// Tracer starts the spans of matched routes. A nil Tracer traces nothing.
+type Tracer struct {
+	t trace.Tracer
+}
+
+// New traces through tp.
+func New(tp trace.TracerProvider) *Tracer {
+	return &Tracer{t: tp.Tracer("github.com/airlockhq/airlock")}
+}
+
+// Setup installs a tracer provider for mode and returns its Tracer (nil when off) and a
+// shutdown function that flushes spans.
+func Setup(ctx context.Context, mode string) (*Tracer, func(context.Context) error, error) {
 	var exp sdktrace.SpanExporter
+	var err error
 	switch mode {
 	case Off, "":
-		return none, func(context.Context) error { return nil }, nil
+		return nil, func(context.Context) error { return nil }, nil
 	case Stdout:
 		exp, err = stdouttrace.New(stdouttrace.WithWriter(os.Stdout))
 	case OTLP:
@@ -44,16 +60,28 @@ func Setup(ctx context.Context, mode string) (wrap func(http.Handler) http.Handl
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 	otel.SetTracerProvider(tp)
-	wrap = func(h http.Handler) http.Handler {
-		return otelhttp.NewHandler(h, "airlock",
-			otelhttp.WithFilter(func(r *http.Request) bool { return Traced(r.URL.Path) }),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "HTTP " + r.Method }))
-	}
-	return wrap, tp.Shutdown, nil
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	return New(tp), tp.Shutdown, nil
 }
 
-// Traced reports whether a path may appear in a trace: not the pages whose paths can hold
-// an approval token.
-func Traced(path string) bool {
-	return !strings.HasPrefix(path, "/approve/") && !strings.HasPrefix(path, "/login")
+// Start begins the server span of a request that matched route, a registered pattern
+// such as "POST /v1/runs/{key}/heartbeat"; end records the status and ends it.
+func (t *Tracer) Start(r *http.Request, route string) (ctx context.Context, end func(status int)) {
+	if t == nil {
+		return r.Context(), func(int) {}
+	}
+	method, pattern, ok := strings.Cut(route, " ")
+	if !ok {
+		method, pattern = r.Method, route
+	}
+	ctx = otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := t.t.Start(ctx, method+" "+pattern, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", pattern)))
+	return ctx, func(status int) {
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+		span.End()
+	}
 }

@@ -188,7 +188,7 @@ func (w *Web) oidcCallback(rw http.ResponseWriter, r *http.Request) {
 	if dropped > 0 {
 		w.log.Warn("sso sign-in: claim values that cannot be roles were ignored", "claim", w.oidc.roleClaim, "ignored", dropped)
 	}
-	if !w.startSession(rw, r, who) {
+	if !w.startSession(rw, r, who, "") {
 		return
 	}
 	w.log.Info("sso sign-in", "subject", who.Subject, "roles", who.Roles)

@@ -18,11 +18,9 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
-
-	"github.com/google/uuid"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -50,11 +48,14 @@ type Web struct {
 	log       *slog.Logger
 	secure    bool  // Secure cookies: the public URL is https
 	oidc      *OIDC // single sign-on, when configured
+	throttle  Throttle
+	observer  Observer
+	intent    intentKey
 	runs.Clock
 }
 
 func New(st store.Store, ap *approvals.Service, log *slog.Logger, publicURL string, now func() time.Time, opts ...Option) *Web {
-	w := &Web{store: st, approvals: ap, log: log, secure: strings.HasPrefix(publicURL, "https://"), Clock: runs.Clock{Now: now}}
+	w := &Web{store: st, approvals: ap, log: log, secure: strings.HasPrefix(publicURL, "https://"), Clock: runs.Clock{Now: now}, throttle: DefaultThrottle}
 	for _, o := range opts {
 		o(w)
 	}
@@ -68,7 +69,7 @@ var Patterns = []string{"GET /login", "POST /login", "POST /logout", "GET /appro
 // Register adds the pages to mux.
 func (w *Web) Register(mux *http.ServeMux) {
 	cop := http.NewCrossOriginProtection()
-	post := func(h http.HandlerFunc) http.Handler { return headers(cop.Handler(h)) }
+	post := func(h http.HandlerFunc) http.Handler { return headers(cop.Handler(w.sameOrigin(h))) }
 	mux.Handle("GET /login", headers(http.HandlerFunc(w.loginPage)))
 	mux.Handle("POST /login", post(w.login))
 	mux.Handle("POST /logout", post(w.logout))
@@ -99,19 +100,23 @@ func headers(next http.Handler) http.Handler {
 	})
 }
 
-// CreateUser adds a local account; the password is stored as a bcrypt hash.
-func CreateUser(ctx context.Context, q store.Queries, name, password string, roles []string) error {
-	if len(password) < 12 {
-		return errors.New("a password needs at least 12 characters")
-	}
-	if len(roles) == 0 {
-		return errors.New("at least one role is required")
-	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
-	if err != nil {
-		return err
-	}
-	return q.UserInsert(ctx, store.User{ID: uuid.NewString(), Name: name, PasswordHash: string(hash), Roles: roles, CreatedAt: time.Now().UTC()})
+// sameOrigin completes CrossOriginProtection, which lets a request without Origin and
+// Sec-Fetch-Site through (it takes it for a non-browser client): a form post must come
+// from a browser, so without both it needs a Referer on this host, and without any of
+// the three it is refused.
+func (w *Web) sameOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Sec-Fetch-Site") == "" && r.Header.Get("Origin") == "" {
+			ref, err := url.Parse(r.Header.Get("Referer"))
+			if err != nil || ref.Host == "" || ref.Host != r.Host || (ref.Scheme != "http" && ref.Scheme != "https") {
+				w.log.Warn("form post refused", "route", r.Pattern, "reason", "no Origin or Sec-Fetch-Site, and no Referer from this site")
+				w.render(rw, http.StatusForbidden, "neutral.html", page{Title: "Refused",
+					Message: "This form was not sent from an airlock page. Nothing was changed. Open the page again and use its buttons."})
+				return
+			}
+		}
+		next.ServeHTTP(rw, r)
+	})
 }
 
 func hashOf(s string) string {
@@ -189,7 +194,7 @@ func (w *Web) signedIn(rw http.ResponseWriter, who *approvals.Person) {
 
 // startSession starts the server-side session of a sign-in, local or single sign-on:
 // only the cookie value's hash is stored; a session the browser held before ends.
-func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approvals.Person) bool {
+func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approvals.Person, userID string) bool {
 	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
 		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
 	}
@@ -198,7 +203,7 @@ func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approval
 	if t := w.At(); t != nil {
 		now = *t
 	}
-	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), Subject: who.Subject, Roles: who.Roles,
+	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), UserID: userID, Subject: who.Subject, Roles: who.Roles,
 		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
 		w.log.Error("create session", "err", err)
 		http.Error(rw, "internal error", http.StatusInternalServerError)
@@ -214,27 +219,6 @@ func (w *Web) hasIntent(r *http.Request) bool {
 	return err == nil
 }
 
-func (w *Web) login(rw http.ResponseWriter, r *http.Request) {
-	name, password := r.PostFormValue("username"), r.PostFormValue("password")
-	u, err := w.store.UserByName(r.Context(), name)
-	if err != nil || u.DisabledAt != nil || bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) != nil {
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			w.log.Error("sign-in", "err", err)
-		}
-		w.loginError(rw, r, http.StatusUnauthorized, "Unknown user or wrong password.")
-		return
-	}
-	who := approvals.Person{Subject: u.Name, Roles: u.Roles}
-	if !w.startSession(rw, r, who) {
-		return
-	}
-	if !w.hasIntent(r) {
-		w.signedIn(rw, &who)
-		return
-	}
-	http.Redirect(rw, r, "/approve/continue", http.StatusSeeOther)
-}
-
 func (w *Web) logout(rw http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
@@ -243,15 +227,11 @@ func (w *Web) logout(rw http.ResponseWriter, r *http.Request) {
 	http.Redirect(rw, r, "/login", http.StatusSeeOther)
 }
 
-// askLogin keeps the approval's place server-side (by its token's hash) behind an intent
-// cookie, and sends the person to sign in.
+// askLogin keeps the approval's place (its token's hash) in a sealed intent cookie, and
+// sends the person to sign in. It writes nothing to the database.
 func (w *Web) askLogin(rw http.ResponseWriter, r *http.Request, tokenHash string) {
-	value := randomValue()
-	expires := time.Now().Add(intentLifetime)
-	if t := w.At(); t != nil {
-		expires = t.Add(intentLifetime)
-	}
-	if err := w.store.IntentInsert(r.Context(), hashOf(value), tokenHash, expires); err != nil {
+	value, err := w.sealIntent(r.Context(), tokenHash)
+	if err != nil {
 		w.log.Error("keep login intent", "err", err)
 		http.Error(rw, "internal error", http.StatusInternalServerError)
 		return
@@ -272,6 +252,13 @@ type approvalPage struct {
 	Protocol  string
 }
 
+// notApprover tells a signed-in person that this approval is not theirs to decide, and
+// shows nothing of it.
+func (w *Web) notApprover(rw http.ResponseWriter, who *approvals.Person, why error) {
+	w.render(rw, http.StatusForbidden, "neutral.html", page{Title: "You are not an approver of this action",
+		Message: strings.ToUpper(why.Error()[:1]) + why.Error()[1:] + ". Nothing was changed; its content is shown only to those who may decide it.", Person: who})
+}
+
 func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action string, who *approvals.Person, status int, errMsg string) {
 	a, run, err := w.approvals.Lookup(r.Context(), tokenHash)
 	if err != nil {
@@ -281,17 +268,17 @@ func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action st
 		w.neutral(rw, who)
 		return
 	}
+	// The card, and the draft in it, is for the people who may decide it.
+	if err := approvals.May(a, *who); err != nil {
+		w.notApprover(rw, who, err)
+		return
+	}
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, a.Payload, "", "  "); err != nil {
 		pretty.Write(a.Payload)
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
-		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol}
-	if err := approvals.May(a, *who); err != nil {
-		p.Why = err.Error()
-	} else {
-		p.CanDecide = true
-	}
+		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol, CanDecide: true}
 	w.render(rw, status, "approval.html", p)
 }
 
@@ -328,12 +315,7 @@ func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (w *Web) continueTokenHash(r *http.Request) (string, bool) {
-	c, err := r.Cookie(intentCookie)
-	if err != nil {
-		return "", false
-	}
-	th, err := w.store.IntentGet(r.Context(), hashOf(c.Value), w.At())
-	return th, err == nil
+	return w.openIntent(r)
 }
 
 func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) {
@@ -375,7 +357,10 @@ func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action str
 	}
 	a, err := w.approvals.Decide(r.Context(), th, decision, reason, *who)
 	switch {
-	case errors.Is(err, approvals.ErrForbidden), errors.Is(err, approvals.ErrSelfApproval), errors.Is(err, approvals.ErrDecisionNotAllowed):
+	case errors.Is(err, approvals.ErrForbidden), errors.Is(err, approvals.ErrSelfApproval):
+		w.notApprover(rw, who, err)
+		return
+	case errors.Is(err, approvals.ErrDecisionNotAllowed):
 		w.show(rw, r, th, action, who, http.StatusForbidden, err.Error())
 		return
 	case errors.Is(err, approvals.ErrTooLate):

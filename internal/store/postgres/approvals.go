@@ -41,8 +41,8 @@ func splitList(s string) []string {
 }
 
 func (q queries) SessionInsert(ctx context.Context, s store.Session) error {
-	_, err := q.db.Exec(ctx, `INSERT INTO sessions (id_hash, subject, roles, created_at, last_seen_at, expires_at)
-		VALUES ($1, $2, $3, $4, $4, $5)`, s.IDHash, s.Subject, strings.Join(s.Roles, ","), s.CreatedAt, s.ExpiresAt)
+	_, err := q.db.Exec(ctx, `INSERT INTO sessions (id_hash, user_id, subject, roles, created_at, last_seen_at, expires_at)
+		VALUES ($1, nullif($2, ''), $3, $4, $5, $5, $6)`, s.IDHash, s.UserID, s.Subject, strings.Join(s.Roles, ","), s.CreatedAt, s.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("insert session: %w", err)
 	}
@@ -56,8 +56,8 @@ func (q queries) SessionTouch(ctx context.Context, idHash string, idle time.Dura
 		UPDATE sessions SET last_seen_at = coalesce($3::timestamptz, now())
 		WHERE id_hash = $1 AND expires_at > coalesce($3::timestamptz, now())
 		  AND last_seen_at + $2::bigint * interval '1 microsecond' > coalesce($3::timestamptz, now())
-		RETURNING id_hash, subject, roles, created_at, last_seen_at, expires_at`, idHash, micros(idle), now).
-		Scan(&s.IDHash, &s.Subject, &roles, &s.CreatedAt, &s.LastSeenAt, &s.ExpiresAt)
+		RETURNING id_hash, coalesce(user_id, ''), subject, roles, created_at, last_seen_at, expires_at`, idHash, micros(idle), now).
+		Scan(&s.IDHash, &s.UserID, &s.Subject, &roles, &s.CreatedAt, &s.LastSeenAt, &s.ExpiresAt)
 	if err != nil {
 		return store.Session{}, interpret(err)
 	}
@@ -68,17 +68,6 @@ func (q queries) SessionTouch(ctx context.Context, idHash string, idle time.Dura
 func (q queries) SessionDelete(ctx context.Context, idHash string) error {
 	_, err := q.db.Exec(ctx, `DELETE FROM sessions WHERE id_hash = $1`, idHash)
 	return err
-}
-
-func (q queries) IntentInsert(ctx context.Context, idHash, tokenHash string, expires time.Time) error {
-	_, err := q.db.Exec(ctx, `INSERT INTO login_intents (id_hash, token_hash, expires_at) VALUES ($1, $2, $3)`, idHash, tokenHash, expires)
-	return err
-}
-
-func (q queries) IntentGet(ctx context.Context, idHash string, now *time.Time) (string, error) {
-	var th string
-	err := q.db.QueryRow(ctx, `SELECT token_hash FROM login_intents WHERE id_hash = $1 AND expires_at > coalesce($2::timestamptz, now())`, idHash, now).Scan(&th)
-	return th, interpret(err)
 }
 
 const approvalColumns = `id, idempotency_key, token_hash, mode, allowed_decisions, expires_at, consumed_at,

@@ -42,8 +42,8 @@ func (q queries) UserByName(ctx context.Context, name string) (store.User, error
 }
 
 func (q queries) SessionInsert(ctx context.Context, s store.Session) error {
-	_, err := q.db.ExecContext(ctx, `INSERT INTO sessions (id_hash, subject, roles, created_at, last_seen_at, expires_at)
-		VALUES (?1, ?2, ?3, ?4, ?4, ?5)`, s.IDHash, s.Subject, strings.Join(s.Roles, ","), s.CreatedAt.UnixMicro(), s.ExpiresAt.UnixMicro())
+	_, err := q.db.ExecContext(ctx, `INSERT INTO sessions (id_hash, user_id, subject, roles, created_at, last_seen_at, expires_at)
+		VALUES (?1, nullif(?2, ''), ?3, ?4, ?5, ?5, ?6)`, s.IDHash, s.UserID, s.Subject, strings.Join(s.Roles, ","), s.CreatedAt.UnixMicro(), s.ExpiresAt.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("insert session: %w", err)
 	}
@@ -57,8 +57,8 @@ func (q queries) SessionTouch(ctx context.Context, idHash string, idle time.Dura
 	err := q.db.QueryRowContext(ctx, `
 		UPDATE sessions SET last_seen_at = ?3
 		WHERE id_hash = ?1 AND expires_at > ?3 AND last_seen_at + ?2 > ?3
-		RETURNING id_hash, subject, roles, created_at, last_seen_at, expires_at`, idHash, idle.Microseconds(), q.at(now)).
-		Scan(&s.IDHash, &s.Subject, &roles, &created, &seen, &expires)
+		RETURNING id_hash, coalesce(user_id, ''), subject, roles, created_at, last_seen_at, expires_at`, idHash, idle.Microseconds(), q.at(now)).
+		Scan(&s.IDHash, &s.UserID, &s.Subject, &roles, &created, &seen, &expires)
 	if err != nil {
 		return store.Session{}, interpret(err)
 	}
@@ -69,17 +69,6 @@ func (q queries) SessionTouch(ctx context.Context, idHash string, idle time.Dura
 func (q queries) SessionDelete(ctx context.Context, idHash string) error {
 	_, err := q.db.ExecContext(ctx, `DELETE FROM sessions WHERE id_hash = ?`, idHash)
 	return err
-}
-
-func (q queries) IntentInsert(ctx context.Context, idHash, tokenHash string, expires time.Time) error {
-	_, err := q.db.ExecContext(ctx, `INSERT INTO login_intents (id_hash, token_hash, expires_at) VALUES (?, ?, ?)`, idHash, tokenHash, expires.UnixMicro())
-	return err
-}
-
-func (q queries) IntentGet(ctx context.Context, idHash string, now *time.Time) (string, error) {
-	var th string
-	err := q.db.QueryRowContext(ctx, `SELECT token_hash FROM login_intents WHERE id_hash = ? AND expires_at > ?`, idHash, q.at(now)).Scan(&th)
-	return th, interpret(err)
 }
 
 const approvalColumns = `id, idempotency_key, token_hash, mode, allowed_decisions, expires_at, consumed_at,

@@ -17,7 +17,7 @@ var purgeStatements = []struct{ kind, table, set, where string }{
 	{"ledgers", "ledgers", "", "idempotency_key IN (SELECT idempotency_key FROM workflow_runs WHERE state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < ?1)"},
 	{"events", "events", "", "at < ?2"},
 	{"sessions", "sessions", "", "expires_at < ?3"},
-	{"login_intents", "login_intents", "", "expires_at < ?3"},
+	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000"},
 }
 
 func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCounts, error) {

@@ -1,0 +1,27 @@
+-- Sign-in hardening.
+-- signin_throttle: the backoff of one account or one client (key: "account:" or
+-- "client:" + SHA-256 of the name or address), shared by every instance.
+CREATE TABLE signin_throttle (
+  key        text PRIMARY KEY,
+  failures   integer NOT NULL,
+  next_at    timestamptz NOT NULL,   -- no attempt before this
+  updated_at timestamptz NOT NULL
+);
+
+-- site_secrets: keys generated here, at migrate, from PostgreSQL's strong random source
+-- (gen_random_uuid, 122 random bits each); intent_cookie seals the approval intent
+-- cookie (AES-256-GCM), so keeping an approval's place across a sign-in writes nothing.
+CREATE TABLE site_secrets (
+  name  text PRIMARY KEY,
+  value bytea NOT NULL
+);
+INSERT INTO site_secrets (name, value) VALUES ('intent_cookie', decode(
+  replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '') ||
+  replace(gen_random_uuid()::text, '-', ''), 'hex'));
+
+DROP TABLE login_intents;
+
+-- A session of a local account names it, so disabling the account, changing its roles
+-- or its password ends its sessions at once. Single sign-on sessions have none.
+ALTER TABLE sessions ADD COLUMN user_id text;
+CREATE INDEX sessions_user_id ON sessions (user_id) WHERE user_id IS NOT NULL;
