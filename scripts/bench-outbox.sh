@@ -290,7 +290,7 @@ tp() {
 	fi
 }
 
-row() { printf '  %-44s %8s  %-34s %s\n' "$1" "$(get "$2" count)" "$(tp "$2")" "$(get "$2" duplicates)"; }
+row() { printf '  %-44s %8s  %-38s %s\n' "$1" "$(get "$2" count)" "$(tp "$2")" "$(get "$2" duplicates)"; }
 
 # ratio A B → A/B with 2 decimals ("n/a" if either is missing or B is 0).
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="" || b=="" || b+0==0) print "n/a"; else printf "%.2f", a/b }'; }
@@ -304,7 +304,7 @@ echo
 echo "== outbox benchmark: $(date -u +%Y-%m-%d) $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, $(($(date +%s) - STARTED))s =="
 echo "   policy: dispatch.concurrency ${CONC_WRITTEN:-not supported by this build}${BENCH_DISPATCH_INTERVAL:+, interval $BENCH_DISPATCH_INTERVAL}${BENCH_DISPATCH_BATCH_SIZE:+, batch_size $BENCH_DISPATCH_BATCH_SIZE}; pool_max_conns $POOL"
 echo "   throughput = first send (job start) → last completion, pre-filled queue"
-printf '  %-44s %8s  %-34s %s\n' "throughput" "count" "rate" "dups"
+printf '  %-44s %8s  %-38s %s\n' "throughput" "count" "rate" "dups"
 row "airlock, 1 instance, no-op provider" airlock_1_noop
 row "airlock, 2 instances, no-op provider" airlock_2_noop
 row "airlock, 1 instance, $SLEEP provider" airlock_1_sleep

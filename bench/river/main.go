@@ -198,8 +198,11 @@ wait:
 			break wait
 		}
 	}
-	first := time.Unix(0, worker.first.Load())
-	window, fromStart := end.Sub(first), end.Sub(start)
+	var window time.Duration // from the first job start: none without one
+	if first := worker.first.Load(); first != 0 {
+		window = end.Sub(time.Unix(0, first))
+	}
+	fromStart := end.Sub(start)
 	if done == o.count {
 		fmt.Printf("all %d completed %.2fs after the first job start (%.0f jobs/s); %.2fs after Start (%.0f jobs/s)\n",
 			done, window.Seconds(), rate(done, window), fromStart.Seconds(), rate(done, fromStart))

@@ -219,7 +219,12 @@ func benchThroughput(ctx context.Context, out io.Writer, b bencher, prov *benchP
 	}
 	prefix := randomHex(6)
 	queueStart := time.Now()
-	if err := b.queueMany(ctx, prefix, o); err != nil {
+	qctx, cancel := context.WithTimeout(ctx, o.timeout)
+	err = b.queueMany(qctx, prefix, o)
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("queueing %d effects did not finish in %s", o.count, o.timeout)
+	} else if err != nil {
 		return err
 	}
 	queued := time.Since(queueStart)
@@ -230,9 +235,12 @@ func benchThroughput(ctx context.Context, out io.Writer, b bencher, prov *benchP
 			return fmt.Errorf("the provider got %d requests before --then ran: queue through an instance with dispatch: {disabled: true}", st.total)
 		}
 		start, startLabel = time.Now(), "dispatch start"
-		sh := exec.CommandContext(ctx, "sh", "-c", o.then)
+		tctx, cancel := context.WithTimeout(ctx, o.timeout)
+		sh := exec.CommandContext(tctx, "sh", "-c", o.then)
 		sh.Stdout, sh.Stderr = os.Stderr, os.Stderr
-		if err := sh.Run(); err != nil {
+		err := sh.Run()
+		cancel()
+		if err != nil {
 			return fmt.Errorf("--then: %w", err)
 		}
 	}
@@ -242,7 +250,10 @@ func benchThroughput(ctx context.Context, out io.Writer, b bencher, prov *benchP
 	}
 	st := prov.stats()
 	fromStart := end.Sub(start)
-	window := end.Sub(st.first)
+	var window time.Duration // from the first send: none without one
+	if st.total > 0 {
+		window = end.Sub(st.first)
+	}
 	res := fmt.Sprintf("result mode=throughput count=%d completed=%d finished=%t seconds=%.3f rate=%.1f from=%s from_start_seconds=%.3f from_start_rate=%.1f duplicates=%d queue_rate=%.1f",
 		o.count, done, done == o.count, window.Seconds(), rate(done, window), strings.ReplaceAll(startLabel, " ", "_"),
 		fromStart.Seconds(), rate(done, fromStart), st.duplicates, rate(o.count, queued))
