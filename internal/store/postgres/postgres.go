@@ -268,7 +268,7 @@ WITH claimed AS (` + claimSQL + `
     SELECT 1 AS ord, CASE WHEN c.reclaims > 0 THEN 'lease_reclaimed' ELSE 'claimed' END AS kind,
       c.version, $8::text AS actor, $9::jsonb AS meta,
       jsonb_build_object('payload_hash', c.payload_hash, 'lease_expires_at',
-          regexp_replace(to_char(c.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '\.?0+$', '') || 'Z')
+          (to_jsonb(c.lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z')
         || CASE WHEN c.reclaims > 0 THEN jsonb_build_object('reclaims', c.reclaims) ELSE '{}'::jsonb END
         || coalesce((SELECT jsonb_build_object('replaces', old_key, 'provider_ids', provider_ids) FROM replaced), '{}'::jsonb) AS detail
     FROM claimed c
