@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,7 +21,6 @@ import (
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 // cliActor names the person at the terminal in audit events.
@@ -221,46 +219,6 @@ own state. Your name and reason are recorded on the old run.
 	replace.Flags().StringVar(&reason, "reason", "", "why (required; recorded with your name)")
 	_ = replace.MarkFlagRequired("new-key")
 	cmd.AddCommand(replace)
-	return cmd
-}
-
-func userCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "user",
-		Short: "Local accounts for people who approve (the embedded default's sign-in)",
-	}
-	var roles string
-	add := &cobra.Command{
-		Use:   "add NAME --role ROLE[,ROLE]",
-		Short: "Add a local account; the password is read from AIRLOCK_USER_PASSWORD or the first line of stdin",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			password, ok := os.LookupEnv("AIRLOCK_USER_PASSWORD")
-			if !ok {
-				line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if err != nil && line == "" {
-					return errors.New("give the password on stdin or in AIRLOCK_USER_PASSWORD")
-				}
-				password = strings.TrimRight(line, "\r\n")
-			}
-			var rs []string
-			for _, r := range strings.Split(roles, ",") {
-				if r = strings.TrimSpace(r); r != "" {
-					rs = append(rs, r)
-				}
-			}
-			return withStore(cmd, func(st store.Store) error {
-				if err := web.CreateUser(cmd.Context(), st, args[0], password, rs); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "added %s with roles %s\n", args[0], strings.Join(rs, ","))
-				return nil
-			})
-		},
-	}
-	add.Flags().StringVar(&roles, "role", "", "comma-separated roles, e.g. support-lead (required)")
-	_ = add.MarkFlagRequired("role")
-	cmd.AddCommand(add)
 	return cmd
 }
 

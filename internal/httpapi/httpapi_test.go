@@ -52,6 +52,7 @@ type harness struct {
 	operatorKey         string
 	logs                *syncBuffer
 	metrics             *metrics.Metrics
+	another             func(mod func(d *httpapi.Deps)) string
 }
 
 // newHarness serves the API and the pages; pageOpts, given the server's URL, configure
@@ -84,9 +85,23 @@ func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL st
 	for _, o := range pageOpts {
 		opts = append(opts, o(url))
 	}
-	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
-		Approvals: gate, Ledger: ledger.NewService(env.Store, env.Policy, env.Effects, gate, env.Alerts, env.Failures.Budget, env.Clock.Now), Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096})
+	deps := httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
+		Approvals: gate, Ledger: ledger.NewService(env.Store, env.Policy, env.Effects, gate, env.Alerts, env.Failures.Budget, env.Clock.Now), Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}
+	srv.Config.Handler = httpapi.New(deps)
 	srv.Start()
+	// another serves a second instance over the same database: its own pages, metrics and
+	// whatever mod changes; it shares nothing in memory with the first.
+	h.another = func(mod func(d *httpapi.Deps)) string {
+		d := deps
+		d.Metrics = metrics.New()
+		d.Web = web.New(env.Store, gate, log, url, env.Clock.Now, web.WithObserver(d.Metrics))
+		if mod != nil {
+			mod(&d)
+		}
+		s2 := httptest.NewServer(httpapi.New(d))
+		t.Cleanup(s2.Close)
+		return s2.URL
+	}
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	ctx := context.Background()

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/web"
+)
+
+// readPassword takes AIRLOCK_USER_PASSWORD, else the first line of stdin.
+func readPassword(cmd *cobra.Command) (string, error) {
+	if p, ok := os.LookupEnv("AIRLOCK_USER_PASSWORD"); ok {
+		return p, nil
+	}
+	line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	if err != nil && line == "" {
+		return "", errors.New("give the password on stdin or in AIRLOCK_USER_PASSWORD")
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}
+
+func userCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "user",
+		Short: "Local accounts for people who approve (the embedded default's sign-in)",
+		Long: `Local accounts sign in on airlock's pages to decide approvals. Names are 1–64 letters,
+digits and . _ @ + -; roles 1–64 letters, digits and . _ : / -. Disabling an account,
+changing its roles or its password, or removing it ends its sessions at once. Every
+change is an event (user_changed) with who made it.`,
+	}
+	accounts := func(st store.Store) web.Accounts { return web.Accounts{Store: st, Actor: cliActor()} }
+	notFound := func(name string, err error) error {
+		if errors.Is(err, web.ErrNoUser) {
+			return fmt.Errorf("no local account is named %q", name)
+		}
+		return err
+	}
+
+	var roles string
+	add := &cobra.Command{
+		Use:   "add NAME --role ROLE[,ROLE]",
+		Short: "Add a local account; the password is read from AIRLOCK_USER_PASSWORD or the first line of stdin",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := web.ValidUserName(args[0]); err != nil {
+				return err
+			}
+			rs, err := web.ParseRoles(roles)
+			if err != nil {
+				return fmt.Errorf("--role: %w", err)
+			}
+			password, err := readPassword(cmd)
+			if err != nil {
+				return err
+			}
+			return withStore(cmd, func(st store.Store) error {
+				if err := web.CreateUser(cmd.Context(), st, args[0], password, rs); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "added %s with roles %s\n", args[0], strings.Join(rs, ","))
+				return nil
+			})
+		},
+	}
+	add.Flags().StringVar(&roles, "role", "", "comma-separated roles, e.g. support-lead (required)")
+	_ = add.MarkFlagRequired("role")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List local accounts (never their password hashes)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd, func(st store.Store) error {
+				us, err := st.UserList(cmd.Context())
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tROLES\tCREATED\tDISABLED")
+				for _, u := range us {
+					disabled := "-"
+					if u.DisabledAt != nil {
+						disabled = u.DisabledAt.UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Name, strings.Join(u.Roles, ","), u.CreatedAt.UTC().Format(time.RFC3339), disabled)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+
+	change := func(use, short, done string, fn func(cmd *cobra.Command, a web.Accounts, name string) error) *cobra.Command {
+		return &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withStore(cmd, func(st store.Store) error {
+					if err := fn(cmd, accounts(st), args[0]); err != nil {
+						return notFound(args[0], err)
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), done, args[0])
+					return nil
+				})
+			},
+		}
+	}
+	disable := change("disable NAME", "Refuse the account's sign-ins and end its sessions now", "disabled",
+		func(cmd *cobra.Command, a web.Accounts, name string) error {
+			_, err := a.Disable(cmd.Context(), name)
+			return err
+		})
+	enable := change("enable NAME", "Let a disabled account sign in again", "enabled",
+		func(cmd *cobra.Command, a web.Accounts, name string) error {
+			_, err := a.Enable(cmd.Context(), name)
+			return err
+		})
+	remove := change("remove NAME", "Delete the account and end its sessions now", "removed",
+		func(cmd *cobra.Command, a web.Accounts, name string) error { return a.Remove(cmd.Context(), name) })
+	var newRoles string
+	setRoles := change("set-roles NAME --role ROLE[,ROLE]", "Replace the account's roles and end its sessions now", "roles set for",
+		func(cmd *cobra.Command, a web.Accounts, name string) error {
+			_, err := a.SetRoles(cmd.Context(), name, newRoles)
+			return err
+		})
+	setRoles.Flags().StringVar(&newRoles, "role", "", "comma-separated roles (required)")
+	_ = setRoles.MarkFlagRequired("role")
+	reset := change("reset-password NAME", "Set a new password (AIRLOCK_USER_PASSWORD or stdin) and end the account's sessions now", "password reset for",
+		func(cmd *cobra.Command, a web.Accounts, name string) error {
+			password, err := readPassword(cmd)
+			if err != nil {
+				return err
+			}
+			_, err = a.ResetPassword(cmd.Context(), name, password)
+			return err
+		})
+	cmd.AddCommand(add, list, disable, enable, remove, setRoles, reset)
+	return cmd
+}
