@@ -146,7 +146,9 @@ func (d *Dispatcher) caps(now time.Time) (map[string]int, int) {
 		if a == nil {
 			continue
 		}
-		n := min(free, max(a.MaxInFlight, 1)-d.inFlight[t])
+		// Never probe a type for more than one lease can take: rows probed but not taken
+		// stay locked (and skipped by other instances) until the lease commits.
+		n := min(free, d.BatchSize, max(a.MaxInFlight, 1)-d.inFlight[t])
 		if l := d.limiters[t]; l != nil {
 			n = min(n, int(l.TokensAt(now)))
 		}
