@@ -1,0 +1,751 @@
+package main
+
+// The fault-injecting, invariant-checking harness: a seeded, randomized workload driven
+// through the real API of several `airlock serve` processes on one database, while
+// instances are SIGKILLed (at random and at the dispatcher's crash points), PostgreSQL
+// backends are terminated mid-transaction (and, in the soak, the server restarted), the
+// kill switch flips, and providers succeed, refuse, time out after accepting or hang. An
+// oracle provider counts every request per idempotency key. After the run the invariants
+// below are checked, and a failing run prints its seed so it replays:
+//
+//	AIRLOCK_HARNESS_SEEDS=42 bash scripts/with-postgres.sh go test ./cmd/airlock -run TestHarness -v
+//
+// The soak runs longer and with more seeds: scripts/soak.sh.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
+)
+
+// harnessSettings come from the environment so the soak can run the same test longer.
+func harnessSettings(t *testing.T) (seeds []uint64, d time.Duration) {
+	d = 20 * time.Second
+	if v := os.Getenv("AIRLOCK_HARNESS_DURATION"); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("AIRLOCK_HARNESS_DURATION: %v", err)
+		}
+	}
+	seeds = []uint64{1}
+	if v := os.Getenv("AIRLOCK_HARNESS_SEEDS"); v != "" {
+		seeds = nil
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				t.Fatalf("AIRLOCK_HARNESS_SEEDS: %v", err)
+			}
+			seeds = append(seeds, n)
+		}
+	}
+	return seeds, d
+}
+
+func TestHarness(t *testing.T) {
+	seeds, d := harnessSettings(t)
+	for backend, env := range databases(t) {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", backend, seed), func(t *testing.T) {
+				h := newHarness(t, backend, env, seed, d)
+				h.run()
+				h.check()
+				if t.Failed() {
+					t.Logf("replay: AIRLOCK_HARNESS_SEEDS=%d AIRLOCK_HARNESS_DURATION=%s (backend %s)", seed, d, backend)
+				}
+			})
+		}
+	}
+}
+
+// oracle is the provider: it counts every request per idempotency key and answers by the
+// mode the effect's payload names.
+type oracle struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests map[string]int
+	arrivals map[string][]time.Time
+}
+
+func newOracle(t *testing.T) *oracle {
+	o := &oracle{requests: map[string]int{}, arrivals: map[string][]time.Time{}}
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet { // lookup: the records this key created
+			key := r.URL.Query().Get("key")
+			o.mu.Lock()
+			n := o.requests[key]
+			o.mu.Unlock()
+			if n > 0 {
+				fmt.Fprintf(w, `[{"id":"p-%s"}]`, key)
+				return
+			}
+			fmt.Fprint(w, `[]`)
+			return
+		}
+		var body struct{ Mode string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		key := r.Header.Get("Idempotency-Key")
+		o.mu.Lock()
+		o.requests[key]++
+		o.arrivals[key] = append(o.arrivals[key], time.Now())
+		o.mu.Unlock()
+		switch body.Mode {
+		case "refuse":
+			w.WriteHeader(http.StatusBadRequest)
+		case "timeout": // accepted, answered after the connector's timeout
+			time.Sleep(1500 * time.Millisecond)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"id":"p-%s"}`, key)
+		case "hang":
+			<-r.Context().Done()
+		default:
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"id":"p-%s"}`, key)
+		}
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+func (o *oracle) count(key string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.requests[key]
+}
+
+type window struct{ from, to time.Time }
+
+type harness struct {
+	t        *testing.T
+	backend  string
+	seed     uint64
+	duration time.Duration
+	env      []string
+	key      string // an API key with every scope
+	appName  string // PostgreSQL application_name of this run's instances
+	prov     *oracle
+
+	rmu sync.Mutex
+	rng *rand.Rand
+
+	imu   sync.Mutex
+	insts []*serveProc // nil while down
+
+	hmu      sync.Mutex
+	history  []porcupine.Operation
+	acked    map[string]bool // "run:KEY" and "effect:KEY/EFFECT_ID" for every 2xx write
+	offs     []window        // kill switch off: from its acknowledgement to the enable request
+	keys     []string
+	clientID atomic.Int64
+	kills    atomic.Int64
+}
+
+func newHarness(t *testing.T, backend string, env []string, seed uint64, d time.Duration) *harness {
+	h := &harness{t: t, backend: backend, seed: seed, duration: d, prov: newOracle(t),
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), acked: map[string]bool{},
+		appName: fmt.Sprintf("airlock_harness_%d_%d", seed, time.Now().UnixNano()%1e6)}
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	doc := fmt.Sprintf(`actions:
+  note:
+    connector: http
+    gate: none
+    http: {url: %[1]s/note, timeout: 1s, lookup_url: "%[1]s/note?key={effect_id}"}
+    retry: {max_attempts: 3, backoff: 100ms, max_backoff: 200ms}
+  crm:
+    connector: http
+    gate: none
+    http: {url: %[1]s/crm, timeout: 1s, idempotent: true}
+    retry: {max_attempts: 3, backoff: 100ms, max_backoff: 200ms}
+  task:
+    connector: worker
+    gate: none
+dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
+`, h.prov.URL)
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.env = append(slices.Clone(env), "AIRLOCK_CONFIG="+path)
+	if backend == "postgres" {
+		for i, kv := range h.env {
+			if u, ok := strings.CutPrefix(kv, "AIRLOCK_DATABASE_URL="); ok {
+				h.env[i] = "AIRLOCK_DATABASE_URL=" + u + "&application_name=" + h.appName
+			}
+		}
+	}
+	if _, stderr, err := airlock(t, h.env, "migrate"); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, stderr)
+	}
+	k, stderr, err := airlock(t, h.env, "apikey", "create", "--name", "harness", "--scope", "runs,read,worker,operator,admin")
+	if err != nil {
+		t.Fatalf("apikey create: %v\n%s", err, stderr)
+	}
+	h.key = strings.TrimSpace(k)
+	n := 2
+	if backend == "postgres" {
+		n = 3
+	}
+	for range n {
+		h.insts = append(h.insts, startServe(t, h.env))
+	}
+	for i := range 24 {
+		h.keys = append(h.keys, fmt.Sprintf("s%d-k%02d", seed, i))
+	}
+	return h
+}
+
+func (h *harness) intn(n int) int {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	return h.rng.IntN(n)
+}
+
+// url returns a live instance's base URL.
+func (h *harness) url() string {
+	for {
+		h.imu.Lock()
+		var live []*serveProc
+		for _, s := range h.insts {
+			if s != nil {
+				live = append(live, s)
+			}
+		}
+		h.imu.Unlock()
+		if len(live) > 0 {
+			return live[h.intn(len(live))].URL
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// call is one API request; status 0 means no reply (the outcome is unknown).
+func (h *harness) call(method, path, body string, out any) int {
+	status, err := apiJSON(method, h.url()+path, h.key, body, out)
+	if err != nil && status == 0 {
+		return 0
+	}
+	return status
+}
+
+// The run model for the linearizability check (leases are long: none expires during the
+// run, so a claim of a processing run never reclaims it).
+type runModel struct {
+	exists  bool
+	owner   string // "?" when the claim's reply was lost
+	version int64
+	state   string
+}
+
+type runInput struct {
+	op      string // claim | heartbeat | transition
+	owner   string
+	version int64
+	to      string
+}
+
+type runOutput struct {
+	known   bool // a reply came
+	ok      bool // 2xx (claim: claimed)
+	owner   string
+	version int64
+	state   string
+}
+
+var runLinearizability = porcupine.NondeterministicModel{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Metadata.(string)
+			byKey[k] = append(byKey[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range byKey {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() []any { return []any{runModel{}} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(runModel), input.(runInput), output.(runOutput)
+		reclaimable := s.exists && s.state == "failed_retryable"
+		switch in.op {
+		case "claim":
+			applied := runModel{exists: true, owner: out.owner, version: 1, state: "processing"}
+			if reclaimable {
+				applied.version = s.version + 1
+			}
+			if !out.known {
+				if !s.exists || reclaimable {
+					applied.owner = "?"
+					return []any{s, applied}
+				}
+				return []any{s}
+			}
+			if out.ok {
+				if (s.exists && !reclaimable) || out.version != applied.version {
+					return nil // a second owner, or a wrong version
+				}
+				return []any{applied}
+			}
+			if !s.exists || reclaimable || out.version != s.version || out.state != s.state {
+				return nil // refused a claim it had to grant, or reported another state
+			}
+			return []any{s}
+		case "heartbeat":
+			holds := s.exists && s.owner == in.owner && s.version == in.version && s.state == "processing"
+			if out.known && out.ok && !holds {
+				return nil // a stale owner's heartbeat won
+			}
+			return []any{s}
+		default: // transition
+			holds := s.exists && s.owner == in.owner && s.version == in.version && s.state == "processing"
+			moved := runModel{exists: true, owner: s.owner, version: s.version + 1, state: in.to}
+			switch {
+			case !out.known && holds:
+				return []any{s, moved}
+			case !out.known, out.known && !out.ok:
+				return []any{s} // refused (effects_open counts too): nothing changed
+			case !holds:
+				return nil // a stale owner's compare-and-set won
+			}
+			return []any{moved}
+		}
+	},
+}
+
+func (h *harness) record(key string, in runInput, call time.Time, out runOutput) {
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	ret := time.Now().UnixNano()
+	if !out.known {
+		ret = 1<<62 - 1 // it may take effect at any time after the call
+	}
+	h.history = append(h.history, porcupine.Operation{ClientId: int(h.clientID.Add(1) % 64), Input: in,
+		Call: call.UnixNano(), Output: out, Return: ret, Metadata: key})
+}
+
+func (h *harness) ack(what string) {
+	h.hmu.Lock()
+	h.acked[what] = true
+	h.hmu.Unlock()
+}
+
+type claimOut struct {
+	Claimed bool   `json:"claimed"`
+	Owner   string `json:"lease_owner"`
+	Version int64  `json:"version"`
+	State   string `json:"state"`
+}
+
+func (h *harness) claim(key string) (claimOut, bool) {
+	var c claimOut
+	start := time.Now()
+	st := h.call("POST", "/v1/runs/claim", `{"key":"`+key+`","payload_hash":"h-`+key+`","lease_seconds":600}`, &c)
+	known := st == 200 || st == 201
+	if st == 201 || st == 200 {
+		h.ack("run:" + key)
+	}
+	if st != 0 && !known && st != 409 { // 409: refused with another hash never happens here
+		known = false
+	}
+	h.record(key, runInput{op: "claim"}, start, runOutput{known: known, ok: c.Claimed, owner: c.Owner, version: c.Version, state: c.State})
+	return c, known && c.Claimed
+}
+
+func (h *harness) lease(key, op, owner string, version int64, to string) bool {
+	start := time.Now()
+	body := fmt.Sprintf(`{"lease_owner":%q,"version":%d`, owner, version)
+	if op == "transition" {
+		body += fmt.Sprintf(`,"to":%q`, to)
+	}
+	st := h.call("POST", "/v1/runs/"+key+"/"+op, body+"}", nil)
+	known := st != 0 && st < 500
+	h.record(key, runInput{op: op, owner: owner, version: version, to: to}, start, runOutput{known: known, ok: st == 200})
+	return st == 200
+}
+
+type runJSON struct {
+	State   string `json:"state"`
+	Version int64  `json:"version"`
+	Effects []struct {
+		ID         string `json:"id"`
+		EffectID   string `json:"effect_id"`
+		ActionType string `json:"action_type"`
+		State      string `json:"state"`
+	} `json:"effects"`
+}
+
+// delivery is one workflow execution: claim (sometimes as concurrent duplicate
+// deliveries), queue effects, wait for them, finish; sometimes a stale compare-and-set.
+func (h *harness) delivery(ctx context.Context, key string) {
+	n := 1
+	if h.intn(3) == 0 {
+		n = 3 // duplicate deliveries racing
+	}
+	var wg sync.WaitGroup
+	var won atomic.Pointer[claimOut]
+	for range n {
+		wg.Go(func() {
+			if c, ok := h.claim(key); ok {
+				won.Store(&c)
+			}
+		})
+	}
+	wg.Wait()
+	c := won.Load()
+	if c == nil {
+		return
+	}
+	if h.intn(2) == 0 {
+		h.lease(key, "heartbeat", c.Owner, c.Version, "")
+	}
+	modes := []string{"ok", "ok", "ok", "refuse", "timeout", "hang"}
+	for i := range h.intn(3) {
+		typ := []string{"note", "crm", "task"}[h.intn(3)]
+		body := fmt.Sprintf(`{"lease_owner":%q,"version":%d,"action_type":%q,"target":"default","effect_id":"e%d","payload":{"mode":%q}}`,
+			c.Owner, c.Version, typ, i, modes[h.intn(len(modes))])
+		var q struct {
+			Effect struct {
+				EffectID string `json:"effect_id"`
+			} `json:"effect"`
+		}
+		if st := h.call("POST", "/v1/runs/"+key+"/effects", body, &q); st == 200 || st == 201 {
+			h.ack("effect:" + key + "/" + q.Effect.EffectID)
+		}
+	}
+	// Wait (bounded) for the effects to settle, then finish; or give the run back.
+	to := "completed"
+	if h.intn(4) == 0 {
+		to = "failed_retryable"
+	}
+	for deadline := time.Now().Add(6 * time.Second); to == "completed" && time.Now().Before(deadline) && ctx.Err() == nil; {
+		var r runJSON
+		if h.call("GET", "/v1/runs/"+key, "", &r) == 200 && !slices.ContainsFunc(r.Effects, func(e struct {
+			ID         string `json:"id"`
+			EffectID   string `json:"effect_id"`
+			ActionType string `json:"action_type"`
+			State      string `json:"state"`
+		}) bool {
+			return e.State == "pending" || e.State == "sending" || e.State == "unknown" || e.State == "failed"
+		}) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !h.lease(key, "transition", c.Owner, c.Version, to) {
+		h.lease(key, "transition", c.Owner, c.Version, "failed_retryable")
+	}
+	if h.intn(4) == 0 { // a stale owner tries again: it must never win
+		h.lease(key, "transition", c.Owner, c.Version, "completed")
+	}
+}
+
+// worker performs task effects as an external worker would; performed records which it
+// carried out (the operator's ground truth for their unknowns).
+func (h *harness) worker(performed *sync.Map) {
+	var e struct {
+		ID         string `json:"id"`
+		LeaseOwner string `json:"lease_owner"`
+		IK         string `json:"idempotency_key"`
+	}
+	if h.call("POST", "/v1/effects/claim", `{"types":["task"],"lease_seconds":2}`, &e) != 200 {
+		return
+	}
+	switch h.intn(4) {
+	case 0: // dies with the lease (performed or not)
+		if h.intn(2) == 0 {
+			performed.Store(e.ID, true)
+		}
+	case 1:
+		h.call("POST", "/v1/effects/"+e.ID+"/fail", fmt.Sprintf(`{"lease_owner":%q,"retryable":true}`, e.LeaseOwner), nil)
+	default:
+		performed.Store(e.ID, true)
+		h.call("POST", "/v1/effects/"+e.ID+"/complete", fmt.Sprintf(`{"lease_owner":%q,"provider_id":"w"}`, e.LeaseOwner), nil)
+	}
+}
+
+// operator resolves unknown and failed effects from the ground truth: the oracle's count
+// for HTTP effects, the worker's record for tasks.
+func (h *harness) operator(performed *sync.Map) {
+	for _, key := range h.keys {
+		var r runJSON
+		if h.call("GET", "/v1/runs/"+key, "", &r) != 200 {
+			continue
+		}
+		for _, e := range r.Effects {
+			if e.State != "unknown" {
+				continue
+			}
+			sent := h.prov.count(key+"/"+e.EffectID) > 0
+			if e.ActionType == "task" {
+				_, sent = performed.Load(e.ID)
+			}
+			outcome := "not_sent"
+			if sent {
+				outcome = "sent"
+			}
+			h.call("POST", "/v1/effects/"+e.ID+"/resolve", fmt.Sprintf(`{"outcome":%q,"note":"harness oracle"}`, outcome), nil)
+		}
+	}
+}
+
+// fault injects one fault.
+func (h *harness) fault() {
+	switch f := h.intn(5); {
+	case f <= 1: // SIGKILL an instance; restart it, sometimes with a crash point armed
+		h.imu.Lock()
+		i := h.intn(len(h.insts))
+		s := h.insts[i]
+		h.insts[i] = nil
+		h.imu.Unlock()
+		if s == nil {
+			return
+		}
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		h.kills.Add(1)
+		time.Sleep(time.Duration(100+h.intn(400)) * time.Millisecond)
+		env := h.env
+		if h.intn(3) == 0 {
+			env = append(slices.Clone(env), "AIRLOCK_TEST_CRASH_AT="+[]string{"after_lease", "after_send"}[h.intn(2)])
+		}
+		n := startServe(h.t, env)
+		h.imu.Lock()
+		h.insts[i] = n
+		h.imu.Unlock()
+	case f == 2: // kill switch off for a moment
+		if h.call("PUT", "/v1/admin/kill-switch", `{"enabled":false,"reason":"harness"}`, nil) != 200 {
+			return
+		}
+		from := time.Now()
+		time.Sleep(time.Duration(200+h.intn(800)) * time.Millisecond)
+		to := time.Now()
+		for h.call("PUT", "/v1/admin/kill-switch", `{"enabled":true,"reason":"harness"}`, nil) != 200 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		h.hmu.Lock()
+		h.offs = append(h.offs, window{from, to})
+		h.hmu.Unlock()
+	case f == 3 && h.backend == "postgres": // terminate this run's backends mid-transaction
+		conn, err := pgx.Connect(context.Background(), os.Getenv("AIRLOCK_TEST_DATABASE_URL"))
+		if err != nil {
+			return
+		}
+		_, _ = conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, h.appName)
+		conn.Close(context.Background())
+	case f == 4 && h.backend == "postgres" && os.Getenv("AIRLOCK_HARNESS_PG_RESTART") != "":
+		mode := []string{"fast", "immediate"}[h.intn(2)]
+		cmd := exec.Command("bash", "-c", os.Getenv("AIRLOCK_HARNESS_PG_RESTART")+" "+mode)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			h.t.Logf("pg restart (%s): %v\n%s", mode, err, out)
+		}
+	}
+}
+
+// crashed restarts instances that died at an armed crash point.
+func (h *harness) crashed() {
+	h.imu.Lock()
+	defer h.imu.Unlock()
+	for i, s := range h.insts {
+		if s == nil {
+			continue
+		}
+		select {
+		case <-s.done:
+			h.kills.Add(1)
+			h.insts[i] = startServe(h.t, h.env)
+		default:
+		}
+	}
+}
+
+func (h *harness) run() {
+	ctx, stop := context.WithTimeout(context.Background(), h.duration)
+	defer stop()
+	var performed sync.Map
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if h.intn(5) == 0 {
+					h.worker(&performed)
+				} else {
+					h.delivery(ctx, h.keys[h.intn(len(h.keys))])
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			time.Sleep(time.Duration(500+h.intn(1500)) * time.Millisecond)
+			h.fault()
+			h.crashed()
+		}
+	})
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			time.Sleep(500 * time.Millisecond)
+			h.crashed()
+			h.operator(&performed)
+		}
+	})
+	wg.Wait()
+	// Quiesce: every instance up, sends allowed, unknowns resolved, until nothing is open.
+	h.crashed()
+	for h.call("PUT", "/v1/admin/kill-switch", `{"enabled":true,"reason":"harness end"}`, nil) != 200 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		h.crashed()
+		h.operator(&performed)
+		h.worker(&performed) // pending tasks wait for a worker
+		open := 0
+		for _, key := range h.keys {
+			var r runJSON
+			if h.call("GET", "/v1/runs/"+key, "", &r) == 200 {
+				for _, e := range r.Effects {
+					if e.State == "pending" || e.State == "sending" || e.State == "unknown" {
+						open++
+					}
+				}
+			}
+		}
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			h.t.Errorf("seed %d: %d effects still open 60 s after the workload ended", h.seed, open)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (h *harness) check() {
+	t := h.t
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	t.Logf("seed %d: %d operations, %d instance deaths, %d kill-switch windows", h.seed, len(h.history), h.kills.Load(), len(h.offs))
+
+	// 1. No non-idempotent effect reached its provider twice.
+	h.prov.mu.Lock()
+	for key, n := range h.prov.requests {
+		if n > 1 && !h.isCRM(key) {
+			t.Errorf("seed %d: %s reached the provider %d times", h.seed, key, n)
+		}
+	}
+	// 2. Nothing was sent while the kill switch was off (sends begun before the disable
+	// committed may still arrive: a second of grace).
+	for key, ts := range h.prov.arrivals {
+		for _, at := range ts {
+			for _, w := range h.offs {
+				if at.After(w.from.Add(time.Second)) && at.Before(w.to) {
+					t.Errorf("seed %d: %s reached the provider at %s, inside a kill-switch window %s–%s", h.seed, key,
+						at.Format("15:04:05.000"), w.from.Format("15:04:05.000"), w.to.Format("15:04:05.000"))
+				}
+			}
+		}
+	}
+	h.prov.mu.Unlock()
+
+	// 3. Every acknowledged write is there after recovery; every effect ended, with its
+	// events; no run hangs in approved or a parked state.
+	for _, key := range h.keys {
+		var r runJSON
+		st := h.call("GET", "/v1/runs/"+key, "", &r)
+		if st == 404 {
+			if h.acked["run:"+key] {
+				t.Errorf("seed %d: run %s was acknowledged but is gone", h.seed, key)
+			}
+			continue
+		}
+		if st != 200 {
+			t.Errorf("seed %d: GET run %s: %d", h.seed, key, st)
+			continue
+		}
+		if slices.Contains([]string{"approved", "awaiting_human"}, r.State) {
+			t.Errorf("seed %d: run %s is stuck in %s", h.seed, key, r.State)
+		}
+		var ev struct {
+			Events []struct {
+				Kind   string          `json:"kind"`
+				Detail json.RawMessage `json:"detail"`
+			} `json:"events"`
+		}
+		h.call("GET", "/v1/runs/"+key+"/events?limit=1000", "", &ev)
+		kinds := map[string]bool{}
+		queued := map[string]bool{}
+		for _, e := range ev.Events {
+			kinds[e.Kind] = true
+			var d struct {
+				EffectID string `json:"effect_id"`
+			}
+			_ = json.Unmarshal(e.Detail, &d)
+			if e.Kind == "effect_queued" {
+				queued[d.EffectID] = true
+			}
+		}
+		if !kinds["claimed"] {
+			t.Errorf("seed %d: run %s has no claimed event", h.seed, key)
+		}
+		have := map[string]bool{}
+		for _, e := range r.Effects {
+			have[e.EffectID] = true
+			if !slices.Contains([]string{"completed", "failed", "cancelled"}, e.State) {
+				t.Errorf("seed %d: effect %s/%s ended %s", h.seed, key, e.EffectID, e.State)
+			}
+			if !queued[e.EffectID] {
+				t.Errorf("seed %d: effect %s/%s has no effect_queued event", h.seed, key, e.EffectID)
+			}
+			if e.ActionType == "note" && e.State == "completed" && h.prov.count(key+"/"+e.EffectID) != 1 {
+				t.Errorf("seed %d: note %s/%s completed after %d requests", h.seed, key, e.EffectID, h.prov.count(key+"/"+e.EffectID))
+			}
+		}
+		for w := range h.acked {
+			if k, id, ok := strings.Cut(strings.TrimPrefix(w, "effect:"), "/"); ok && strings.HasPrefix(w, "effect:") && k == key && !have[id] {
+				t.Errorf("seed %d: effect %s/%s was acknowledged but is gone", h.seed, key, id)
+			}
+		}
+	}
+
+	// 4. Claims, heartbeats and transitions are linearizable per key.
+	res, info := porcupine.CheckOperationsVerbose(runLinearizability.ToModel(), h.history, time.Minute)
+	if res != porcupine.Ok {
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-harness-%s-%d.html", h.backend, h.seed))
+		_ = porcupine.VisualizePath(runLinearizability.ToModel(), info, path)
+		t.Errorf("seed %d: run histories are not linearizable (%s); visualization: %s", h.seed, res, path)
+	}
+}
+
+// isCRM tells whether a provider key belongs to an idempotent (crm) effect: resent with the
+// same key by design.
+func (h *harness) isCRM(key string) bool {
+	k, id, ok := strings.Cut(key, "/")
+	if !ok {
+		return false
+	}
+	var r runJSON
+	if h.call("GET", "/v1/runs/"+k, "", &r) != 200 {
+		return false
+	}
+	for _, e := range r.Effects {
+		if e.EffectID == id {
+			return e.ActionType == "crm"
+		}
+	}
+	return false
+}
