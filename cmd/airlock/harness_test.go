@@ -432,7 +432,7 @@ func (h *harness) delivery(ctx context.Context, key string) {
 	if h.intn(4) == 0 {
 		to = "failed_retryable"
 	}
-	for deadline := time.Now().Add(6 * time.Second); to == "completed" && time.Now().Before(deadline) && ctx.Err() == nil; {
+	for deadline := time.Now().Add(4 * time.Second); to == "completed" && time.Now().Before(deadline) && ctx.Err() == nil; {
 		var r runJSON
 		if h.call("GET", "/v1/runs/"+key, "", &r) == 200 && !slices.ContainsFunc(r.Effects, func(e struct {
 			ID         string `json:"id"`
@@ -532,7 +532,7 @@ func (h *harness) fault() {
 			return
 		}
 		from := time.Now()
-		time.Sleep(time.Duration(200+h.intn(800)) * time.Millisecond)
+		time.Sleep(time.Duration(1500+h.intn(1500)) * time.Millisecond)
 		to := time.Now()
 		for h.call("PUT", "/v1/admin/kill-switch", `{"enabled":true,"reason":"harness"}`, nil) != 200 {
 			time.Sleep(50 * time.Millisecond)
@@ -578,7 +578,7 @@ func (h *harness) run() {
 	defer stop()
 	var performed sync.Map
 	var wg sync.WaitGroup
-	for range 6 {
+	for range 8 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if h.intn(5) == 0 {
@@ -649,11 +649,11 @@ func (h *harness) check() {
 		}
 	}
 	// 2. Nothing was sent while the kill switch was off (sends begun before the disable
-	// committed may still arrive: a second of grace).
+	// committed may still be on their way: half a second of grace).
 	for key, ts := range h.prov.arrivals {
 		for _, at := range ts {
 			for _, w := range h.offs {
-				if at.After(w.from.Add(time.Second)) && at.Before(w.to) {
+				if at.After(w.from.Add(500*time.Millisecond)) && at.Before(w.to) {
 					t.Errorf("seed %d: %s reached the provider at %s, inside a kill-switch window %s–%s", h.seed, key,
 						at.Format("15:04:05.000"), w.from.Format("15:04:05.000"), w.to.Format("15:04:05.000"))
 				}
