@@ -3,6 +3,7 @@
 #
 # Starts a throwaway PostgreSQL cluster on a free 127.0.0.1 port, runs CMD with
 #   AIRLOCK_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
+#   AIRLOCK_TEST_PG_RESTART=<command that restarts the cluster; append fast|immediate>
 # exported, then stops the cluster and removes its files. Exits with CMD's exit code.
 # If AIRLOCK_TEST_DATABASE_URL is already set, CMD runs against that server instead.
 # shellcheck disable=SC2317,SC2013 # cleanup/on_signal run from traps
@@ -223,6 +224,11 @@ if [ "$started" -ne 2 ]; then
 fi
 
 export AIRLOCK_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
+# A command that restarts this cluster: append the shutdown mode (fast | immediate). The
+# soak (scripts/soak.sh) uses it to restart PostgreSQL under load.
+PG_CTL="$BINDIR/pg_ctl"
+[ "$AS_ROOT" -eq 0 ] || PG_CTL="runuser -u postgres -- $BINDIR/pg_ctl"
+export AIRLOCK_TEST_PG_RESTART="cd '$TMP' && $PG_CTL -D '$TMP/data' -l '$SERVER_LOG' -w -t 60 restart -m"
 log "$("$BINDIR/postgres" --version) ready on 127.0.0.1:$PORT (data in $TMP)"
 
 # --- run the command --------------------------------------------------------

@@ -153,6 +153,12 @@ type harness struct {
 	keys     []string
 	clientID atomic.Int64
 	kills    atomic.Int64
+	faults   sync.Map // fault name → *atomic.Int64
+}
+
+func (h *harness) count(fault string) {
+	n, _ := h.faults.LoadOrStore(fault, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
 }
 
 func newHarness(t *testing.T, backend string, env []string, seed uint64, d time.Duration) *harness {
@@ -520,8 +526,11 @@ func (h *harness) fault() {
 		h.kills.Add(1)
 		time.Sleep(time.Duration(100+h.intn(400)) * time.Millisecond)
 		env := h.env
+		h.count("sigkill")
 		if h.intn(3) == 0 {
-			env = append(slices.Clone(env), "AIRLOCK_TEST_CRASH_AT="+[]string{"after_lease", "after_send"}[h.intn(2)])
+			point := []string{"after_lease", "after_send"}[h.intn(2)]
+			env = append(slices.Clone(env), "AIRLOCK_TEST_CRASH_AT="+point)
+			h.count("armed_" + point)
 		}
 		n := startServe(h.t, env)
 		h.imu.Lock()
@@ -537,6 +546,7 @@ func (h *harness) fault() {
 		for h.call("PUT", "/v1/admin/kill-switch", `{"enabled":true,"reason":"harness"}`, nil) != 200 {
 			time.Sleep(50 * time.Millisecond)
 		}
+		h.count("kill_switch_off")
 		h.hmu.Lock()
 		h.offs = append(h.offs, window{from, to})
 		h.hmu.Unlock()
@@ -547,12 +557,14 @@ func (h *harness) fault() {
 		}
 		_, _ = conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, h.appName)
 		conn.Close(context.Background())
+		h.count("backends_terminated")
 	case f == 4 && h.backend == "postgres" && os.Getenv("AIRLOCK_HARNESS_PG_RESTART") != "":
 		mode := []string{"fast", "immediate"}[h.intn(2)]
 		cmd := exec.Command("bash", "-c", os.Getenv("AIRLOCK_HARNESS_PG_RESTART")+" "+mode)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			h.t.Logf("pg restart (%s): %v\n%s", mode, err, out)
 		}
+		h.count("pg_restart_" + mode)
 	}
 }
 
@@ -639,7 +651,20 @@ func (h *harness) check() {
 	t := h.t
 	h.hmu.Lock()
 	defer h.hmu.Unlock()
-	t.Logf("seed %d: %d operations, %d instance deaths, %d kill-switch windows", h.seed, len(h.history), h.kills.Load(), len(h.offs))
+	faults := []string{}
+	h.faults.Range(func(k, v any) bool {
+		faults = append(faults, fmt.Sprintf("%s=%d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	slices.Sort(faults)
+	h.prov.mu.Lock()
+	sends := 0
+	for _, n := range h.prov.requests {
+		sends += n
+	}
+	h.prov.mu.Unlock()
+	t.Logf("seed %d: %d run operations, %d provider requests, %d instance deaths; faults %s", h.seed, len(h.history), sends,
+		h.kills.Load(), strings.Join(faults, " "))
 
 	// 1. No non-idempotent effect reached its provider twice.
 	h.prov.mu.Lock()
