@@ -218,10 +218,12 @@ func (s *server) observe(next http.Handler) http.Handler {
 		// the API's own patterns — never by the raw path; a page, a redirect to a cleaned
 		// path and an unmatched path are not traced.
 		end := func(int) {}
-		if _, pattern := s.mux.Handler(r); s.Tracer != nil && s.traced[pattern] {
-			var ctx context.Context
-			ctx, end = s.Tracer.Start(r, pattern)
-			r = r.WithContext(ctx)
+		if s.Tracer != nil {
+			if _, pattern := s.mux.Handler(r); s.traced[pattern] {
+				var ctx context.Context
+				ctx, end = s.Tracer.Start(r, pattern)
+				r = r.WithContext(ctx)
+			}
 		}
 		defer func() {
 			if p := recover(); p != nil {

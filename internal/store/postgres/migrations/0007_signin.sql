@@ -23,5 +23,7 @@ DROP TABLE login_intents;
 
 -- A session of a local account names it, so disabling the account, changing its roles
 -- or its password ends its sessions at once. Single sign-on sessions have none.
+-- Sessions from before this migration name no account: they end here (sign in again once).
+DELETE FROM sessions;
 ALTER TABLE sessions ADD COLUMN user_id text;
 CREATE INDEX sessions_user_id ON sessions (user_id) WHERE user_id IS NOT NULL;
