@@ -6,8 +6,10 @@
 #   2. pgbench, CLIENTS clients for SECONDS seconds, running the seed's claim statement
 #      (INSERT … ON CONFLICT … DO UPDATE … WHERE … RETURNING, prepared, autocommit) on
 #      random new keys against that schema;
-#   3. `airlock serve` on the same database and `airlock bench claims` against it with the
-#      same concurrency and duration (new keys only: --duplicate-every 0);
+#   3. `airlock serve` on the same database, with as many connections as pgbench
+#      (pool_max_conns=CLIENTS), and `airlock bench claims` against it with the same
+#      concurrency and duration (new keys only: --duplicate-every 0);
+#   4. pgbench again (the machine drifts: the ratio uses the mean of both raw runs);
 # then prints both throughputs and their ratio.
 #
 # Environment: AIRLOCK_TEST_DATABASE_URL (set by scripts/with-postgres.sh), BENCH_SECONDS
@@ -85,7 +87,9 @@ RAW1=$(raw_tps)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 AIRLOCK_API_KEY=$("$BIN" apikey create --name bench --scope runs 2>/dev/null)
 export AIRLOCK_API_KEY
-AIRLOCK_LISTEN="127.0.0.1:$PORT" AIRLOCK_LOG_LEVEL=warn "$BIN" serve 2>"$TMP/serve.log" &
+# The server gets as many database connections as pgbench has (pool_max_conns).
+AIRLOCK_DATABASE_URL="$DB_URL&pool_max_conns=$CLIENTS" AIRLOCK_LISTEN="127.0.0.1:$PORT" AIRLOCK_LOG_LEVEL=warn \
+	"$BIN" serve 2>"$TMP/serve.log" &
 SERVE_PID=$!
 for _ in $(seq 1 100); do
 	curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break

@@ -107,8 +107,9 @@ type Store interface {
 	// Transact runs fn in one transaction and commits if it returns nil; an error or a
 	// panic rolls everything back. On SQLite the transaction begins IMMEDIATE.
 	Transact(ctx context.Context, fn func(q Queries) error) error
-	// Claim is a whole claim, atomically: what ClaimSequence does, on PostgreSQL in one
-	// statement in autocommit (one round trip), on SQLite in one transaction.
+	// Claim is a whole claim: what ClaimSequence does, each change with its events. On
+	// PostgreSQL in autocommit: one statement (one round trip) when the claim takes the
+	// run, a second one to record a refusal; on SQLite in one transaction.
 	Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error)
 	// Migrate applies the embedded migrations that have not run yet, safely when several
 	// processes start at once.

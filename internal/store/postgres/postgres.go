@@ -160,15 +160,14 @@ const runColumns = `idempotency_key, state, payload_hash, lease_owner, lease_sta
 	created_at, updated_at, action_type, repairs, validations, model_calls, tokens, park_reason,
 	replaced_by`
 
-// scanRun scans runColumns, then into extra the columns that follow them.
-func scanRun(row pgx.Row, extra ...any) (store.Run, error) {
+func scanRun(row pgx.Row) (store.Run, error) {
 	var r store.Run
 	var state string
 	var result []byte
-	err := row.Scan(append([]any{&r.Key, &state, &r.PayloadHash, &r.LeaseOwner, &r.LeaseStartedAt,
+	err := row.Scan(&r.Key, &state, &r.PayloadHash, &r.LeaseOwner, &r.LeaseStartedAt,
 		&r.LeaseExpiresAt, &r.Version, &result, &r.Duplicates, &r.Reclaims, &r.TriggerSource,
 		&r.WorkflowVersion, &r.CreatedAt, &r.UpdatedAt, &r.ActionType, &r.Repairs, &r.Validations,
-		&r.ModelCalls, &r.Tokens, &r.ParkReason, &r.ReplacedBy}, extra...)...)
+		&r.ModelCalls, &r.Tokens, &r.ParkReason, &r.ReplacedBy)
 	if err != nil {
 		return store.Run{}, interpret(err)
 	}
@@ -241,75 +240,77 @@ func (q queries) RunClaim(ctx context.Context, p store.RunClaimParams) (store.Ru
 		micros(p.Lease), p.TriggerSource, p.WorkflowVersion)))
 }
 
-// claimRecordSQL is the whole claim in one statement: the claim statement; when it takes
-// nothing, the duplicate count on the existing row; the replacement a new run continues;
-// and the events store.ClaimSequence writes, with the same details. Its data-modifying
-// CTEs share one snapshot: a row another transaction inserted after it was taken is seen
-// by the claim's ON CONFLICT but not by the UPDATE, and then the statement returns no
-// row and changes nothing (Claim falls back to the transaction).
+// claimRecordSQL is a claim that takes the run, with its events, in one statement: the
+// claim statement; the replacement a new run continues (the rerun protocol's link); and
+// the events store.ClaimSequence writes, with the same details — the claim's, and an
+// alert when the reclaims pass $10 (the VALUES list keeps that order). When the claim
+// takes nothing it returns no row and writes nothing: refuseRecordSQL follows.
 //
 // $1 key, $2 payload hash, $3 owner, $4 now (NULL: the database clock), $5 lease (µs),
 // $6 trigger source, $7 workflow version, $8 actor, $9 meta, $10 alert threshold.
 const claimRecordSQL = `
 WITH claimed AS (` + claimSQL + `
-), refused AS (
-  UPDATE workflow_runs
-  SET duplicates = duplicates + CASE WHEN payload_hash = $2::text THEN 1 ELSE 0 END
-  WHERE idempotency_key = $1 AND NOT EXISTS (SELECT FROM claimed)
-  RETURNING ` + runColumns + `
-), replaced AS (
-  SELECT p.old_key, p.provider_ids
-  FROM replacements p JOIN claimed c ON p.new_key = c.idempotency_key
-  WHERE c.reclaims = 0
 ), recorded AS (
   INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-  SELECT $1, coalesce($4::timestamptz, now()), e.kind, e.version, e.actor, e.meta, e.detail
-  FROM (
-    SELECT 1 AS ord, CASE WHEN c.reclaims > 0 THEN 'lease_reclaimed' ELSE 'claimed' END AS kind,
-      c.version, $8::text AS actor, $9::jsonb AS meta,
-      jsonb_build_object('payload_hash', c.payload_hash, 'lease_expires_at',
-          (to_jsonb(c.lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z')
-        || CASE WHEN c.reclaims > 0 THEN jsonb_build_object('reclaims', c.reclaims) ELSE '{}'::jsonb END
-        || coalesce((SELECT jsonb_build_object('replaces', old_key, 'provider_ids', provider_ids) FROM replaced), '{}'::jsonb) AS detail
-    FROM claimed c
-    UNION ALL
-    SELECT 2, 'alert', c.version, 'airlock', NULL,
-      jsonb_build_object('alert', 'lease_reclaims', 'reclaims', c.reclaims, 'threshold', $10::bigint)
-    FROM claimed c WHERE c.reclaims > 0 AND c.reclaims > $10::bigint
-    UNION ALL
-    SELECT 1, CASE WHEN f.payload_hash = $2::text THEN 'duplicate' ELSE 'payload_mismatch' END, 0, $8::text, $9::jsonb,
-      CASE WHEN f.payload_hash = $2::text
-        THEN jsonb_build_object('state', f.state, 'duplicates', f.duplicates)
-        ELSE jsonb_build_object('payload_hash', $2::text, 'stored_payload_hash', f.payload_hash) END
-    FROM refused f
-  ) e
-  ORDER BY e.ord
+  SELECT c.idempotency_key, coalesce($4::timestamptz, now()), e.kind, c.version, e.actor, e.meta, e.detail
+  FROM claimed c
+  LEFT JOIN replacements p ON p.new_key = c.idempotency_key AND c.reclaims = 0
+  CROSS JOIN LATERAL (VALUES
+    (CASE WHEN c.reclaims > 0 THEN 'lease_reclaimed' ELSE 'claimed' END, $8::text, $9::jsonb,
+     jsonb_build_object('payload_hash', c.payload_hash,
+         'lease_expires_at', (to_jsonb(c.lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z')
+       || CASE WHEN c.reclaims > 0 THEN jsonb_build_object('reclaims', c.reclaims) ELSE '{}'::jsonb END
+       || CASE WHEN p.old_key IS NULL THEN '{}'::jsonb
+               ELSE jsonb_build_object('replaces', p.old_key, 'provider_ids', p.provider_ids) END),
+    ('alert', 'airlock', NULL,
+     jsonb_build_object('alert', 'lease_reclaims', 'reclaims', c.reclaims, 'threshold', $10::bigint))
+  ) AS e (kind, actor, meta, detail)
+  WHERE e.kind <> 'alert' OR (c.reclaims > 0 AND c.reclaims > $10::bigint)
 )
-SELECT ` + runColumns + `, true FROM claimed
-UNION ALL
-SELECT ` + runColumns + `, false FROM refused`
+SELECT ` + runColumns + ` FROM claimed`
 
-// Claim is the whole claim in one statement in autocommit: one round trip.
+// refuseRecordSQL records a refused claim in one statement: the duplicate count (when
+// the payload hash matches) and its duplicate or payload_mismatch event. Its snapshot is
+// taken after the claim statement that took nothing, so it sees the row that refused it.
+//
+// $1 key, $2 payload hash, $3 now (NULL: the database clock), $4 actor, $5 meta.
+const refuseRecordSQL = `
+WITH refused AS (
+  UPDATE workflow_runs
+  SET duplicates = duplicates + CASE WHEN payload_hash = $2::text THEN 1 ELSE 0 END
+  WHERE idempotency_key = $1
+  RETURNING ` + runColumns + `
+), recorded AS (
+  INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
+  SELECT f.idempotency_key, coalesce($3::timestamptz, now()),
+    CASE WHEN f.payload_hash = $2::text THEN 'duplicate' ELSE 'payload_mismatch' END, 0, $4::text, $5::jsonb,
+    CASE WHEN f.payload_hash = $2::text
+      THEN jsonb_build_object('state', f.state, 'duplicates', f.duplicates)
+      ELSE jsonb_build_object('payload_hash', $2::text, 'stored_payload_hash', f.payload_hash) END
+  FROM refused f
+)
+SELECT ` + runColumns + ` FROM refused`
+
+// Claim is the whole claim in autocommit: one statement (one round trip) when it takes
+// the run, a second one when it is refused. Each statement is atomic; between them the
+// refusing row only moves on, and the refusal is recorded against it as it then is.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
-	var claimed bool
+	meta := jsonArg(p.Meta)
 	run, err := scanRun(s.pool.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
-		micros(p.Lease), p.TriggerSource, p.WorkflowVersion, p.Actor, jsonArg(p.Meta), p.AlertAfter), &claimed)
-	if errors.Is(err, store.ErrNotFound) {
-		// The key was inserted by another transaction after this statement's snapshot:
-		// the same claim as a transaction of statements, each with a fresh snapshot.
-		var out store.ClaimOutcome
-		err = s.Transact(ctx, func(q store.Queries) error {
-			out, err = store.ClaimSequence(ctx, q, p)
-			return err
-		})
-		return out, err
+		micros(p.Lease), p.TriggerSource, p.WorkflowVersion, p.Actor, meta, p.AlertAfter))
+	if err == nil {
+		out := store.ClaimOutcome{Run: run, Claimed: true}
+		out.Alerted = out.Reclaimed() && run.Reclaims > p.AlertAfter
+		return out, nil
 	}
-	if err != nil {
+	if !errors.Is(err, store.ErrNotFound) {
 		return store.ClaimOutcome{}, fmt.Errorf("claim: %w", err)
 	}
-	out := store.ClaimOutcome{Run: run, Claimed: claimed, Mismatch: !claimed && run.PayloadHash != p.PayloadHash}
-	out.Alerted = out.Reclaimed() && run.Reclaims > p.AlertAfter
-	return out, nil
+	run, err = scanRun(s.pool.QueryRow(ctx, refuseRecordSQL, p.Key, p.PayloadHash, p.Now, p.Actor, meta))
+	if err != nil {
+		return store.ClaimOutcome{}, fmt.Errorf("record refused claim: %w", err)
+	}
+	return store.ClaimOutcome{Run: run, Mismatch: run.PayloadHash != p.PayloadHash}, nil
 }
 
 func (q queries) RunRefuse(ctx context.Context, key, payloadHash string) (store.Run, error) {
