@@ -270,6 +270,8 @@ type approvalPage struct {
 	CanDecide bool
 	Why       string
 	Protocol  string
+	// Recipients are a mail effect's envelope recipients, exactly as they will be sent.
+	Recipients []string
 }
 
 func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action string, who *approvals.Person, status int, errMsg string) {
@@ -286,7 +288,8 @@ func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action st
 		pretty.Write(a.Payload)
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
-		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol}
+		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol,
+		Recipients: w.approvals.Recipients(a)}
 	if err := approvals.May(a, *who); err != nil {
 		p.Why = err.Error()
 	} else {
