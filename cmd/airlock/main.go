@@ -143,6 +143,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	gate := approvals.NewService(st, pol, alerts, publicURL, nil)
 	gate.Observer, fail.Observer = m, m
+	gate.Settle = eff.Settle
 	webOpts, err := webOptions(ctx, pol, publicURL)
 	if err != nil {
 		return err
@@ -281,9 +282,16 @@ func apikeyCmd() *cobra.Command {
 		Long: `API keys authenticate machine clients (n8n, agents) as Authorization: Bearer <key>.
 A key is printed once, when it is created; airlock stores only its SHA-256.
 
-Scopes: runs (claim, heartbeat, transition, read), read (read only), admin (all).`,
+Scopes: runs (claim, heartbeat, transition, read), read (read only), worker (claim
+effects and report outcomes), operator (resolve effects, replace runs, cancel), admin (all),
+evaluator (record evidence for approve_by_exception under the key's name as the source;
+never combined with runs, worker, operator or admin).
+
+--on-behalf-of names the person a key acts for: requests made with it are that person's,
+so under separation of duties they cannot approve them. --types limits a worker key to
+some action types: it never receives another type's payloads.`,
 	}
-	var name, scopes string
+	var name, scopes, onBehalfOf, types string
 	create := &cobra.Command{
 		Use:   "create --name NAME --scope SCOPES",
 		Short: "Create a key and print it once",
@@ -294,7 +302,11 @@ Scopes: runs (claim, heartbeat, transition, read), read (read only), admin (all)
 				return fmt.Errorf("--scope: %w", err)
 			}
 			return withStore(cmd, func(st store.Store) error {
-				k, raw, err := apikeys.Create(cmd.Context(), st, name, sc, time.Now())
+				var ts []string
+				if types != "" {
+					ts = strings.Split(types, ",")
+				}
+				k, raw, err := apikeys.CreateSpec(cmd.Context(), st, apikeys.Spec{Name: name, Scopes: sc, OnBehalfOf: onBehalfOf, Types: ts}, time.Now())
 				if err != nil {
 					return err
 				}
@@ -305,7 +317,9 @@ Scopes: runs (claim, heartbeat, transition, read), read (read only), admin (all)
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "who uses the key, e.g. n8n (required)")
-	create.Flags().StringVar(&scopes, "scope", apikeys.ScopeRuns, "comma-separated scopes: runs, read, admin")
+	create.Flags().StringVar(&scopes, "scope", apikeys.ScopeRuns, "comma-separated scopes: "+strings.Join(apikeys.AllScopes, ", "))
+	create.Flags().StringVar(&onBehalfOf, "on-behalf-of", "", "the person this key acts for (they can never approve its requests)")
+	create.Flags().StringVar(&types, "types", "", "worker keys: comma-separated action types the key may claim (default: every worker type)")
 	_ = create.MarkFlagRequired("name")
 
 	list := &cobra.Command{
@@ -319,13 +333,14 @@ Scopes: runs (claim, heartbeat, transition, read), read (read only), admin (all)
 					return err
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+				fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tON_BEHALF_OF\tTYPES\tCREATED\tREVOKED")
 				for _, k := range keys {
 					revoked := "-"
 					if k.RevokedAt != nil {
 						revoked = k.RevokedAt.UTC().Format(time.RFC3339)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, strings.Join(k.Scopes, ","), k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, strings.Join(k.Scopes, ","), orDash(k.OnBehalfOf),
+						orDash(strings.Join(k.Types, ",")), k.CreatedAt.UTC().Format(time.RFC3339), revoked)
 				}
 				return tw.Flush()
 			})
@@ -371,4 +386,11 @@ func versionCmd() *cobra.Command {
 			fmt.Fprintln(cmd.OutOrStdout(), "airlock", versionString())
 		},
 	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -77,6 +77,7 @@ func Start(ctx context.Context, st store.Store, policyYAML string, log *slog.Log
 	srv := httptest.NewUnstartedServer(nil)
 	url := "http://" + srv.Listener.Addr().String()
 	gate := approvals.NewService(st, pol, alerts, url, nil)
+	gate.Settle = eff.Settle
 	work := ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, nil)
 	svc := runs.NewService(st, runs.Config{DefaultLease: 5 * time.Minute, MaxLease: time.Hour,
 		MaxLeaseLifetime: 24 * time.Hour, ReclaimAlertAfter: 3}, alerts, nil)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 
@@ -27,10 +28,14 @@ const (
 	ScopeWorker   = "worker"   // external workers: claim effects and report their outcome
 	ScopeOperator = "operator" // resolve unknown or failed effects
 	ScopeAdmin    = "admin"    // everything, including the kill switch
+	// ScopeEvaluator records evidence for approve_by_exception under the key's name as
+	// the source. It is never combined with a scope that acts: the workflow that asks for
+	// an auto-approval must not be able to vouch for itself.
+	ScopeEvaluator = "evaluator"
 )
 
 // AllScopes lists the valid scopes in the order help texts show them.
-var AllScopes = []string{ScopeRuns, ScopeRead, ScopeWorker, ScopeOperator, ScopeAdmin}
+var AllScopes = []string{ScopeRuns, ScopeRead, ScopeWorker, ScopeOperator, ScopeAdmin, ScopeEvaluator}
 
 // prefix marks airlock keys so secret scanners and people can recognise one.
 const prefix = "alk_"
@@ -64,21 +69,57 @@ func ParseScopes(s string) ([]string, error) {
 	if len(out) == 0 {
 		return nil, fmt.Errorf("at least one scope is required (valid: %s)", strings.Join(AllScopes, ", "))
 	}
+	if slices.Contains(out, ScopeEvaluator) && slices.ContainsFunc(out, func(s string) bool { return s != ScopeEvaluator && s != ScopeRead }) {
+		return nil, errors.New("evaluator cannot be combined with runs, worker, operator or admin: evidence must come from outside the workflow")
+	}
 	return out, nil
+}
+
+// Spec describes a key to create.
+type Spec struct {
+	Name   string
+	Scopes []string
+	// OnBehalfOf names the person the key acts for (optional): requests made with it are
+	// theirs, so under separation of duties that person cannot approve them.
+	OnBehalfOf string
+	// Types limits a worker key to these action types (optional; worker keys only).
+	Types []string
 }
 
 // Create stores a new key and returns it with its raw value, which is never stored.
 func Create(ctx context.Context, q store.Queries, name string, scopes []string, now time.Time) (store.APIKey, string, error) {
-	name = strings.TrimSpace(name)
+	return CreateSpec(ctx, q, Spec{Name: name, Scopes: scopes}, now)
+}
+
+// CreateSpec stores a new key as spec says and returns it with its raw value.
+func CreateSpec(ctx context.Context, q store.Queries, spec Spec, now time.Time) (store.APIKey, string, error) {
+	name, scopes := strings.TrimSpace(spec.Name), spec.Scopes
 	if name == "" || len(name) > 100 {
 		return store.APIKey{}, "", errors.New("a name of 1 to 100 characters is required")
+	}
+	onBehalfOf := strings.TrimSpace(spec.OnBehalfOf)
+	if len(onBehalfOf) > 200 || strings.ContainsFunc(onBehalfOf, unicode.IsControl) {
+		return store.APIKey{}, "", errors.New("on-behalf-of: at most 200 characters, no control characters")
+	}
+	var types []string
+	for _, t := range spec.Types {
+		if t = strings.TrimSpace(t); strings.ContainsFunc(t, func(r rune) bool { return r == ',' || unicode.IsSpace(r) || unicode.IsControl(r) }) {
+			return store.APIKey{}, "", fmt.Errorf("types: %q is not an action type name", t)
+		}
+		if t != "" && !slices.Contains(types, t) {
+			types = append(types, t)
+		}
+	}
+	if len(types) > 0 && !slices.Equal(scopes, []string{ScopeWorker}) {
+		return store.APIKey{}, "", errors.New("types limit worker keys: use them with --scope worker alone")
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return store.APIKey{}, "", fmt.Errorf("generate key: %w", err)
 	}
 	raw := prefix + base64.RawURLEncoding.EncodeToString(secret)
-	k := store.APIKey{ID: uuid.NewString(), Name: name, Hash: Hash(raw), Scopes: scopes, CreatedAt: now.UTC()}
+	k := store.APIKey{ID: uuid.NewString(), Name: name, Hash: Hash(raw), Scopes: scopes, CreatedAt: now.UTC(),
+		OnBehalfOf: onBehalfOf, Types: types}
 	if err := q.APIKeyInsert(ctx, k); err != nil {
 		return store.APIKey{}, "", err
 	}
@@ -174,4 +215,10 @@ func (c *Cache) Authenticate(ctx context.Context, q store.Queries, raw string) (
 	}
 	c.entries[hash] = cached{key: k, until: now.Add(c.ttl)}
 	return k, nil
+}
+
+// MayHandle reports whether key may claim or report effects of actionType: a worker key
+// limited to types handles only those.
+func MayHandle(k store.APIKey, actionType string) bool {
+	return len(k.Types) == 0 || slices.Contains(k.Types, actionType)
 }

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -88,6 +90,9 @@ type Service struct {
 	Observer interface {
 		Decision(mode, decision string, wait time.Duration)
 	}
+	// Settle, when set, settles an approved run whose effect a cancel link withdrew
+	// (the outbox's rule, inside the decision's transaction).
+	Settle func(ctx context.Context, q store.Queries, key string, effect store.EffectState) error
 }
 
 func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, publicURL string, now func() time.Time) *Service {
@@ -101,6 +106,38 @@ type Proposed struct {
 	PayloadHash                            string
 }
 
+// Identity is the form in which two names of one person compare equal: NFKC, trimmed,
+// case-folded (so "ANA", " ana " and the fullwidth "ａｎａ" are all ana).
+func Identity(s string) string {
+	return norm.NFKC.String(cases.Fold().String(strings.TrimSpace(norm.NFKC.String(s))))
+}
+
+// Requester is who asks for an effect: Display is what the card and events show; IDs are
+// every identity behind the request — the API key, the person it acts for, the declared
+// requested_by — of which none may decide it under separation of duties.
+type Requester struct {
+	Display string
+	IDs     []string
+}
+
+// NewRequester builds the requester of a request made with an API key (actor is
+// "apikey:<name>"), optionally acting for onBehalfOf, that declared requestedBy.
+func NewRequester(actor, onBehalfOf, requestedBy string) Requester {
+	r := Requester{Display: actor}
+	switch {
+	case strings.TrimSpace(requestedBy) != "":
+		r.Display = strings.TrimSpace(requestedBy)
+	case onBehalfOf != "":
+		r.Display = onBehalfOf
+	}
+	for _, id := range []string{actor, onBehalfOf, requestedBy} {
+		if n := Identity(id); n != "" && !slices.Contains(r.IDs, n) {
+			r.IDs = append(r.IDs, n)
+		}
+	}
+	return r
+}
+
 // Requested is a new approval. Token is the raw token: shown once, never stored.
 type Requested struct {
 	Approval store.Approval
@@ -111,7 +148,7 @@ type Requested struct {
 
 // Request opens an approval inside the caller's transaction, in which run is held under
 // its lease: the run moves to awaiting_human and nothing enters the outbox.
-func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, p Proposed, requestedBy, actor string, meta *runs.Meta) (Requested, error) {
+func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, p Proposed, by Requester, actor string, meta *runs.Meta) (Requested, error) {
 	raw, hash, err := NewToken()
 	if err != nil {
 		return Requested{}, err
@@ -121,7 +158,7 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 		return Requested{}, err
 	}
 	ap := store.Approval{ID: uuid.NewString(), RunKey: run.Key, TokenHash: hash, Mode: a.Gate,
-		AllowedDecisions: []string{Approve, Reject}, ExpiresAt: now.Add(a.ApprovalTTL.D()), RequestedBy: requestedBy,
+		AllowedDecisions: []string{Approve, Reject}, ExpiresAt: now.Add(a.ApprovalTTL.D()), RequestedBy: by.Display, Requesters: by.IDs,
 		ApproverRoles: a.Approvers.Roles, ApproverSubjects: a.Approvers.Subjects, SeparationOfDuties: *a.Approvers.SeparationOfDuties,
 		ActionType: p.ActionType, Target: p.Target, EffectID: p.EffectID, Executor: p.Executor, Payload: p.Payload,
 		PayloadHash: p.PayloadHash, CreatedAt: s.AtOrZero()}
@@ -135,12 +172,21 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 	}
 	if err := runs.Event(ctx, q, s.At(), run.Key, "approval_requested", moved.Version, actor, meta, map[string]any{
 		"approval_id": ap.ID, "mode": ap.Mode, "action_type": p.ActionType, "target": p.Target, "effect_id": p.EffectID,
-		"payload_hash": p.PayloadHash, "payload_fields": a.Redact(p.Payload), "requested_by": requestedBy, "expires_at": ap.ExpiresAt,
+		"payload_hash": p.PayloadHash, "payload_fields": a.Redact(p.Payload), "requested_by": by.Display, "requesters": by.IDs, "expires_at": ap.ExpiresAt,
 		"approver_roles": ap.ApproverRoles, "approver_subjects": ap.ApproverSubjects,
 	}); err != nil {
 		return Requested{}, err
 	}
 	return Requested{Approval: ap, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: moved}, nil
+}
+
+// Recipients are the envelope recipients of a mail approval (nil for other connectors):
+// the card shows exactly where the mail will go.
+func (s *Service) Recipients(a store.Approval) []string {
+	if act := s.policy.Action(a.ActionType); act != nil {
+		return act.Recipients(a.Target)
+	}
+	return nil
 }
 
 // Lookup finds an open approval by its token's hash, with its run, for the confirmation
@@ -166,13 +212,13 @@ func (s *Service) Lookup(ctx context.Context, tokenHash string) (store.Approval,
 
 // Window opens the cancel link of an act_with_window effect, queued in the same
 // transaction: approvers may withdraw it until the dispatcher takes it.
-func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, e store.Effect, requestedBy, actor string) (Requested, error) {
+func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, e store.Effect, by Requester, actor string) (Requested, error) {
 	raw, hash, err := NewToken()
 	if err != nil {
 		return Requested{}, err
 	}
 	ap := store.Approval{ID: uuid.NewString(), RunKey: run.Key, TokenHash: hash, Mode: a.Gate,
-		AllowedDecisions: []string{Cancel}, ExpiresAt: e.NotBefore, RequestedBy: requestedBy,
+		AllowedDecisions: []string{Cancel}, ExpiresAt: e.NotBefore, RequestedBy: by.Display, Requesters: by.IDs,
 		ApproverRoles: a.Approvers.Roles, ApproverSubjects: a.Approvers.Subjects, SeparationOfDuties: false,
 		ActionType: e.ActionType, Target: e.Target, EffectID: e.EffectID, Executor: e.Executor, Payload: e.Payload,
 		PayloadHash: e.PayloadHash, CreatedAt: s.AtOrZero()}
@@ -188,7 +234,8 @@ func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a 
 }
 
 // May reports whether who may decide a: by role or subject, and never their own request
-// under separation of duties.
+// under separation of duties — compared as normalised identities, against every identity
+// of the requester (the API key, the person it acts for, the declared requested_by).
 func May(a store.Approval, who Person) error {
 	allowed := slices.Contains(a.ApproverSubjects, who.Subject)
 	for _, r := range who.Roles {
@@ -197,8 +244,11 @@ func May(a store.Approval, who Person) error {
 	if !allowed {
 		return ErrForbidden
 	}
-	if a.SeparationOfDuties && who.Subject == a.RequestedBy && !slices.Equal(a.AllowedDecisions, []string{Cancel}) {
-		return ErrSelfApproval
+	if a.SeparationOfDuties && !slices.Equal(a.AllowedDecisions, []string{Cancel}) {
+		me := Identity(who.Subject)
+		if me == "" || me == Identity(a.RequestedBy) || slices.Contains(a.Requesters, me) {
+			return ErrSelfApproval
+		}
 	}
 	return nil
 }
@@ -290,6 +340,10 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 // cancel withdraws an act_with_window effect that is still pending and unleased; once the
 // dispatcher has it, it is too late and nothing changes.
 func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval, who Person, reason string) error {
+	// The run's lock before its effects change openness (the outbox's rule against write skew).
+	if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil {
+		return err
+	}
 	effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: a.RunKey, Limit: 1000})
 	if err != nil {
 		return err
@@ -305,9 +359,15 @@ func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval,
 		} else if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), a.RunKey, "effect_cancelled", 0, who.Subject, nil, map[string]any{
+		if err := runs.Event(ctx, q, s.At(), a.RunKey, "effect_cancelled", 0, who.Subject, nil, map[string]any{
 			"effect_id": e.EffectID, "approval_id": a.ID, "by": who.Subject, "reason": reason,
-		})
+		}); err != nil {
+			return err
+		}
+		if s.Settle != nil {
+			return s.Settle(ctx, q, a.RunKey, store.EffectCancelled)
+		}
+		return nil
 	}
 	return ErrTooLate
 }
@@ -365,6 +425,58 @@ type Evidence struct {
 	Source string `json:"source"`
 	Name   string `json:"name"`
 	Value  any    `json:"value"`
+}
+
+// RecordedEvidence is the evidence evaluators recorded on the run, oldest first (a later
+// finding of the same source and name replaces an earlier one).
+func RecordedEvidence(ctx context.Context, q store.Queries, key string) ([]Evidence, error) {
+	rows, err := q.EvidenceByRun(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Evidence, 0, len(rows))
+	for _, r := range rows {
+		var v any
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			return nil, fmt.Errorf("stored evidence %d: %w", r.ID, err)
+		}
+		out = append(out, Evidence{Source: r.Source, Name: r.Name, Value: v})
+	}
+	return out, nil
+}
+
+// RecordEvidence stores an evaluator's finding on a run: source is the evaluator key's
+// name, never a value the workflow chose.
+func (s *Service) RecordEvidence(ctx context.Context, key, source, name string, value json.RawMessage, actor string) (store.Evidence, error) {
+	var out store.Evidence
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		run, err := q.RunGet(ctx, key)
+		if errors.Is(err, store.ErrNotFound) {
+			return runs.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		out, err = q.EvidenceInsert(ctx, store.Evidence{RunKey: key, Source: source, Name: name, Value: value,
+			RecordedBy: actor, CreatedAt: s.AtOrZero()})
+		if err != nil {
+			return err
+		}
+		detail := map[string]any{"source": source, "name": name}
+		var v any
+		switch _ = json.Unmarshal(value, &v); v.(type) {
+		case float64, bool:
+			detail["value"] = v // a score or a verdict
+		default:
+			sum := sha256.Sum256(value) // anything else may carry content: only its hash
+			detail["value_sha256"] = hex.EncodeToString(sum[:])
+		}
+		return runs.Event(ctx, q, s.At(), key, "evidence_recorded", run.Version, actor, nil, detail)
+	})
+	if err != nil {
+		return store.Evidence{}, fmt.Errorf("record evidence on %q: %w", key, err)
+	}
+	return out, nil
 }
 
 // Exception decides approve_by_exception: it auto-approves only when every configured
@@ -480,6 +592,9 @@ func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
 	}
 	text := fmt.Sprintf("Approval needed: %s for %s (expires %s)", r.Approval.ActionType, r.Approval.RunKey,
 		r.Approval.ExpiresAt.UTC().Format(time.RFC3339))
+	if rcpt := a.Recipients(r.Approval.Target); len(rcpt) > 0 {
+		text += "\nrecipients: " + strings.Join(rcpt, ", ")
+	}
 	if len(fields) > 0 {
 		text += "\n" + strings.Join(fields, "\n")
 	}

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -130,11 +131,23 @@ type QueueRequest struct {
 	EffectID   string // "" derives it from action type and target
 	Payload    json.RawMessage
 	Actor      string
+	// OnBehalfOf is the person the API key acts for ("" for none): one of the requester's
+	// identities, who can never approve the request.
+	OnBehalfOf string
 	Meta       *runs.Meta
-	// Evidence from evaluators outside the model (approve_by_exception).
-	Evidence []approvals.Evidence
 	// Gate is a stricter gate the client asks for ("" for the policy's).
 	Gate string
+	// approve_by_exception's evidence is never part of the request: only what evaluator
+	// keys recorded on the run (POST /v1/runs/{key}/evidence) counts.
+}
+
+// requester is who asks: the key, the person it acts for and the declared requested_by.
+func (req QueueRequest) requester() approvals.Requester {
+	declared := ""
+	if req.Meta != nil {
+		declared = req.Meta.RequestedBy
+	}
+	return approvals.NewRequester(req.Actor, req.OnBehalfOf, declared)
 }
 
 // DeriveEffectID is the effect id when a client gives none: one effect per run, action
@@ -240,9 +253,16 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 			}
 			req.Payload = v.Value
 		}
+		if err := a.CheckRecipients(req.Target, req.Payload); err != nil {
+			return &runs.FieldError{Field: "payload.to", Msg: err.Error()}
+		}
 		gateMode, fallback := a.Gate, ""
 		if a.Gate == policy.GateApproveByException {
-			auto, why := approvals.Exception(a, req.Payload, req.Evidence,
+			evidence, err := approvals.RecordedEvidence(ctx, q, req.Key)
+			if err != nil {
+				return err
+			}
+			auto, why := approvals.Exception(a, req.Payload, evidence,
 				map[string]any{"trigger_source": run.TriggerSource, "workflow_version": run.WorkflowVersion})
 			if !auto {
 				gateMode, fallback = policy.GateApproveBeforeAct, why // any doubt: a person decides
@@ -255,15 +275,11 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 					return err
 				}
 			}
-			requestedBy := req.Actor
-			if req.Meta != nil && req.Meta.RequestedBy != "" {
-				requestedBy = req.Meta.RequestedBy
-			}
 			if _, err := q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
 				return err
 			}
 			r, err := gate.Request(ctx, q, run, a, approvals.Proposed{ActionType: req.ActionType, Target: req.Target,
-				EffectID: req.EffectID, Executor: a.Executor(), Payload: req.Payload, PayloadHash: hash}, requestedBy, req.Actor, req.Meta)
+				EffectID: req.EffectID, Executor: a.Executor(), Payload: req.Payload, PayloadHash: hash}, req.requester(), req.Actor, req.Meta)
 			sub.Approval, run = &r, r.Run
 			return err
 		}
@@ -317,11 +333,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 			return runs.Event(ctx, q, now, req.Key, "auto_approved", run.Version, "airlock", nil, detail)
 		}
 		if a.Gate == policy.GateActWithWindow {
-			requestedBy := req.Actor
-			if req.Meta != nil && req.Meta.RequestedBy != "" {
-				requestedBy = req.Meta.RequestedBy
-			}
-			w, err := gate.Window(ctx, q, run, a, e, requestedBy, req.Actor)
+			w, err := gate.Window(ctx, q, run, a, e, req.requester(), req.Actor)
 			sub.Approval = &w
 			return err
 		}
@@ -464,11 +476,12 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 
 // settleApproved finishes an approved run once its effects have: completed when none is
 // open any more, failed_terminal when one failed for good (its other pending effects are
-// cancelled: nothing of a failed run leaves). A run still processing is its client's to
-// finish. The caller holds the run's lock (RunLockKeys), so two effects finishing at once
-// cannot each see the other still open.
+// cancelled: nothing of a failed run leaves), or when the last open one was cancelled or
+// abandoned (an approved run never hangs in approved). A run still processing is its
+// client's to finish. The caller holds the run's lock (RunLockKeys), so two effects
+// finishing at once cannot each see the other still open.
 func (s *Service) settleApproved(ctx context.Context, q store.Queries, key string, effect store.EffectState) error {
-	if effect != store.EffectCompleted && effect != store.EffectFailed {
+	if effect != store.EffectCompleted && effect != store.EffectFailed && effect != store.EffectCancelled {
 		return nil
 	}
 	run, err := q.RunGet(ctx, key)
@@ -476,15 +489,28 @@ func (s *Service) settleApproved(ctx context.Context, q store.Queries, key strin
 		return err
 	}
 	to := store.StateFailedTerminal
-	if effect == store.EffectCompleted {
+	if effect != store.EffectFailed {
 		n, err := q.RunOpenEffects(ctx, key)
 		s.hook("settle_counted")
 		if err != nil || n > 0 {
 			return err
 		}
-		to = store.StateCompleted
+		all, err := q.EffectList(ctx, store.EffectListParams{RunKey: key, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		effect = store.EffectCompleted
+		if slices.ContainsFunc(all, func(e store.Effect) bool { return e.State == store.EffectCancelled }) {
+			effect = store.EffectCancelled // something approved was not sent: not a completion
+		} else {
+			to = store.StateCompleted
+		}
 	}
-	run, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateApproved, To: to, Now: s.At()})
+	var result json.RawMessage
+	if to == store.StateFailedTerminal {
+		result, _ = json.Marshal(map[string]string{"reason": "effects_" + string(effect)})
+	}
+	run, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateApproved, To: to, Result: result, Now: s.At()})
 	if err != nil {
 		return err
 	}
@@ -498,14 +524,48 @@ func (s *Service) settleApproved(ctx context.Context, q store.Queries, key strin
 	return nil
 }
 
-// Cancel withdraws a pending effect that no sender has taken yet (act_with_window's cancel,
-// or an operator's); once leased it is too late.
-func (s *Service) Cancel(ctx context.Context, id, reason, actor string) (store.Effect, error) {
+// Canceller is who withdraws an effect: the holder of the run's live lease (Owner), or
+// an operator.
+type Canceller struct {
+	Owner    string
+	Operator bool
+}
+
+// Cancel withdraws a pending act_with_window effect that no sender has taken yet: by the
+// holder of its run's live lease or by an operator (approvers use the cancel link). Any
+// other effect was approved, or needed no approval, and is not the workflow's to
+// withdraw; once leased it is too late. The cancel link dies with it, and an approved
+// run whose last open effect this was settles.
+func (s *Service) Cancel(ctx context.Context, id, reason, actor string, by Canceller) (store.Effect, error) {
 	var out store.Effect
 	err := s.store.Transact(ctx, func(q store.Queries) error {
 		e, err := s.lockEffectRun(ctx, q, id)
 		if err != nil {
 			return err
+		}
+		aps, err := q.ApprovalsByRun(ctx, e.RunKey)
+		if err != nil {
+			return err
+		}
+		var window *store.Approval
+		for i, ap := range aps {
+			if ap.Mode == policy.GateActWithWindow && ap.EffectID == e.EffectID {
+				window = &aps[i]
+			}
+		}
+		if window == nil {
+			return fmt.Errorf("%w: only an act_with_window effect can be cancelled (an operator abandons an unknown or failed one with resolve)", ErrNotResolvable)
+		}
+		if !by.Operator {
+			run, err := q.RunGet(ctx, e.RunKey)
+			if err != nil {
+				return err
+			}
+			if _, err := q.RunLock(ctx, store.RunLockParams{Key: run.Key, Owner: by.Owner, Version: run.Version, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
+				return runs.Diagnose(ctx, q, s.Now, 0, runs.LeaseRequest{Key: run.Key, Owner: by.Owner, Version: run.Version})
+			} else if err != nil {
+				return err
+			}
 		}
 		class := "cancelled"
 		out, err = q.EffectUpdate(ctx, store.EffectUpdateParams{ID: id, From: []store.EffectState{store.EffectPending},
@@ -516,11 +576,24 @@ func (s *Service) Cancel(ctx context.Context, id, reason, actor string) (store.E
 		if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_cancelled", 0, actor, nil,
-			map[string]any{"effect_id": e.EffectID, "reason": reason})
+		if _, err := q.ApprovalConsume(ctx, store.ApprovalConsumeParams{TokenHash: window.TokenHash, Decision: approvals.Cancel,
+			Subject: actor, Reason: reason, Now: s.At()}); err != nil && !errors.Is(err, store.ErrNoMatch) {
+			return err
+		}
+		if err := runs.Event(ctx, q, s.At(), e.RunKey, "effect_cancelled", 0, actor, nil,
+			map[string]any{"effect_id": e.EffectID, "reason": reason, "by": actor}); err != nil {
+			return err
+		}
+		return s.settleApproved(ctx, q, e.RunKey, store.EffectCancelled)
 	})
 	if err != nil {
 		return store.Effect{}, fmt.Errorf("cancel effect %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// Settle is settleApproved for the approvals package's cancel link (which cannot import
+// this one): it runs inside the caller's transaction.
+func (s *Service) Settle(ctx context.Context, q store.Queries, key string, effect store.EffectState) error {
+	return s.settleApproved(ctx, q, key, effect)
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -315,7 +316,7 @@ func TestActWithWindow(t *testing.T) {
 		if code, _, _ := lead.do("POST", link, url.Values{"decision": {"cancel"}}, nil); code != 404 {
 			t.Fatalf("cancel after the window: %d", code)
 		}
-		expect(t, h.post("/v1/effects/"+id+"/cancel", `{"reason":"late"}`), 409, "not_resolvable")
+		expect(t, h.do("POST", "/v1/effects/"+id+"/cancel", h.operatorKey, "application/json", `{"reason":"late"}`), 409, "not_resolvable")
 
 		// A cancel racing the dispatcher: once leased, it is too late and nothing changes.
 		link, id = queue("w-3")
@@ -336,9 +337,10 @@ func TestActWithWindow(t *testing.T) {
 			t.Fatalf("state %s", state(id))
 		}
 
-		// The API cancel, inside the window.
+		// The API cancel, inside the window (by an operator; see TestGateCancelOnlyWindowByLeaseOrOperator
+		// for the lease holder's).
 		_, id = queue("w-4")
-		c := h.post("/v1/effects/"+id+"/cancel", `{"reason":"customer called"}`)
+		c := h.do("POST", "/v1/effects/"+id+"/cancel", h.operatorKey, "application/json", `{"reason":"customer called"}`)
 		expect(t, c, 200, "")
 		if c.body["state"] != "cancelled" {
 			t.Fatalf("API cancel: %s", c.raw)
@@ -348,15 +350,16 @@ func TestActWithWindow(t *testing.T) {
 
 func TestApproveByException(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
+		evaluators := map[string]string{"classifier": h.key(apikeys.Spec{Name: "classifier", Scopes: []string{apikeys.ScopeEvaluator}})}
 		submit := func(key, output, evidence string) response {
 			owner, v := h.claim(key)
 			lb := fmt.Sprintf(`"lease_owner":"%s","version":%d`, owner, v)
 			expect(t, h.post("/v1/runs/"+key+"/validate", `{`+lb+`,"action_type":"triage","output":`+output+`}`), 200, "")
-			body := `{` + lb + `,"action_type":"triage","target":"default"`
-			if evidence != "" {
-				body += `,"evidence":` + evidence
+			if evidence != "" { // recorded by the evaluator key named after the source
+				src, rest, _ := strings.Cut(evidence, ":")
+				expect(t, h.do("POST", "/v1/runs/"+key+"/evidence", evaluators[src], "application/json", rest), 201, "")
 			}
-			return h.post("/v1/runs/"+key+"/effects", body+`}`)
+			return h.post("/v1/runs/"+key+"/effects", `{`+lb+`,"action_type":"triage","target":"default"}`)
 		}
 		declined := func(key, reason string) {
 			t.Helper()
@@ -366,7 +369,7 @@ func TestApproveByException(t *testing.T) {
 			}
 		}
 		// The rule holds with evidence from the evaluator: queued without a person, sampled.
-		ok := submit("x-1", `{"label":"spam","confidence":0.99}`, `[{"source":"classifier","name":"score","value":0.97}]`)
+		ok := submit("x-1", `{"label":"spam","confidence":0.99}`, `classifier:{"name":"score","value":0.97}`)
 		expect(t, ok, 201, "")
 		evs := h.get("/v1/runs/x-1/events").raw
 		if !strings.Contains(evs, "auto_approved") || !strings.Contains(evs, "policy_version") || !strings.Contains(evs, "evidence[") {
@@ -376,10 +379,10 @@ func TestApproveByException(t *testing.T) {
 		expect(t, submit("x-2", `{"label":"spam","confidence":1.0}`, ""), 202, "")
 		declined("x-2", "missing_evidence:classifier")
 		// The rule does not hold: a person decides.
-		expect(t, submit("x-3", `{"label":"other"}`, `[{"source":"classifier","name":"score","value":0.99}]`), 202, "")
+		expect(t, submit("x-3", `{"label":"other"}`, `classifier:{"name":"score","value":0.99}`), 202, "")
 		declined("x-3", "rule_false")
 		// The rule cannot be evaluated: a person decides.
-		expect(t, submit("x-4", `{"label":"spam"}`, `[{"source":"classifier","name":"other","value":1}]`), 202, "")
+		expect(t, submit("x-4", `{"label":"spam"}`, `classifier:{"name":"other","value":1}`), 202, "")
 		declined("x-4", "rule_error")
 
 		// Sampled auto-approvals are reviewed after the fact.

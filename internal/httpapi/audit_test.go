@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 )
 
@@ -76,7 +77,9 @@ func TestExplainRoute(t *testing.T) {
 		r = h.post("/v1/runs/claim", `{"key":"t-2","payload":{"ticket":2}}`)
 		lb = fmt.Sprintf(`"lease_owner":"%s","version":1`, r.body["lease_owner"])
 		expect(t, h.post("/v1/runs/t-2/validate", `{`+lb+`,"action_type":"triage","output":{"label":"spam"}}`), 200, "")
-		expect(t, h.post("/v1/runs/t-2/effects", `{`+lb+`,"action_type":"triage","target":"default","evidence":[{"source":"classifier","name":"score","value":0.97}]}`), 201, "")
+		classifier := h.key(apikeys.Spec{Name: "classifier", Scopes: []string{apikeys.ScopeEvaluator}})
+		expect(t, h.do("POST", "/v1/runs/t-2/evidence", classifier, "application/json", `{"name":"score","value":0.97}`), 201, "")
+		expect(t, h.post("/v1/runs/t-2/effects", `{`+lb+`,"action_type":"triage","target":"default"}`), 201, "")
 		x = h.get("/v1/runs/t-2/explain")
 		expect(t, x, 200, "")
 		auto := x.body["approved"].(map[string]any)["auto_approvals"].([]any)

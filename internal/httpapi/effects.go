@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
@@ -42,15 +45,20 @@ func viewEffect(e store.Effect) effectView {
 func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		leaseBody
-		ActionType string               `json:"action_type"`
-		Target     string               `json:"target"`
-		EffectID   string               `json:"effect_id"`
-		Payload    json.RawMessage      `json:"payload"`
-		Evidence   []approvals.Evidence `json:"evidence"`
-		Gate       string               `json:"gate"`
+		ActionType string          `json:"action_type"`
+		Target     string          `json:"target"`
+		EffectID   string          `json:"effect_id"`
+		Payload    json.RawMessage `json:"payload"`
+		Evidence   json.RawMessage `json:"evidence"`
+		Gate       string          `json:"gate"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
+	}
+	if len(body.Evidence) > 0 {
+		// A workflow cannot vouch for its own output: evidence counts only when an evaluator
+		// key recorded it on the run.
+		return invalid("evidence", "is not taken from the effect request: an evaluator records it with POST /v1/runs/{key}/evidence")
 	}
 	lr, err := body.check(r)
 	if err != nil {
@@ -74,8 +82,8 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sub, err := s.Effects.Submit(r.Context(), effects.QueueRequest{Key: lr.Key, Owner: lr.Owner, Version: lr.Version,
-		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor, Meta: lr.Meta,
-		Evidence: body.Evidence, Gate: body.Gate}, s.Approvals)
+		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor,
+		OnBehalfOf: principal(r.Context()).OnBehalfOf, Meta: lr.Meta, Gate: body.Gate}, s.Approvals)
 	if err != nil {
 		return err
 	}
@@ -110,6 +118,12 @@ func (s *server) effectsClaim(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(body.Types) == 0 {
 		return missing("types")
+	}
+	k := principal(r.Context())
+	for _, t := range body.Types {
+		if !apikeys.MayHandle(k, t) {
+			return apiError(http.StatusForbidden, "forbidden", "this worker key may claim only: "+strings.Join(k.Types, ", "))
+		}
 	}
 	lease, err := leaseSeconds(body.LeaseSeconds)
 	if err != nil {
@@ -163,6 +177,15 @@ func (s *server) workerReport(outcome connector.Outcome) handlerFunc {
 		}
 		if outcome != connector.Sent && body.ProviderID != "" {
 			return invalid("provider_id", "only on complete")
+		}
+		if k := principal(r.Context()); len(k.Types) > 0 {
+			e, err := s.Effects.Get(r.Context(), r.PathValue("id"))
+			if err != nil {
+				return err
+			}
+			if !apikeys.MayHandle(k, e.ActionType) {
+				return apiError(http.StatusForbidden, "forbidden", "this worker key may handle only: "+strings.Join(k.Types, ", "))
+			}
 		}
 		e, err := s.Effects.WorkerReport(r.Context(), r.PathValue("id"), body.LeaseOwner, res, actor(r))
 		if err != nil {
@@ -246,9 +269,12 @@ func (s *server) putKillSwitch(w http.ResponseWriter, r *http.Request) error {
 	return s.getKillSwitch(w, r)
 }
 
+// cancelEffect withdraws an act_with_window effect: an operator key may, and a runs key
+// that holds the run's live lease (lease_owner). Approvers use the cancel link.
 func (s *server) cancelEffect(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
-		Reason string `json:"reason"`
+		Reason     string `json:"reason"`
+		LeaseOwner string `json:"lease_owner"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -256,7 +282,16 @@ func (s *server) cancelEffect(w http.ResponseWriter, r *http.Request) error {
 	if err := validText("reason", body.Reason, 2000); err != nil {
 		return err
 	}
-	e, err := s.Effects.Cancel(r.Context(), r.PathValue("id"), body.Reason, actor(r))
+	k := principal(r.Context())
+	by := effects.Canceller{Operator: apikeys.Allows(k.Scopes, apikeys.ScopeOperator), Owner: body.LeaseOwner}
+	switch {
+	case by.Operator:
+	case !apikeys.Allows(k.Scopes, apikeys.ScopeRuns):
+		return apiError(http.StatusForbidden, "forbidden", "cancelling needs an operator key, or a runs key holding the run's lease")
+	case body.LeaseOwner == "":
+		return missing("lease_owner")
+	}
+	e, err := s.Effects.Cancel(r.Context(), r.PathValue("id"), body.Reason, actor(r), by)
 	if err != nil {
 		return err
 	}
@@ -299,5 +334,42 @@ func (s *server) review(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": a.ID, "decision": a.Decision, "reviewed_by": a.ApproverSubject})
+	return nil
+}
+
+// recordEvidence stores an evaluator's finding on a run for approve_by_exception. The
+// source is the key's name; only a key that carries the evaluator scope itself (not
+// through admin) may record one.
+func (s *server) recordEvidence(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Name  string          `json:"name"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	if err := validKey("key", key); err != nil {
+		return err
+	}
+	k := principal(r.Context())
+	if !slices.Contains(k.Scopes, apikeys.ScopeEvaluator) {
+		return apiError(http.StatusForbidden, "forbidden", "evidence is recorded only by keys with the evaluator scope")
+	}
+	switch {
+	case body.Name == "":
+		return missing("name")
+	case len(body.Value) == 0 || bytes.Equal(body.Value, []byte("null")):
+		return missing("value")
+	}
+	if err := validText("name", body.Name, 100); err != nil {
+		return err
+	}
+	ev, err := s.Approvals.RecordEvidence(r.Context(), key, k.Name, body.Name, body.Value, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"key": ev.RunKey, "source": ev.Source, "name": ev.Name,
+		"value": ev.Value, "recorded_at": ev.CreatedAt})
 	return nil
 }

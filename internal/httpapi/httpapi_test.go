@@ -59,12 +59,23 @@ type harness struct {
 // the pages (single sign-on).
 func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL string) web.Option) *harness {
 	t.Helper()
+	return newHarnessWith(t, b, nil, pageOpts...)
+}
+
+// newHarnessWith is newHarness with setup applied to the environment first (another
+// policy, other connectors).
+func newHarnessWith(t *testing.T, b storetest.Backend, setup func(env *storetest.EffectsEnv), pageOpts ...func(publicURL string) web.Option) *harness {
+	t.Helper()
 	env := storetest.NewEffectsEnv(t, b, "")
+	if setup != nil {
+		setup(env)
+	}
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewUnstartedServer(nil)
 	url := "http://" + srv.Listener.Addr().String()
 	gate := approvals.NewService(env.Store, env.Policy, env.Alerts, url, env.Clock.Now)
+	gate.Settle = env.Effects.Settle
 	env.Approvals = gate
 	gate.Observer, env.Failures.Observer = h.metrics, h.metrics
 	env.Alerts.Next = metrics.Alerter{Log: log, Metrics: h.metrics}

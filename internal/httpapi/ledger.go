@@ -96,7 +96,7 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := s.Ledger.Plan(r.Context(), ledger.PlanRequest{Key: key, EffectID: id, Owner: b.LeaseOwner, Action: b.Action,
-		Target: b.Target, InputHash: b.InputHash, Actor: actor(r), Meta: b.Meta})
+		Target: b.Target, InputHash: b.InputHash, Actor: actor(r), OnBehalfOf: principal(r.Context()).OnBehalfOf, Meta: b.Meta})
 	if err != nil {
 		return err
 	}

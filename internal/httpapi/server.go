@@ -88,7 +88,9 @@ var Routes = []Route{
 	{"GET", "/v1/runs/{key}/explain", apikeys.ScopeRead, func(s *server) handlerFunc { return s.explain }},
 	{"GET", "/v1/ledger.schema.json", "", func(s *server) handlerFunc { return s.ledgerSchema }},
 	{"POST", "/v1/runs/{key}/effects", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.queueEffect }},
-	{"POST", "/v1/effects/{id}/cancel", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.cancelEffect }},
+	{"POST", "/v1/runs/{key}/evidence", apikeys.ScopeEvaluator, func(s *server) handlerFunc { return s.recordEvidence }},
+	// Any key authenticates; the handler admits operators and runs keys holding the lease.
+	{"POST", "/v1/effects/{id}/cancel", apikeys.ScopeRead, func(s *server) handlerFunc { return s.cancelEffect }},
 	{"POST", "/v1/effects/claim", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.effectsClaim }},
 	{"POST", "/v1/effects/{id}/complete", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Sent) }},
 	{"POST", "/v1/effects/{id}/fail", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Refused) }},

@@ -234,6 +234,7 @@ type PlanRequest struct {
 	Action, Target       string
 	InputHash            string
 	Actor                string
+	OnBehalfOf           string // the person the API key acts for
 	Meta                 *runs.Meta
 }
 
@@ -326,7 +327,9 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 }
 
 // planNew records a first intent; a gated action asks a person first, unless one already
-// approved this very effect.
+// approved this very effect. An approval authorises exactly what it showed the person —
+// this run, effect id, action type, target and input hash, performed by the agent —
+// and anything else opens a new approval.
 func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, req PlanRequest, res *PlanResult) error {
 	if a.Gate != policy.GateNone {
 		aps, err := q.ApprovalsByRun(ctx, run.Key)
@@ -334,15 +337,18 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 			return err
 		}
 		approved := slices.ContainsFunc(aps, func(ap store.Approval) bool {
-			return ap.EffectID == req.EffectID && ap.Decision == approvals.Approve && ap.PayloadHash == req.InputHash
+			return ap.Decision == approvals.Approve && ap.RunKey == run.Key && ap.EffectID == req.EffectID &&
+				ap.ActionType == req.Action && ap.Target == req.Target && ap.PayloadHash == req.InputHash &&
+				ap.Executor == store.ExecutorAgent
 		})
 		if !approved {
-			requestedBy := req.Actor
-			if req.Meta != nil && req.Meta.RequestedBy != "" {
-				requestedBy = req.Meta.RequestedBy
+			declared := ""
+			if req.Meta != nil {
+				declared = req.Meta.RequestedBy
 			}
 			r, err := s.approvals.Request(ctx, q, run, a, approvals.Proposed{ActionType: req.Action, Target: req.Target,
-				EffectID: req.EffectID, Executor: store.ExecutorAgent, PayloadHash: req.InputHash}, requestedBy, req.Actor, req.Meta)
+				EffectID: req.EffectID, Executor: store.ExecutorAgent, PayloadHash: req.InputHash},
+				approvals.NewRequester(req.Actor, req.OnBehalfOf, declared), req.Actor, req.Meta)
 			res.Approval = &r
 			return err
 		}
@@ -392,8 +398,9 @@ func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt, ac
 }
 
 // Reconcile records what the agent found when it searched the external system for a
-// planned or unknown effect: none → cleared to run again under the same id; one →
-// confirmed with it; several, or a search that could not decide → unknown (a person).
+// planned effect: none → cleared to run again under the same id; one → confirmed with
+// it; several, or a search that could not decide → unknown. An unknown effect is a
+// person's (operator resolve), never the agent's to clear and redo.
 func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, found []string, undetermined bool, actor string) (string, error) {
 	var status string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
@@ -408,7 +415,10 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		if err != nil {
 			return err
 		}
-		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned, store.EffectUnknown}, Now: s.At()}
+		if e.State == store.EffectUnknown {
+			return fmt.Errorf("%w: its outcome is unknown; a person resolves it (airlock effects resolve, or POST /v1/effects/{id}/resolve with an operator key)", ErrNotPlanned)
+		}
+		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned}, Now: s.At()}
 		switch {
 		case undetermined || len(found) > 1:
 			p.To = store.EffectUnknown

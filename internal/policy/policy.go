@@ -796,10 +796,74 @@ func (a *Action) ValidTarget(target string) bool {
 	case a.SMTP != nil && len(a.SMTP.Targets) > 0:
 		_, ok := a.SMTP.Targets[target]
 		return ok
+	case a.SMTP != nil:
+		// The target is the recipient: exactly one bare address, nothing else.
+		addr, err := mail.ParseAddress(target)
+		return err == nil && addr.Name == "" && addr.Address == target
 	case a.Worker != nil && len(a.Worker.Targets) > 0:
 		return slices.Contains(a.Worker.Targets, target)
 	}
 	return target != ""
+}
+
+// Recipients are the envelope recipients of an SMTP effect to target: the address
+// smtp.targets names for it, else the target itself. nil for other connectors.
+func (a *Action) Recipients(target string) []string {
+	if a.SMTP == nil {
+		return nil
+	}
+	if len(a.SMTP.Targets) > 0 {
+		addr, err := mail.ParseAddress(a.SMTP.Targets[target])
+		if err != nil {
+			return nil
+		}
+		return []string{addr.Address}
+	}
+	return []string{target}
+}
+
+// CheckRecipients refuses an SMTP payload whose "to" would send the mail anywhere but
+// the target's recipients: with smtp.targets the payload names none; without, "to" may
+// only repeat the target. The target is what the card, the effect and the audit show.
+func (a *Action) CheckRecipients(target string, payload json.RawMessage) error {
+	if a.SMTP == nil || len(payload) == 0 {
+		return nil
+	}
+	var p struct {
+		To json.RawMessage `json:"to"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil || len(p.To) == 0 || string(p.To) == "null" {
+		return nil // the connector refuses what is not a mail payload
+	}
+	if len(a.SMTP.Targets) > 0 {
+		return errors.New("the recipient is fixed by smtp.targets for the target; omit to")
+	}
+	var to []string
+	var one string
+	if json.Unmarshal(p.To, &one) == nil {
+		to = []string{one}
+	} else if json.Unmarshal(p.To, &to) != nil || len(to) == 0 {
+		return errors.New("want the target's address, or omit it")
+	}
+	for _, r := range to {
+		if !SameAddress(r, target) {
+			return errors.New("names a recipient other than the target: the target is the recipient")
+		}
+	}
+	return nil
+}
+
+// SameAddress reports whether a and b are the same bare mail address (the domain
+// compared without case).
+func SameAddress(a, b string) bool {
+	pa, err1 := mail.ParseAddress(a)
+	pb, err2 := mail.ParseAddress(b)
+	if err1 != nil || err2 != nil || pa.Name != "" || pb.Name != "" {
+		return false
+	}
+	la, da, _ := strings.Cut(pa.Address, "@")
+	lb, db, _ := strings.Cut(pb.Address, "@")
+	return la == lb && strings.EqualFold(da, db)
 }
 
 // Executor says who performs effects of this type.

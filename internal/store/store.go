@@ -92,6 +92,11 @@ type APIKey struct {
 	Scopes    []string
 	CreatedAt time.Time
 	RevokedAt *time.Time
+	// OnBehalfOf names the person the key acts for: their request is theirs, so they can
+	// never approve it ("" for none).
+	OnBehalfOf string
+	// Types limits a worker key to these action types (nil: every worker type).
+	Types []string
 }
 
 // EffectListener is a store that can tell one instance that another queued an effect
@@ -127,6 +132,7 @@ type Queries interface {
 	EffectQueries
 	FailureQueries
 	ApprovalQueries
+	EvidenceQueries
 	LedgerQueries
 	RetentionQueries
 	AuditQueries
@@ -450,17 +456,20 @@ type Throttle struct {
 
 // Approval is a single-use challenge that holds a proposed effect until a decision.
 type Approval struct {
-	ID                 string
-	RunKey             string
-	TokenHash          string
-	Mode               string
-	AllowedDecisions   []string
-	ExpiresAt          time.Time
-	ConsumedAt         *time.Time
-	Decision           string
-	ApproverSubject    string
-	Reason             string
-	RequestedBy        string
+	ID               string
+	RunKey           string
+	TokenHash        string
+	Mode             string
+	AllowedDecisions []string
+	ExpiresAt        time.Time
+	ConsumedAt       *time.Time
+	Decision         string
+	ApproverSubject  string
+	Reason           string
+	RequestedBy      string
+	// Requesters are the normalised identities of whoever asked (the API key, the person
+	// it acts for, the declared requested_by): under separation of duties none may decide.
+	Requesters         []string
 	ApproverRoles      []string
 	ApproverSubjects   []string
 	SeparationOfDuties bool
@@ -537,6 +546,26 @@ type ApprovalQueries interface {
 	RunSetState(ctx context.Context, p RunSetStateParams) (Run, error)
 }
 
+// Evidence is one evaluator's finding on a run (approve_by_exception), recorded by an
+// evaluator key whose name is the source — never taken from the effect request.
+type Evidence struct {
+	ID         int64
+	RunKey     string
+	Source     string
+	Name       string
+	Value      json.RawMessage
+	RecordedBy string
+	CreatedAt  time.Time
+}
+
+// EvidenceQueries store evaluators' findings.
+type EvidenceQueries interface {
+	// EvidenceInsert records a finding on an existing run.
+	EvidenceInsert(ctx context.Context, e Evidence) (Evidence, error)
+	// EvidenceByRun lists a run's findings, oldest first.
+	EvidenceByRun(ctx context.Context, key string) ([]Evidence, error)
+}
+
 // LedgerQueries are the statements of the work ledger.
 type LedgerQueries interface {
 	// LedgerInsert stores a checkpoint; ErrNoMatch if that version exists already.
@@ -604,4 +633,26 @@ type AuditQueries interface {
 	// AuditGateWaits pairs every approval_decided event at or after since with the
 	// approval_requested event of the same run and approval_id, in id order.
 	AuditGateWaits(ctx context.Context, since time.Time) ([]GateWait, error)
+}
+
+// EncodeList is the stored form of a list whose items may hold any character (a JSON
+// array; "" for none).
+func EncodeList(l []string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
+// DecodeList reads EncodeList's form.
+func DecodeList(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var l []string
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, errors.New("stored list is not a JSON array")
+	}
+	return l, nil
 }

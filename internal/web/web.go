@@ -250,6 +250,8 @@ type approvalPage struct {
 	CanDecide bool
 	Why       string
 	Protocol  string
+	// Recipients are a mail effect's envelope recipients, exactly as they will be sent.
+	Recipients []string
 }
 
 // notApprover tells a signed-in person that this approval is not theirs to decide, and
@@ -278,7 +280,8 @@ func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action st
 		pretty.Write(a.Payload)
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
-		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol, CanDecide: true}
+		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol,
+		Recipients: w.approvals.Recipients(a), CanDecide: true}
 	w.render(rw, status, "approval.html", p)
 }
 

@@ -40,6 +40,7 @@ import (
 	gosmtp "github.com/wneessen/go-mail/smtp"
 
 	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/policy"
 )
 
 // DefaultTimeout bounds an attempt when Config.Timeout is zero.
@@ -224,7 +225,9 @@ func (c *Connector) compose(req connector.Request) (*mail.Msg, error) {
 	if p.Subject == "" || p.Text == "" {
 		return nil, invalid
 	}
-	to := []string(p.To)
+	// The target is the recipient — what the card, the effect and the audit show — so the
+	// mail goes nowhere else: the payload may repeat it, never add or change one.
+	to := []string{req.Target}
 	if len(c.cfg.Targets) > 0 {
 		if p.To != nil {
 			return nil, invalid // the recipient is fixed in policy, a payload may not redirect it
@@ -234,9 +237,18 @@ func (c *Connector) compose(req connector.Request) (*mail.Msg, error) {
 			return nil, refusal("unknown_target")
 		}
 		to = []string{addr}
-	}
-	if len(to) == 0 {
-		return nil, invalid
+	} else {
+		if p.To != nil && len(p.To) == 0 {
+			return nil, invalid
+		}
+		for _, r := range p.To {
+			if !policy.SameAddress(r, req.Target) {
+				return nil, invalid
+			}
+		}
+		if !policy.SameAddress(req.Target, req.Target) {
+			return nil, refusal("invalid_target") // one bare address, nothing else
+		}
 	}
 
 	m := mail.NewMsg()

@@ -289,9 +289,12 @@ func newConnector(t *testing.T, cfg Config) *Connector {
 	return c
 }
 
-func request(payload string) connector.Request {
+// request is an effect to secretRcpt: without smtp.targets the target is the recipient.
+func request(payload string) connector.Request { return requestTo(secretRcpt, payload) }
+
+func requestTo(target, payload string) connector.Request {
 	return connector.Request{EffectID: "order-4711/welcome-01", RunKey: "order-4711", ActionType: "send_email",
-		Target: "customer", Payload: json.RawMessage(payload)}
+		Target: target, Payload: json.RawMessage(payload)}
 }
 
 const okPayload = `{"to": "` + secretRcpt + `", "subject": "Hello", "text": "Body"}`
@@ -439,7 +442,7 @@ func TestSendDelivers(t *testing.T) {
 			if tt.trust {
 				trust(c)
 			}
-			req := request(`{"to": ["a@example.net", "B <b@example.net>"], "subject": "Grüße\r\nBcc: evil@example.com",
+			req := requestTo("a@example.net", `{"to": ["a@example.net"], "subject": "Grüße\r\nBcc: evil@example.com",
 				"text": "Hello text", "html": "<p>Hello html</p>", "reply_to": "support@example.org"}`)
 
 			res := c.Send(context.Background(), req)
@@ -459,7 +462,7 @@ func TestSendDelivers(t *testing.T) {
 			default:
 				t.Fatal("server received nothing")
 			}
-			if got.from != sender || strings.Join(got.to, ",") != "a@example.net,b@example.net" {
+			if got.from != sender || strings.Join(got.to, ",") != "a@example.net" {
 				t.Errorf("envelope from %q to %q", got.from, got.to)
 			}
 			msg, err := netmail.ReadMessage(strings.NewReader(string(got.data)))
@@ -474,7 +477,7 @@ func TestSendDelivers(t *testing.T) {
 				"Message-Id":          "<" + res.ProviderID + ">",
 				"X-Airlock-Effect-Id": "", // the run key stays inside
 				"From":                "<" + sender + ">",
-				"To":                  `<a@example.net>, "B" <b@example.net>`,
+				"To":                  `<a@example.net>`,
 				"Reply-To":            "<support@example.org>",
 				"Bcc":                 "",
 			} {
@@ -500,7 +503,7 @@ func TestSendTargets(t *testing.T) {
 	cfg.Targets = map[string]string{"customer": "fixed@example.net"}
 	c := newConnector(t, cfg)
 
-	res := c.Send(context.Background(), request(`{"subject": "Hi", "text": "Body"}`))
+	res := c.Send(context.Background(), requestTo("customer", `{"subject": "Hi", "text": "Body"}`))
 	if res.Outcome != connector.Sent {
 		t.Fatalf("got %+v, want sent", res)
 	}
@@ -509,7 +512,7 @@ func TestSendTargets(t *testing.T) {
 	}
 
 	for name, req := range map[string]connector.Request{
-		"payload names a recipient": request(okPayload),
+		"payload names a recipient": requestTo("customer", okPayload),
 		"unknown target":            {EffectID: "e", Target: "other", Payload: json.RawMessage(`{"subject": "Hi", "text": "Body"}`)},
 	} {
 		res := c.Send(context.Background(), req)
@@ -535,14 +538,18 @@ func TestSendRefusesBadRequests(t *testing.T) {
 		"not json":      {request(`to: a@b`), "invalid_payload"},
 		"null":          {request(`null`), "invalid_payload"},
 		"trailing data": {request(okPayload + `{}`), "invalid_payload"},
-		"unknown field": {request(`{"to": "a@example.net", "subject": "s", "text": "t", "cc": "x@example.net"}`), "invalid_payload"},
-		"missing to":    {request(`{"subject": "s", "text": "t"}`), "invalid_payload"},
+		"unknown field": {requestTo("a@example.net", `{"to": "a@example.net", "subject": "s", "text": "t", "cc": "x@example.net"}`), "invalid_payload"},
 		"empty to list": {request(`{"to": [], "subject": "s", "text": "t"}`), "invalid_payload"},
 		"to is number":  {request(`{"to": 5, "subject": "s", "text": "t"}`), "invalid_payload"},
 		"bad to":        {request(`{"to": "not an address", "subject": "s", "text": "t"}`), "invalid_payload"},
-		"missing subj":  {request(`{"to": "a@example.net", "text": "t"}`), "invalid_payload"},
-		"missing text":  {request(`{"to": "a@example.net", "subject": "s"}`), "invalid_payload"},
-		"bad reply_to":  {request(`{"to": "a@example.net", "subject": "s", "text": "t", "reply_to": "x"}`), "invalid_payload"},
+		"missing subj":  {requestTo("a@example.net", `{"to": "a@example.net", "text": "t"}`), "invalid_payload"},
+		"missing text":  {requestTo("a@example.net", `{"to": "a@example.net", "subject": "s"}`), "invalid_payload"},
+		"bad reply_to":  {requestTo("a@example.net", `{"to": "a@example.net", "subject": "s", "text": "t", "reply_to": "x"}`), "invalid_payload"},
+		// The target is the recipient: a payload cannot send the mail anywhere else.
+		"to names another recipient": {requestTo("alice@example.com", `{"to": "mallory@example.net", "subject": "s", "text": "t"}`), "invalid_payload"},
+		"to adds a recipient":        {requestTo("alice@example.com", `{"to": ["alice@example.com", "eve@example.net"], "subject": "s", "text": "t"}`), "invalid_payload"},
+		"target is a list":           {requestTo("alice@example.com, eve@example.net", `{"subject": "s", "text": "t"}`), "invalid_target"},
+		"target with a name":         {requestTo("Alice <alice@example.com>", `{"subject": "s", "text": "t"}`), "invalid_target"},
 	}
 	for name, tt := range tests {
 		res := c.Send(context.Background(), tt.req)

@@ -398,23 +398,23 @@ func rawOrNil(b []byte) json.RawMessage {
 }
 
 func (q queries) APIKeyInsert(ctx context.Context, k store.APIKey) error {
-	_, err := q.db.Exec(ctx, `INSERT INTO api_keys (id, name, key_hash, scopes, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		k.ID, k.Name, k.Hash, strings.Join(k.Scopes, ","), k.CreatedAt)
+	_, err := q.db.Exec(ctx, `INSERT INTO api_keys (id, name, key_hash, scopes, created_at, on_behalf_of, types) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		k.ID, k.Name, k.Hash, strings.Join(k.Scopes, ","), k.CreatedAt, k.OnBehalfOf, strings.Join(k.Types, ","))
 	if err != nil {
 		return fmt.Errorf("insert api key: %w", err)
 	}
 	return nil
 }
 
-const apiKeyColumns = `id, name, key_hash, scopes, created_at, revoked_at`
+const apiKeyColumns = `id, name, key_hash, scopes, created_at, revoked_at, on_behalf_of, types`
 
 func scanAPIKey(row pgx.Row) (store.APIKey, error) {
 	var k store.APIKey
-	var scopes string
-	if err := row.Scan(&k.ID, &k.Name, &k.Hash, &scopes, &k.CreatedAt, &k.RevokedAt); err != nil {
+	var scopes, types string
+	if err := row.Scan(&k.ID, &k.Name, &k.Hash, &scopes, &k.CreatedAt, &k.RevokedAt, &k.OnBehalfOf, &types); err != nil {
 		return store.APIKey{}, interpret(err)
 	}
-	k.Scopes = strings.Split(scopes, ",")
+	k.Scopes, k.Types = strings.Split(scopes, ","), splitList(types)
 	return k, nil
 }
 
@@ -439,4 +439,29 @@ func (q queries) APIKeyRevoke(ctx context.Context, id string, at time.Time) erro
 		return store.ErrNotFound
 	}
 	return nil
+}
+
+func (q queries) EvidenceInsert(ctx context.Context, e store.Evidence) (store.Evidence, error) {
+	err := q.db.QueryRow(ctx, `INSERT INTO evidence (idempotency_key, source, name, value, recorded_by, created_at)
+		VALUES ($1, $2, $3, $4::jsonb, $5, coalesce($6, now())) RETURNING id, created_at`,
+		e.RunKey, e.Source, e.Name, string(e.Value), e.RecordedBy, timeArg(e.CreatedAt)).Scan(&e.ID, &e.CreatedAt)
+	if err != nil {
+		return store.Evidence{}, fmt.Errorf("insert evidence: %w", err)
+	}
+	return e, nil
+}
+
+func (q queries) EvidenceByRun(ctx context.Context, key string) ([]store.Evidence, error) {
+	rows, err := q.db.Query(ctx, `SELECT id, idempotency_key, source, name, value, recorded_by, created_at
+		FROM evidence WHERE idempotency_key = $1 ORDER BY id`, key)
+	if err != nil {
+		return nil, fmt.Errorf("list evidence: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Evidence, error) {
+		var e store.Evidence
+		var value []byte
+		err := row.Scan(&e.ID, &e.RunKey, &e.Source, &e.Name, &value, &e.RecordedBy, &e.CreatedAt)
+		e.Value = value
+		return e, err
+	})
 }

@@ -73,21 +73,24 @@ func (q queries) SessionDelete(ctx context.Context, idHash string) error {
 
 const approvalColumns = `id, idempotency_key, token_hash, mode, allowed_decisions, expires_at, consumed_at,
 	coalesce(decision, ''), coalesce(approver_subject, ''), coalesce(reason, ''), requested_by, approver_roles,
-	approver_subjects, separation_of_duties, action_type, target, effect_id, executor, payload, payload_hash, created_at`
+	approver_subjects, separation_of_duties, action_type, target, effect_id, executor, payload, payload_hash, created_at, requesters`
 
 func scanApproval(row scanner) (store.Approval, error) {
 	var a store.Approval
-	var allowed, roles, subjects string
+	var allowed, roles, subjects, requesters string
 	var payload sql.NullString
 	var expires, created int64
 	var consumed sql.NullInt64
 	err := row.Scan(&a.ID, &a.RunKey, &a.TokenHash, &a.Mode, &allowed, &expires, &consumed, &a.Decision,
 		&a.ApproverSubject, &a.Reason, &a.RequestedBy, &roles, &subjects, &a.SeparationOfDuties, &a.ActionType,
-		&a.Target, &a.EffectID, &a.Executor, &payload, &a.PayloadHash, &created)
+		&a.Target, &a.EffectID, &a.Executor, &payload, &a.PayloadHash, &created, &requesters)
 	if err != nil {
 		return store.Approval{}, interpret(err)
 	}
 	a.AllowedDecisions, a.ApproverRoles, a.ApproverSubjects = splitList(allowed), splitList(roles), splitList(subjects)
+	if a.Requesters, err = store.DecodeList(requesters); err != nil {
+		return store.Approval{}, err
+	}
 	a.Payload, a.ExpiresAt, a.ConsumedAt, a.CreatedAt = optJSON(payload), fromMicros(expires), optTime(consumed), fromMicros(created)
 	return a, nil
 }
@@ -95,11 +98,11 @@ func scanApproval(row scanner) (store.Approval, error) {
 func (q queries) ApprovalInsert(ctx context.Context, a store.Approval) error {
 	_, err := q.db.ExecContext(ctx, `INSERT INTO approvals (id, idempotency_key, token_hash, mode, allowed_decisions, expires_at,
 		  requested_by, approver_roles, approver_subjects, separation_of_duties, action_type, target, effect_id, executor,
-		  payload, payload_hash, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		  payload, payload_hash, created_at, requesters)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.RunKey, a.TokenHash, a.Mode, strings.Join(a.AllowedDecisions, ","), a.ExpiresAt.UnixMicro(), a.RequestedBy,
 		strings.Join(a.ApproverRoles, ","), strings.Join(a.ApproverSubjects, ","), a.SeparationOfDuties, a.ActionType,
-		a.Target, a.EffectID, a.Executor, jsonArg(a.Payload), a.PayloadHash, q.orNow(a.CreatedAt))
+		a.Target, a.EffectID, a.Executor, jsonArg(a.Payload), a.PayloadHash, q.orNow(a.CreatedAt), store.EncodeList(a.Requesters))
 	if err != nil {
 		return fmt.Errorf("insert approval: %w", err)
 	}

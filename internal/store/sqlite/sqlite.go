@@ -376,25 +376,25 @@ func (q queries) EventList(ctx context.Context, key string, afterID int64, limit
 }
 
 func (q queries) APIKeyInsert(ctx context.Context, k store.APIKey) error {
-	_, err := q.db.ExecContext(ctx, `INSERT INTO api_keys (id, name, key_hash, scopes, created_at) VALUES (?, ?, ?, ?, ?)`,
-		k.ID, k.Name, k.Hash, strings.Join(k.Scopes, ","), k.CreatedAt.UnixMicro())
+	_, err := q.db.ExecContext(ctx, `INSERT INTO api_keys (id, name, key_hash, scopes, created_at, on_behalf_of, types) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.Name, k.Hash, strings.Join(k.Scopes, ","), k.CreatedAt.UnixMicro(), k.OnBehalfOf, strings.Join(k.Types, ","))
 	if err != nil {
 		return fmt.Errorf("insert api key: %w", err)
 	}
 	return nil
 }
 
-const apiKeyColumns = `id, name, key_hash, scopes, created_at, revoked_at`
+const apiKeyColumns = `id, name, key_hash, scopes, created_at, revoked_at, on_behalf_of, types`
 
 func scanAPIKey(row scanner) (store.APIKey, error) {
 	var k store.APIKey
-	var scopes string
+	var scopes, types string
 	var created int64
 	var revoked sql.NullInt64
-	if err := row.Scan(&k.ID, &k.Name, &k.Hash, &scopes, &created, &revoked); err != nil {
+	if err := row.Scan(&k.ID, &k.Name, &k.Hash, &scopes, &created, &revoked, &k.OnBehalfOf, &types); err != nil {
 		return store.APIKey{}, interpret(err)
 	}
-	k.Scopes = strings.Split(scopes, ",")
+	k.Scopes, k.Types = strings.Split(scopes, ","), splitList(types)
 	k.CreatedAt, k.RevokedAt = fromMicros(created), optTime(revoked)
 	return k, nil
 }
@@ -420,4 +420,28 @@ func (q queries) APIKeyRevoke(ctx context.Context, id string, at time.Time) erro
 		return store.ErrNotFound
 	}
 	return nil
+}
+
+func (q queries) EvidenceInsert(ctx context.Context, e store.Evidence) (store.Evidence, error) {
+	created := q.orNow(e.CreatedAt)
+	err := q.db.QueryRowContext(ctx, `INSERT INTO evidence (idempotency_key, source, name, value, recorded_by, created_at)
+		VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, e.RunKey, e.Source, e.Name, string(e.Value), e.RecordedBy, created).Scan(&e.ID)
+	if err != nil {
+		return store.Evidence{}, fmt.Errorf("insert evidence: %w", err)
+	}
+	e.CreatedAt = fromMicros(created)
+	return e, nil
+}
+
+func (q queries) EvidenceByRun(ctx context.Context, key string) ([]store.Evidence, error) {
+	return selectAll(ctx, q.db, func(row scanner) (store.Evidence, error) {
+		var e store.Evidence
+		var value string
+		var created int64
+		if err := row.Scan(&e.ID, &e.RunKey, &e.Source, &e.Name, &value, &e.RecordedBy, &created); err != nil {
+			return store.Evidence{}, err
+		}
+		e.Value, e.CreatedAt = json.RawMessage(value), fromMicros(created)
+		return e, nil
+	}, `SELECT id, idempotency_key, source, name, value, recorded_by, created_at FROM evidence WHERE idempotency_key = ? ORDER BY id`, key)
 }

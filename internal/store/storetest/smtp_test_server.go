@@ -13,9 +13,10 @@ import (
 // MailServer is a real SMTP server on loopback for tests: it keeps every message it
 // accepts, by Message-ID.
 type MailServer struct {
-	Port int
-	mu   sync.Mutex
-	msgs []string
+	Port  int
+	mu    sync.Mutex
+	msgs  []string
+	rcpts []string
 }
 
 // NewMailServer starts the server; it stops when t ends.
@@ -31,6 +32,13 @@ func NewMailServer(t testing.TB) *MailServer {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ms
+}
+
+// Recipients returns every envelope recipient accepted (RCPT TO), in order.
+func (ms *MailServer) Recipients() []string {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return append([]string(nil), ms.rcpts...)
 }
 
 // Messages returns the raw messages received.
@@ -51,6 +59,9 @@ func (s *mailSession) Rcpt(to string, _ *smtp.RcptOptions) error {
 	if to == "bounce@example.com" {
 		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such user"}
 	}
+	s.ms.mu.Lock()
+	s.ms.rcpts = append(s.ms.rcpts, to)
+	s.ms.mu.Unlock()
 	return nil
 }
 func (s *mailSession) Data(r io.Reader) error {

@@ -41,3 +41,12 @@ func TestLedgerConformance(t *testing.T) {
 		})
 	}
 }
+
+func TestGatesConformance(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunGates(t, b)
+		})
+	}
+}

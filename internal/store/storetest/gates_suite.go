@@ -1,0 +1,190 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/ledger"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// RunGates is the conformance suite of the gates' store work (migration 0008): keys that
+// name their person and types, approvals that keep every requester identity, evidence
+// recorded by evaluators, and the domain rules over them, on backend b.
+func RunGates(t *testing.T, b Backend) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, e *EffectsEnv)
+	}{
+		{"APIKeyOnBehalfOfAndTypes", testGateAPIKeyColumns},
+		{"ApprovalKeepsRequesters", testGateRequesters},
+		{"EvidenceRecordedNotRequested", testGateEvidence},
+		{"CancelOnlyWindowSettlesApproved", testGateCancel},
+		{"LedgerUnknownIsAPersons", testGateLedgerUnknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
+	}
+}
+
+func testGateAPIKeyColumns(t *testing.T, e *EffectsEnv) {
+	_, raw, err := apikeys.CreateSpec(ctx, e.Store, apikeys.Spec{Name: "w", Scopes: []string{apikeys.ScopeWorker},
+		OnBehalfOf: " ana ", Types: []string{"task", " slack_digest", "task"}}, e.Clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := apikeys.Authenticate(ctx, e.Store, raw)
+	if err != nil || k.OnBehalfOf != "ana" || !slices.Equal(k.Types, []string{"task", "slack_digest"}) {
+		t.Fatalf("key: %+v %v", k, err)
+	}
+	if !apikeys.MayHandle(k, "task") || apikeys.MayHandle(k, "email") {
+		t.Fatal("types do not limit the key")
+	}
+	_, raw, _ = apikeys.CreateSpec(ctx, e.Store, apikeys.Spec{Name: "plain", Scopes: []string{apikeys.ScopeRuns}}, e.Clock.Now())
+	if k, err := apikeys.Authenticate(ctx, e.Store, raw); err != nil || k.OnBehalfOf != "" || k.Types != nil || !apikeys.MayHandle(k, "email") {
+		t.Fatalf("plain key: %+v %v", k, err)
+	}
+	if _, err := apikeys.ParseScopes("evaluator,admin"); err == nil {
+		t.Fatal("an evaluator key may also administer")
+	}
+}
+
+func testGateRequesters(t *testing.T, e *EffectsEnv) {
+	r := claimRun(t, e, "sod")
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "sod", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
+		Target: "default", Payload: json.RawMessage(`{"text":"hi"}`), Actor: "apikey:Assistant", OnBehalfOf: "Ana",
+		Meta: &runs.Meta{RequestedBy: " ＢＯＢ "}}, e.Approvals)
+	if err != nil || sub.Approval == nil {
+		t.Fatalf("submit: %+v %v", sub, err)
+	}
+	aps, err := e.Store.ApprovalsByRun(ctx, "sod")
+	if err != nil || len(aps) != 1 {
+		t.Fatalf("approvals: %v %v", aps, err)
+	}
+	a := aps[0]
+	equal(t, "requesters", a.Requesters, []string{"apikey:assistant", "ana", "bob"})
+	equal(t, "requested_by", a.RequestedBy, "ＢＯＢ")
+	for _, who := range []string{"ana", "ANA", "bob", "Bob ", "apikey:assistant"} {
+		if err := approvals.May(a, approvals.Person{Subject: who, Roles: []string{"support-lead"}}); !errors.Is(err, approvals.ErrSelfApproval) {
+			t.Errorf("%q may decide a request that is theirs: %v", who, err)
+		}
+	}
+	if err := approvals.May(a, approvals.Person{Subject: "carol", Roles: []string{"support-lead"}}); err != nil {
+		t.Fatalf("another approver: %v", err)
+	}
+}
+
+func testGateEvidence(t *testing.T, e *EffectsEnv) {
+	submit := func(key string) effects.Submitted {
+		t.Helper()
+		r := claimRun(t, e, key)
+		if _, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: lease(r), ActionType: "triage", Output: json.RawMessage(`{"label":"spam"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: key, Owner: r.LeaseOwner, Version: r.Version, ActionType: "triage",
+			Target: "default", Actor: "apikey:n8n"}, e.Approvals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sub
+	}
+	if sub := submit("ev-none"); sub.Approval == nil {
+		t.Fatal("auto-approved without recorded evidence")
+	}
+	claimRun(t, e, "ev-1")
+	for _, v := range []string{`0.5`, `0.99`} { // the latest finding of a source and name counts
+		if _, err := e.Approvals.RecordEvidence(ctx, "ev-1", "classifier", "score", json.RawMessage(v), "apikey:classifier"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := e.Store.EvidenceByRun(ctx, "ev-1")
+	if err != nil || len(rows) != 2 || rows[0].ID >= rows[1].ID || string(rows[1].Value) != "0.99" || rows[1].Source != "classifier" {
+		t.Fatalf("evidence rows: %+v %v", rows, err)
+	}
+	if _, err := e.Approvals.RecordEvidence(ctx, "missing", "classifier", "score", json.RawMessage(`1`), "apikey:classifier"); !errors.Is(err, runs.ErrNotFound) {
+		t.Fatalf("evidence on a missing run: %v", err)
+	}
+	// ev-1 is claimed already: validate and submit under that lease.
+	r, _ := e.Runs.Get(ctx, "ev-1")
+	if _, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: lease(r), ActionType: "triage", Output: json.RawMessage(`{"label":"spam"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "ev-1", Owner: r.LeaseOwner, Version: r.Version, ActionType: "triage",
+		Target: "default", Actor: "apikey:n8n"}, e.Approvals)
+	if err != nil || sub.Approval != nil || !sub.Created {
+		t.Fatalf("with the classifier's recorded evidence: %+v %v", sub, err)
+	}
+}
+
+func testGateCancel(t *testing.T, e *EffectsEnv) {
+	// Not a window effect: nobody cancels it through Cancel.
+	plain := queue(t, e, "c-1", "note", "default", `{"n":1}`)
+	if _, err := e.Effects.Cancel(ctx, plain.ID, "x", "cli:op", effects.Canceller{Operator: true}); !errors.Is(err, effects.ErrNotResolvable) {
+		t.Fatalf("cancel of an ungated effect: %v", err)
+	}
+	// A window effect: not by a stale lease owner; by the holder.
+	r := claimRun(t, e, "c-2")
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "c-2", Owner: r.LeaseOwner, Version: r.Version, ActionType: "digest",
+		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"}, e.Approvals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Effects.Cancel(ctx, sub.Effect.ID, "x", "apikey:n8n", effects.Canceller{Owner: "thief"}); !errors.Is(err, runs.ErrLeaseLost) {
+		t.Fatalf("cancel by a stale owner: %v", err)
+	}
+	if _, err := e.Effects.Cancel(ctx, sub.Effect.ID, "x", "apikey:n8n", effects.Canceller{Owner: r.LeaseOwner}); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "cancelled", effectState(t, e, sub.Effect.ID), store.EffectCancelled)
+	aps, _ := e.Store.ApprovalsByRun(ctx, "c-2")
+	if len(aps) != 1 || aps[0].ConsumedAt == nil {
+		t.Fatalf("the cancel link outlived the effect: %+v", aps)
+	}
+	// An approved run whose only effect is abandoned settles.
+	e.Provider.Reply = func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(http.StatusInternalServerError) }
+	r = claimRun(t, e, "c-3")
+	sub, err = e.Effects.Submit(ctx, effects.QueueRequest{Key: "c-3", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
+		Target: "default", Payload: json.RawMessage(`{"text":"x"}`), Actor: "apikey:n8n"}, e.Approvals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Approvals.Decide(ctx, sub.Approval.Approval.TokenHash, approvals.Approve, "", approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, e)
+	effs, _ := e.Effects.List(ctx, store.EffectListParams{RunKey: "c-3"})
+	equal(t, "sent into the unknown", effs[0].State, store.EffectUnknown)
+	if _, err := e.Effects.Resolve(ctx, effs[0].ID, effects.OutcomeAbandon, "", "never arrived", "cli:op"); err != nil {
+		t.Fatal(err)
+	}
+	run, _ := e.Runs.Get(ctx, "c-3")
+	equal(t, "settled", run.State, store.StateFailedTerminal)
+	if !strings.Contains(string(run.Result), "effects_cancelled") {
+		t.Fatalf("result: %s", run.Result)
+	}
+}
+
+func testGateLedgerUnknown(t *testing.T, e *EffectsEnv) {
+	r := claimRun(t, e, "ag")
+	if res, err := e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "ag", EffectID: "d1", Owner: r.LeaseOwner, Action: "create_internal_draft",
+		Target: "docs", InputHash: "h"}); err != nil || !res.Execute {
+		t.Fatalf("plan: %+v %v", res, err)
+	}
+	if st, err := e.Ledger.Reconcile(ctx, "ag", "d1", r.LeaseOwner, nil, true, "agent"); err != nil || st != "unknown" {
+		t.Fatalf("undetermined: %s %v", st, err)
+	}
+	if _, err := e.Ledger.Reconcile(ctx, "ag", "d1", r.LeaseOwner, []string{}, false, "agent"); !errors.Is(err, ledger.ErrNotPlanned) {
+		t.Fatalf("the agent cleared an unknown effect: %v", err)
+	}
+	eff, _ := e.Store.EffectByRunEffectID(ctx, "ag", "d1")
+	equal(t, "still unknown", eff.State, store.EffectUnknown)
+}
