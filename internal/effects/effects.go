@@ -15,8 +15,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
