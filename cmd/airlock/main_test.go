@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -329,6 +330,25 @@ func TestCLI(t *testing.T) {
 		}
 		if _, stderr, err := airlock(t, env, "apikey", "create", "--name", "x", "--scope", "root"); err == nil || !strings.Contains(stderr, "unknown scope") {
 			t.Fatalf("bad scope: %v %s", err, stderr)
+		}
+		// A key acting for a person, a worker key limited to types; types only on worker keys,
+		// and an evaluator key that cannot also act.
+		if _, stderr, err := airlock(t, env, "apikey", "create", "--name", "ana-assistant", "--scope", "runs", "--on-behalf-of", "ana"); err != nil {
+			t.Fatalf("on-behalf-of: %v %s", err, stderr)
+		}
+		if _, stderr, err := airlock(t, env, "apikey", "create", "--name", "digest-bot", "--scope", "worker", "--types", "slack_digest,task"); err != nil {
+			t.Fatalf("types: %v %s", err, stderr)
+		}
+		if _, stderr, err := airlock(t, env, "apikey", "create", "--name", "x", "--scope", "runs", "--types", "task"); err == nil || !strings.Contains(stderr, "worker") {
+			t.Fatalf("types on a runs key: %v %s", err, stderr)
+		}
+		if _, stderr, err := airlock(t, env, "apikey", "create", "--name", "x", "--scope", "runs,evaluator"); err == nil || !strings.Contains(stderr, "evaluator") {
+			t.Fatalf("runs and evaluator: %v %s", err, stderr)
+		}
+		list, _, _ = airlock(t, env, "apikey", "list")
+		if !strings.Contains(list, "ana-assistant") || !regexp.MustCompile(`digest-bot\s+worker\s+-\s+slack_digest,task`).MatchString(list) ||
+			!regexp.MustCompile(`ana-assistant\s+runs\s+ana\s+-`).MatchString(list) {
+			t.Fatalf("list with on-behalf-of and types:\n%s", list)
 		}
 		// The database holds the hash, never the key.
 		db, err := os.ReadFile(strings.TrimPrefix(env[0], "AIRLOCK_DATABASE_URL="))

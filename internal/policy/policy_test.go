@@ -184,3 +184,46 @@ func TestBackoff(t *testing.T) {
 		t.Fatalf("Retry-After: %s", d)
 	}
 }
+
+// An SMTP target is the recipient: one bare address, and a payload may only repeat it.
+func TestSMTPTargetIsTheRecipient(t *testing.T) {
+	p, err := Parse([]byte(good), env(map[string]string{"CRM_TOKEN": "tok", "SMTP_PASSWORD": "pw"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.Action("customer_email")
+	for target, ok := range map[string]bool{"alice@example.com": true, "alice@example.com, eve@example.net": false,
+		"Alice <alice@example.com>": false, "alice": false, "": false} {
+		if a.ValidTarget(target) != ok {
+			t.Errorf("ValidTarget(%q) = %v", target, !ok)
+		}
+	}
+	for payload, ok := range map[string]bool{
+		`{"subject":"s","text":"t"}`:                                      true,
+		`{"to":"alice@EXAMPLE.com","subject":"s","text":"t"}`:             true,
+		`{"to":["alice@example.com"],"subject":"s","text":"t"}`:           true,
+		`{"to":"mallory@example.net","subject":"s","text":"t"}`:           false,
+		`{"to":["alice@example.com","eve@example.net"],"subject":"s"}`:    false,
+		`{"to":"Alice@example.com","subject":"s","text":"t"}`:             false, // the local part is case-sensitive
+		`{"to":[],"subject":"s","text":"t"}`:                              false,
+		`{"to":"Alice <alice@example.com>","subject":"s","text":"t"}`:     false,
+		`{"to":{"address":"alice@example.com"},"subject":"s","text":"t"}`: false,
+	} {
+		if err := a.CheckRecipients("alice@example.com", []byte(payload)); (err == nil) != ok {
+			t.Errorf("CheckRecipients(%s) = %v", payload, err)
+		}
+	}
+	if got := a.Recipients("alice@example.com"); len(got) != 1 || got[0] != "alice@example.com" {
+		t.Errorf("Recipients = %v", got)
+	}
+	a.SMTP.Targets = map[string]string{"alice": "Alice <alice@example.com>"}
+	if got := a.Recipients("alice"); len(got) != 1 || got[0] != "alice@example.com" {
+		t.Errorf("Recipients with targets = %v", got)
+	}
+	if err := a.CheckRecipients("alice", []byte(`{"to":"alice@example.com","subject":"s","text":"t"}`)); err == nil {
+		t.Error("a payload named a recipient fixed by smtp.targets")
+	}
+	if p.Action("crm_note").Recipients("default") != nil {
+		t.Error("recipients for an http action")
+	}
+}
