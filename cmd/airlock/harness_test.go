@@ -151,6 +151,8 @@ type harness struct {
 	acked    map[string]bool // "run:KEY" and "effect:KEY/EFFECT_ID" for every 2xx write
 	offs     []window        // kill switch off: from its acknowledgement to the enable request
 	keys     []string
+	short    []string // keys held with 1 s leases (checked by checkLeases, not porcupine)
+	spans    map[string][]*leaseSpan
 	clientID atomic.Int64
 	kills    atomic.Int64
 	faults   sync.Map // fault name → *atomic.Int64
@@ -163,7 +165,7 @@ func (h *harness) count(fault string) {
 
 func newHarness(t *testing.T, backend string, env []string, seed uint64, d time.Duration) *harness {
 	h := &harness{t: t, backend: backend, seed: seed, duration: d, prov: newOracle(t),
-		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), acked: map[string]bool{},
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), acked: map[string]bool{}, spans: map[string][]*leaseSpan{},
 		appName: fmt.Sprintf("airlock_harness_%d_%d", seed, time.Now().UnixNano()%1e6)}
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	doc := fmt.Sprintf(`actions:
@@ -208,10 +210,37 @@ dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
 	for range n {
 		h.insts = append(h.insts, startServe(t, h.env))
 	}
-	for i := range 24 {
-		h.keys = append(h.keys, fmt.Sprintf("s%d-k%02d", seed, i))
+	for range 4 {
+		h.moreKeys()
+	}
+	for i := range 4 {
+		h.short = append(h.short, fmt.Sprintf("s%d-short%d", seed, i))
 	}
 	return h
+}
+
+// liveKey picks one of the 24 newest keys: new keys keep coming, so deliveries keep
+// doing work rather than only meeting finished runs.
+func (h *harness) liveKey() string {
+	h.hmu.Lock()
+	recent := h.keys[max(0, len(h.keys)-24):]
+	h.hmu.Unlock()
+	return recent[h.intn(len(recent))]
+}
+
+// moreKeys adds fresh keys as the run goes on.
+func (h *harness) moreKeys() {
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	for range 6 {
+		h.keys = append(h.keys, fmt.Sprintf("s%d-k%04d", h.seed, len(h.keys)))
+	}
+}
+
+func (h *harness) allKeys() []string {
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	return slices.Clone(h.keys)
 }
 
 func (h *harness) intn(n int) int {
@@ -460,6 +489,91 @@ func (h *harness) delivery(ctx context.Context, key string) {
 	}
 }
 
+// leaseSpan is one owner's hold of a short-lease key, on the machine's one clock (the
+// database and the instances run here: PostgreSQL's now() and SQLite's process clock
+// read the same time as the harness).
+type leaseSpan struct {
+	owner   string
+	grant   time.Time // the claim's lease_expires_at minus the lease
+	expiry  time.Time // the latest expiry a successful heartbeat reported
+	endCall time.Time // when a transition that may have ended it was sent (zero: none)
+	wonLate []string  // operations that succeeded after the lease they relied on had expired
+}
+
+// shortDelivery holds a key with a 1 s lease, heartbeats it late or on time, and ends it;
+// other deliveries take it over when the lease lapses.
+func (h *harness) shortDelivery(key string) {
+	var c struct {
+		Claimed bool      `json:"claimed"`
+		Owner   string    `json:"lease_owner"`
+		Version int64     `json:"version"`
+		Expires time.Time `json:"lease_expires_at"`
+	}
+	if h.call("POST", "/v1/runs/claim", `{"key":"`+key+`","payload_hash":"h-`+key+`","lease_seconds":1}`, &c) != 201 || !c.Claimed {
+		return
+	}
+	sp := &leaseSpan{owner: c.Owner, grant: c.Expires.Add(-time.Second), expiry: c.Expires}
+	h.hmu.Lock()
+	h.spans[key] = append(h.spans[key], sp)
+	h.hmu.Unlock()
+	for range h.intn(4) {
+		time.Sleep(time.Duration(h.intn(1400)) * time.Millisecond) // sometimes past the lease
+		var hb struct {
+			Expires time.Time `json:"lease_expires_at"`
+		}
+		call := time.Now()
+		st := h.call("POST", "/v1/runs/"+key+"/heartbeat", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"lease_seconds":1}`, c.Owner, c.Version), &hb)
+		h.hmu.Lock()
+		if st == 200 {
+			if call.After(sp.expiry.Add(harnessClockTolerance)) {
+				sp.wonLate = append(sp.wonLate, fmt.Sprintf("heartbeat sent %s after the lease expired", call.Sub(sp.expiry)))
+			}
+			sp.expiry = hb.Expires
+		}
+		h.hmu.Unlock()
+	}
+	time.Sleep(time.Duration(h.intn(1200)) * time.Millisecond)
+	call := time.Now()
+	to := []string{"completed", "failed_retryable"}[h.intn(2)]
+	st := h.call("POST", "/v1/runs/"+key+"/transition", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"to":%q}`, c.Owner, c.Version, to), nil)
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	if st == 200 || st == 0 || st >= 500 {
+		sp.endCall = call
+	}
+	if st == 200 && call.After(sp.expiry.Add(harnessClockTolerance)) {
+		sp.wonLate = append(sp.wonLate, fmt.Sprintf("transition sent %s after the lease expired", call.Sub(sp.expiry)))
+	}
+}
+
+// harnessClockTolerance absorbs the gap between a reply's timestamp and the harness
+// reading the clock.
+const harnessClockTolerance = 50 * time.Millisecond
+
+// checkLeases: no two owners held a short-lease key at once, and nothing relying on a
+// lapsed lease won.
+func (h *harness) checkLeases() {
+	for key, spans := range h.spans {
+		slices.SortFunc(spans, func(a, b *leaseSpan) int { return a.grant.Compare(b.grant) })
+		for i, a := range spans {
+			for _, w := range a.wonLate {
+				h.t.Errorf("seed %d: %s (owner %s…): %s", h.seed, key, a.owner[:8], w)
+			}
+			if i+1 == len(spans) {
+				continue
+			}
+			b, end := spans[i+1], a.expiry
+			if !a.endCall.IsZero() && a.endCall.Before(end) {
+				end = a.endCall
+			}
+			if b.grant.Add(harnessClockTolerance).Before(end) {
+				h.t.Errorf("seed %d: %s: owner %s… granted at %s while owner %s… held it until %s", h.seed, key,
+					b.owner[:8], b.grant.Format("15:04:05.000"), a.owner[:8], end.Format("15:04:05.000"))
+			}
+		}
+	}
+}
+
 // worker performs task effects as an external worker would; performed records which it
 // carried out (the operator's ground truth for their unknowns).
 func (h *harness) worker(performed *sync.Map) {
@@ -486,8 +600,12 @@ func (h *harness) worker(performed *sync.Map) {
 
 // operator resolves unknown and failed effects from the ground truth: the oracle's count
 // for HTTP effects, the worker's record for tasks.
-func (h *harness) operator(performed *sync.Map) {
-	for _, key := range h.keys {
+func (h *harness) operator(performed *sync.Map, all bool) {
+	keys := h.allKeys()
+	if !all {
+		keys = keys[max(0, len(keys)-60):]
+	}
+	for _, key := range keys {
 		var r runJSON
 		if h.call("GET", "/v1/runs/"+key, "", &r) != 200 {
 			continue
@@ -593,10 +711,13 @@ func (h *harness) run() {
 	for range 8 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				if h.intn(5) == 0 {
+				switch h.intn(10) {
+				case 0, 1:
 					h.worker(&performed)
-				} else {
-					h.delivery(ctx, h.keys[h.intn(len(h.keys))])
+				case 2:
+					h.shortDelivery(h.short[h.intn(len(h.short))])
+				default:
+					h.delivery(ctx, h.liveKey())
 				}
 			}
 		})
@@ -609,10 +730,13 @@ func (h *harness) run() {
 		}
 	})
 	wg.Go(func() {
-		for ctx.Err() == nil {
+		for i := 0; ctx.Err() == nil; i++ {
 			time.Sleep(500 * time.Millisecond)
 			h.crashed()
-			h.operator(&performed)
+			h.operator(&performed, false)
+			if i%4 == 3 {
+				h.moreKeys()
+			}
 		}
 	})
 	wg.Wait()
@@ -623,10 +747,10 @@ func (h *harness) run() {
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		h.crashed()
-		h.operator(&performed)
+		h.operator(&performed, true)
 		h.worker(&performed) // pending tasks wait for a worker
 		open := 0
-		for _, key := range h.keys {
+		for _, key := range h.allKeys() {
 			var r runJSON
 			if h.call("GET", "/v1/runs/"+key, "", &r) == 200 {
 				for _, e := range r.Effects {
@@ -747,7 +871,10 @@ func (h *harness) check() {
 		}
 	}
 
-	// 4. Claims, heartbeats and transitions are linearizable per key.
+	// 4. Short leases: never two holders at once; nothing relying on a lapsed lease won.
+	h.checkLeases()
+
+	// 5. Claims, heartbeats and transitions of long-lease keys are linearizable per key.
 	res, info := porcupine.CheckOperationsVerbose(runLinearizability.ToModel(), h.history, time.Minute)
 	if res != porcupine.Ok {
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-harness-%s-%d.html", h.backend, h.seed))
