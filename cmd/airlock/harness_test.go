@@ -880,6 +880,20 @@ func (h *harness) check() {
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-harness-%s-%d.html", h.backend, h.seed))
 		_ = porcupine.VisualizePath(runLinearizability.ToModel(), info, path)
 		t.Errorf("seed %d: run histories are not linearizable (%s); visualization: %s", h.seed, res, path)
+		for _, ops := range runLinearizability.Partition(h.history) {
+			if porcupine.CheckOperations(runLinearizability.ToModel(), ops) {
+				continue
+			}
+			slices.SortFunc(ops, func(a, b porcupine.Operation) int { return int(a.Call - b.Call) })
+			t.Logf("key %s:", ops[0].Metadata)
+			for _, op := range ops {
+				ret := "never"
+				if op.Return < 1<<62-1 {
+					ret = fmt.Sprintf("%+.3fs", float64(op.Return-ops[0].Call)/1e9)
+				}
+				t.Logf("  %+.3fs → %s  %+v → %+v", float64(op.Call-ops[0].Call)/1e9, ret, op.Input, op.Output)
+			}
+		}
 	}
 }
 

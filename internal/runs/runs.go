@@ -205,6 +205,7 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 			TriggerSource: req.TriggerSource, WorkflowVersion: req.WorkflowVersion, Now: s.At(),
 		},
 		Actor: req.Actor, Meta: meta, AlertAfter: s.cfg.ReclaimAlertAfter,
+		Refusing: func() { s.hook("claim_refusing") },
 	})
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)

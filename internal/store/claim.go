@@ -16,6 +16,9 @@ type ClaimParams struct {
 	// AlertAfter: a reclaim that brings the run's reclaims above this also writes an
 	// "alert" event (lease_reclaims).
 	AlertAfter int64
+	// Refusing, when set, is called between a claim statement that matched nothing and
+	// the statement that records the refusal (tests force the interleaving with it).
+	Refusing func()
 }
 
 // ClaimOutcome is what a claim did.
@@ -79,6 +82,9 @@ func ClaimSequence(ctx context.Context, q Queries, p ClaimParams) (ClaimOutcome,
 		}
 		return out, err
 	case errors.Is(err, ErrNoMatch):
+		if p.Refusing != nil {
+			p.Refusing()
+		}
 		run, err := q.RunRefuse(ctx, p.Key, p.PayloadHash)
 		if err != nil {
 			return ClaimOutcome{}, fmt.Errorf("record refused claim: %w", err)

@@ -279,6 +279,12 @@ WITH refused AS (
   UPDATE workflow_runs
   SET duplicates = duplicates + CASE WHEN payload_hash = $2::text THEN 1 ELSE 0 END
   WHERE idempotency_key = $1
+    -- Still refusable: a run that became claimable since the claim statement (moved to
+    -- failed_retryable, or its lease lapsed) is not refused; the claim is tried again.
+    AND (payload_hash <> $2::text
+         OR NOT (state = 'failed_retryable'
+                 OR (state = 'processing'
+                     AND (lease_expires_at IS NULL OR lease_expires_at <= coalesce($3::timestamptz, now())))))
   RETURNING ` + runColumns + `
 ), recorded AS (
   INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
@@ -294,23 +300,37 @@ SELECT ` + runColumns + ` FROM refused`
 // Claim is the whole claim in autocommit: one statement (one round trip) when it takes
 // the run, a second one when it is refused. Each statement is atomic; between them the
 // refusing row only moves on, and the refusal is recorded against it as it then is.
+//
+// A refusal is recorded only while the run is still refusable: if it became claimable
+// between the two statements (another delivery moved it to failed_retryable, or its
+// lease lapsed), the claim is tried again, so a refusal never reports a state in which the
+// claim should have been granted (the fault-injecting harness found that history).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
 	meta := jsonArg(p.Meta)
-	run, err := scanRun(s.pool.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
-		micros(p.Lease), p.TriggerSource, p.WorkflowVersion, p.Actor, meta, p.AlertAfter))
-	if err == nil {
-		out := store.ClaimOutcome{Run: run, Claimed: true}
-		out.Alerted = out.Reclaimed() && run.Reclaims > p.AlertAfter
-		return out, nil
+	for range 16 {
+		run, err := scanRun(s.pool.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
+			micros(p.Lease), p.TriggerSource, p.WorkflowVersion, p.Actor, meta, p.AlertAfter))
+		if err == nil {
+			out := store.ClaimOutcome{Run: run, Claimed: true}
+			out.Alerted = out.Reclaimed() && run.Reclaims > p.AlertAfter
+			return out, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return store.ClaimOutcome{}, fmt.Errorf("claim: %w", err)
+		}
+		if p.Refusing != nil {
+			p.Refusing()
+		}
+		run, err = scanRun(s.pool.QueryRow(ctx, refuseRecordSQL, p.Key, p.PayloadHash, p.Now, p.Actor, meta))
+		if errors.Is(err, store.ErrNotFound) {
+			continue // claimable now: claim again
+		}
+		if err != nil {
+			return store.ClaimOutcome{}, fmt.Errorf("record refused claim: %w", err)
+		}
+		return store.ClaimOutcome{Run: run, Mismatch: run.PayloadHash != p.PayloadHash}, nil
 	}
-	if !errors.Is(err, store.ErrNotFound) {
-		return store.ClaimOutcome{}, fmt.Errorf("claim: %w", err)
-	}
-	run, err = scanRun(s.pool.QueryRow(ctx, refuseRecordSQL, p.Key, p.PayloadHash, p.Now, p.Actor, meta))
-	if err != nil {
-		return store.ClaimOutcome{}, fmt.Errorf("record refused claim: %w", err)
-	}
-	return store.ClaimOutcome{Run: run, Mismatch: run.PayloadHash != p.PayloadHash}, nil
+	return store.ClaimOutcome{}, fmt.Errorf("claim %q: the run kept changing between claim and refusal", p.Key)
 }
 
 func (q queries) RunRefuse(ctx context.Context, key, payloadHash string) (store.Run, error) {

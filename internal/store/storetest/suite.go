@@ -94,6 +94,7 @@ func Run(t *testing.T, b Backend) {
 		{"APIKeys", testAPIKeys},
 		{"MigrateIsIdempotent", testMigrateIdempotent},
 		{"ConcurrentClaimsOneKey", testConcurrentClaimsOneKey},
+		{"RefusalNeverReportsAClaimableRun", testRefusalNotClaimable},
 		{"ConcurrentClaimsManyKeys", testConcurrentClaimsManyKeys},
 		{"ConcurrentReclaimOfExpiredLease", testConcurrentReclaim},
 	}
@@ -693,4 +694,35 @@ func testConcurrentReclaim(t *testing.T, e *Env) {
 	equal(t, "reclaims won", claimed.Load(), 1)
 	r, _ := e.Runs.Get(ctx, "k1")
 	equal(t, "version", r.Version, 2)
+}
+
+// A delivery's claim is refused while the holder gives the run back (failed_retryable)
+// between the claim statement and the refusal's record: the answer must be a reclaim, or
+// a refusal that reports the run as it was when refused — never "refused" beside a state
+// in which the claim had to be granted. Found by the fault-injecting harness.
+func testRefusalNotClaimable(t *testing.T, e *Env) {
+	first := claim(t, e, "k1", "h1")
+	done := make(chan error, 1)
+	e.Runs.Hook = func(p string) {
+		if p != "claim_refusing" {
+			return
+		}
+		e.Runs.Hook = nil
+		go func() {
+			_, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(first.Run), To: store.StateFailedRetryable})
+			done <- err
+		}()
+		select { // SQLite's claim holds the write lock: the transition waits for it
+		case err := <-done:
+			done <- err
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	second := claim(t, e, "k1", "h1")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !second.Claimed && second.Run.State == store.StateFailedRetryable {
+		t.Fatalf("refused while reporting %s at version %d", second.Run.State, second.Run.Version)
+	}
 }
