@@ -180,8 +180,8 @@ type ClaimResult struct {
 
 // Claim takes the key with one atomic statement; a refused claim is counted as a
 // duplicate (same payload) or refused as ErrPayloadMismatch (another payload). The
-// store writes the claim and its events atomically (store.ClaimSequence lists them): on
-// PostgreSQL in one statement, so a claim is one round trip.
+// store writes each change with its events (store.ClaimSequence lists them): on
+// PostgreSQL a claim that takes the run is one statement, one round trip.
 func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	lease, err := s.leaseLength(req.Lease)
 	if err != nil {
