@@ -13,11 +13,13 @@ package main
 // The soak runs longer and with more seeds: scripts/soak.sh.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -80,10 +82,11 @@ type oracle struct {
 	mu       sync.Mutex
 	requests map[string]int
 	arrivals map[string][]time.Time
+	nonces   map[string][]string // the payload nonce of every request, per key
 }
 
 func newOracle(t *testing.T) *oracle {
-	o := &oracle{requests: map[string]int{}, arrivals: map[string][]time.Time{}}
+	o := &oracle{requests: map[string]int{}, arrivals: map[string][]time.Time{}, nonces: map[string][]string{}}
 	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet { // lookup: the records this key created
 			key := r.URL.Query().Get("key")
@@ -97,10 +100,11 @@ func newOracle(t *testing.T) *oracle {
 			fmt.Fprint(w, `[]`)
 			return
 		}
-		var body struct{ Mode string }
+		var body struct{ Mode, Nonce string }
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		key := r.Header.Get("Idempotency-Key")
 		o.mu.Lock()
+		o.nonces[key] = append(o.nonces[key], body.Nonce)
 		o.requests[key]++
 		o.arrivals[key] = append(o.arrivals[key], time.Now())
 		o.mu.Unlock()
@@ -146,16 +150,18 @@ type harness struct {
 	imu   sync.Mutex
 	insts []*serveProc // nil while down
 
-	hmu      sync.Mutex
-	history  []porcupine.Operation
-	acked    map[string]bool // "run:KEY" and "effect:KEY/EFFECT_ID" for every 2xx write
-	offs     []window        // kill switch off: from its acknowledgement to the enable request
-	keys     []string
-	short    []string // keys held with 1 s leases (checked by checkLeases, not porcupine)
-	spans    map[string][]*leaseSpan
-	clientID atomic.Int64
-	kills    atomic.Int64
-	faults   sync.Map // fault name → *atomic.Int64
+	hmu       sync.Mutex
+	history   []porcupine.Operation
+	acked     map[string]bool // "run:KEY" and "effect:KEY/EFFECT_ID" for every 2xx write
+	offs      []window        // kill switch off: from its acknowledgement to the enable request
+	keys      []string
+	short     []string // keys held with 1 s leases (checked by checkLeases, not porcupine)
+	gated     []*gatedEffect
+	gatedKeys atomic.Int64
+	spans     map[string][]*leaseSpan
+	clientID  atomic.Int64
+	kills     atomic.Int64
+	faults    sync.Map // fault name → *atomic.Int64
 }
 
 func (h *harness) count(fault string) {
@@ -182,6 +188,12 @@ func newHarness(t *testing.T, backend string, env []string, seed uint64, d time.
   task:
     connector: worker
     gate: none
+  mail:
+    connector: http
+    gate: approve_before_act
+    http: {url: %[1]s/mail, timeout: 1s}
+    approvers: {roles: [lead]}
+    approval_ttl: 1h
 dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
 `, h.prov.URL)
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
@@ -203,6 +215,9 @@ dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
 		t.Fatalf("apikey create: %v\n%s", err, stderr)
 	}
 	h.key = strings.TrimSpace(k)
+	if _, stderr, err := airlock(t, append(slices.Clone(h.env), "AIRLOCK_USER_PASSWORD=harness-lead-pw"), "user", "add", fmt.Sprintf("lead%d", seed), "--role", "lead"); err != nil {
+		t.Fatalf("user add: %v\n%s", err, stderr)
+	}
 	n := 2
 	if backend == "postgres" {
 		n = 3
@@ -546,6 +561,122 @@ func (h *harness) shortDelivery(key string) {
 	}
 }
 
+// gatedEffect is an effect of the gated type: its approval, what a person decided, and the
+// nonce of the payload the approval showed.
+type gatedEffect struct {
+	key, effectID, token, nonce string
+	decided                     string // "", approve, reject, or ? (the reply was lost)
+}
+
+// gatedDelivery asks for a gated effect: the run waits for a person.
+func (h *harness) gatedDelivery() {
+	key := fmt.Sprintf("s%d-g%04d", h.seed, h.gatedKeys.Add(1))
+	c, ok := h.claim(key)
+	if !ok {
+		return
+	}
+	nonce := fmt.Sprintf("n%d", h.intn(1<<30))
+	var a struct {
+		URL string `json:"approve_url"`
+	}
+	body := fmt.Sprintf(`{"lease_owner":%q,"version":%d,"action_type":"mail","target":"default","effect_id":"m","payload":{"nonce":%q}}`,
+		c.Owner, c.Version, nonce)
+	if h.call("POST", "/v1/runs/"+key+"/effects", body, &a) != 202 {
+		return
+	}
+	_, token, _ := strings.Cut(a.URL, "/approve/")
+	h.hmu.Lock()
+	h.gated = append(h.gated, &gatedEffect{key: key, effectID: "m", token: token, nonce: nonce})
+	h.hmu.Unlock()
+}
+
+// approver signs in and decides open approvals: mostly approve, sometimes reject.
+func (h *harness) approver(jar http.CookieJar, all bool) {
+	h.hmu.Lock()
+	var open []*gatedEffect
+	for _, g := range h.gated {
+		if g != nil && g.decided == "" {
+			open = append(open, g)
+		}
+	}
+	h.hmu.Unlock()
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	form := func(base, path string, v map[string]string) int {
+		vals := make([]string, 0, len(v))
+		for k, x := range v {
+			vals = append(vals, k+"="+x)
+		}
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(strings.Join(vals, "&")))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", base)
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, g := range open {
+		if !all && h.intn(2) == 0 {
+			continue
+		}
+		base := h.url()
+		if st := form(base, "/login", map[string]string{"username": fmt.Sprintf("lead%d", h.seed), "password": "harness-lead-pw"}); st != 303 && st != 200 {
+			continue
+		}
+		decision := "approve"
+		if h.intn(4) == 0 {
+			decision = "reject"
+		}
+		st := form(base, "/approve/"+g.token, map[string]string{"decision": decision, "reason": "harness"})
+		h.hmu.Lock()
+		switch {
+		case st == 200:
+			g.decided = decision
+		case st == 0 || st >= 500:
+			g.decided = "?"
+		}
+		h.hmu.Unlock()
+	}
+}
+
+// checkGated: a gated effect left only after its approval, with exactly the payload the
+// approval showed, once; a rejected one never left; every gated run settled.
+func (h *harness) checkGated() {
+	for _, g := range h.gated {
+		if g == nil {
+			continue
+		}
+		pk := g.key + "/" + g.effectID
+		h.prov.mu.Lock()
+		nonces := slices.Clone(h.prov.nonces[pk])
+		h.prov.mu.Unlock()
+		switch g.decided {
+		case "approve":
+			if len(nonces) != 1 {
+				h.t.Errorf("seed %d: approved %s reached the provider %d times", h.seed, pk, len(nonces))
+			}
+		case "reject", "":
+			if len(nonces) > 0 {
+				h.t.Errorf("seed %d: %s (%s) reached the provider without an approval", h.seed, pk, cmp.Or(g.decided, "undecided"))
+			}
+		}
+		for _, n := range nonces {
+			if n != g.nonce {
+				h.t.Errorf("seed %d: %s sent payload nonce %s, the approval showed %s", h.seed, pk, n, g.nonce)
+			}
+		}
+		var r runJSON
+		if h.call("GET", "/v1/runs/"+g.key, "", &r) == 200 {
+			want := map[string]string{"approve": "completed", "reject": "rejected"}[g.decided]
+			if want != "" && r.State != want {
+				h.t.Errorf("seed %d: gated run %s is %s after %s, want %s", h.seed, g.key, r.State, g.decided, want)
+			}
+		}
+	}
+}
+
 // harnessClockTolerance absorbs the gap between a reply's timestamp and the harness
 // reading the clock.
 const harnessClockTolerance = 50 * time.Millisecond
@@ -716,6 +847,12 @@ func (h *harness) run() {
 					h.worker(&performed)
 				case 2:
 					h.shortDelivery(h.short[h.intn(len(h.short))])
+				case 3:
+					if h.intn(2) == 0 {
+						h.gatedDelivery()
+					} else {
+						h.delivery(ctx, h.liveKey())
+					}
 				default:
 					h.delivery(ctx, h.liveKey())
 				}
@@ -727,6 +864,13 @@ func (h *harness) run() {
 			time.Sleep(time.Duration(500+h.intn(1500)) * time.Millisecond)
 			h.fault()
 			h.crashed()
+		}
+	})
+	jar, _ := cookiejar.New(nil)
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			time.Sleep(300 * time.Millisecond)
+			h.approver(jar, false)
 		}
 	})
 	wg.Go(func() {
@@ -748,7 +892,8 @@ func (h *harness) run() {
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		h.crashed()
 		h.operator(&performed, true)
-		h.worker(&performed) // pending tasks wait for a worker
+		h.worker(&performed)  // pending tasks wait for a worker
+		h.approver(jar, true) // and waiting approvals for a person
 		open := 0
 		for _, key := range h.allKeys() {
 			var r runJSON
@@ -787,8 +932,12 @@ func (h *harness) check() {
 		sends += n
 	}
 	h.prov.mu.Unlock()
-	t.Logf("seed %d: %d run operations, %d provider requests, %d instance deaths; faults %s", h.seed, len(h.history), sends,
-		h.kills.Load(), strings.Join(faults, " "))
+	decided := map[string]int{}
+	for _, g := range h.gated {
+		decided[cmp.Or(g.decided, "undecided")]++
+	}
+	t.Logf("seed %d: %d run operations, %d provider requests, %d instance deaths, gated %v; faults %s", h.seed, len(h.history), sends,
+		h.kills.Load(), decided, strings.Join(faults, " "))
 
 	// 1. No non-idempotent effect reached its provider twice.
 	h.prov.mu.Lock()
@@ -873,8 +1022,10 @@ func (h *harness) check() {
 
 	// 4. Short leases: never two holders at once; nothing relying on a lapsed lease won.
 	h.checkLeases()
+	// 5. Gated effects left only with their approval, as approved, once.
+	h.checkGated()
 
-	// 5. Claims, heartbeats and transitions of long-lease keys are linearizable per key.
+	// 6. Claims, heartbeats and transitions of long-lease keys are linearizable per key.
 	res, info := porcupine.CheckOperationsVerbose(runLinearizability.ToModel(), h.history, time.Minute)
 	if res != porcupine.Ok {
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-harness-%s-%d.html", h.backend, h.seed))
