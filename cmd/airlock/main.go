@@ -144,6 +144,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	gate := approvals.NewService(st, pol, alerts, publicURL, nil)
 	gate.Observer, fail.Observer = m, m
 	gate.Settle = eff.Settle
+	gate.Queued = eff.Wake
 	webOpts, err := webOptions(ctx, pol, publicURL)
 	if err != nil {
 		return err

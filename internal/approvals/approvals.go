@@ -93,6 +93,9 @@ type Service struct {
 	// Settle, when set, settles an approved run whose effect a cancel link withdrew
 	// (the outbox's rule, inside the decision's transaction).
 	Settle func(ctx context.Context, q store.Queries, key string, effect store.EffectState) error
+	// Queued, when set, is told after an approval put an effect into the outbox (this
+	// instance's dispatcher wakes at once).
+	Queued func()
 }
 
 func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, publicURL string, now func() time.Time) *Service {
@@ -261,7 +264,9 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		return store.Approval{}, ErrDecisionNotAllowed
 	}
 	var out store.Approval
+	var queued bool
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		queued = false
 		a, err := q.ApprovalByTokenHash(ctx, tokenHash)
 		if errors.Is(err, store.ErrNotFound) {
 			return ErrNotFound
@@ -323,6 +328,10 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		if !created {
 			return fmt.Errorf("approve: effect %s of run %s is already in the outbox", a.EffectID, a.RunKey)
 		}
+		queued = true
+		if err := q.EffectNotify(ctx); err != nil { // every instance's dispatcher, at commit
+			return err
+		}
 		return runs.Event(ctx, q, s.At(), a.RunKey, "effect_queued", run.Version, who.Subject, nil, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "executor": e.Executor,
 			"payload_hash": e.PayloadHash, "approval_id": a.ID,
@@ -330,6 +339,9 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 	})
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("decide approval: %w", err)
+	}
+	if queued && s.Queued != nil {
+		s.Queued()
 	}
 	if s.Observer != nil && out.ConsumedAt != nil {
 		s.Observer.Decision(out.Mode, decision, out.ConsumedAt.Sub(out.CreatedAt))

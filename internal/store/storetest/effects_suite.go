@@ -206,7 +206,7 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	e.Conns, e.envOverride = conns, envOverride
 	e.Effects = e.NewService(e.Store, e.Clock.Now)
 	e.Approvals = approvals.NewService(e.Store, pol, e.Alerts, "http://127.0.0.1:8080", e.Clock.Now)
-	e.Approvals.Settle = e.Effects.Settle
+	e.Approvals.Settle, e.Approvals.Queued = e.Effects.Settle, e.Effects.Wake
 	e.Ledger = ledger.NewService(e.Store, pol, e.Effects, e.Approvals, e.Alerts, e.Failures.Budget, e.Clock.Now)
 	e.Dispatcher = &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
 	return e

@@ -411,11 +411,23 @@ func testQueueWakes(t *testing.T, e *EffectsEnv) {
 	time.Sleep(50 * time.Millisecond) // the first round (and LISTEN) has begun
 	local := queue(t, e, "k1", "note", "default", `{"n":1}`)
 	waitFor(t, "a locally queued effect to be sent", func() bool { return effectState(t, e, local.ID) == store.EffectCompleted })
+	// An approval that puts its effect into the outbox wakes the dispatcher too.
+	r := claimRun(t, e, "k3")
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "k3", Owner: r.LeaseOwner, Version: r.Version,
+		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
+	if err != nil || sub.Approval == nil {
+		t.Fatalf("gated submit: %+v %v", sub, err)
+	}
+	if _, err := e.Approvals.Decide(ctx, approvals.HashToken(sub.Approval.Token), approvals.Approve, "",
+		approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "an approved effect to be sent", func() bool { return current(t, e, "k3").State == store.StateCompleted })
 	if e.Store.Backend() != "postgres" {
 		return // other processes on one SQLite file find effects by polling
 	}
 	other := e.NewService(e.Store, e.Clock.Now)
-	r := claimRun(t, e, "k2")
+	r = claimRun(t, e, "k2")
 	eff, _, _, err := other.Queue(ctx, effects.QueueRequest{Key: "k2", Owner: r.LeaseOwner, Version: r.Version,
 		ActionType: "note", Target: "default", Payload: json.RawMessage(`{"n":2}`), Actor: "test"})
 	if err != nil {
