@@ -101,6 +101,14 @@ func TestErrorsNameTheField(t *testing.T) {
 		{`actions: {t: {connector: worker, gate: approve_by_exception, reversible: true, approvers: {roles: [x]}, evidence_sources: [c], rule: "true"}}`, "actions.t.schema"},
 		{`actions: {t: {connector: worker, gate: none, sample_rate: 2}}`, "actions.t.sample_rate"},
 		{`budgets: {max_model_calls: -1}`, "budgets.max_model_calls"},
+		// A send may not outlive its lease (outbox v2).
+		{`actions: {a: {connector: http, gate: none, http: {url: "https://x/", timeout: 2m}}}`, "actions.a.timeout: 2m0s must be shorter than dispatch.lease"},
+		{`dispatch: {lease: 5s}
+actions: {a: {connector: http, gate: none, http: {url: "https://x/"}}}`, "actions.a.timeout: 10s must be shorter than dispatch.lease (5s)"},
+		{`dispatch: {concurrency: 2000}`, "dispatch.concurrency"},
+		{`dispatch: {drain: 1h}`, "dispatch.drain"},
+		{`actions: {a: {connector: worker, gate: none, max_in_flight: 64}}`, "actions.a.max_in_flight: must be from 1 to dispatch.concurrency (32)"},
+		{`actions: {a: {connector: worker, gate: none, rate: -1}}`, "actions.a.rate"},
 	} {
 		_, err := Parse([]byte(c.doc), env(nil))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -225,5 +233,24 @@ func TestSMTPTargetIsTheRecipient(t *testing.T) {
 	}
 	if p.Action("crm_note").Recipients("default") != nil {
 		t.Error("recipients for an http action")
+	}
+}
+
+// max_in_flight defaults to every slot for a lone sent type and half of them beside others.
+func TestMaxInFlightDefaults(t *testing.T) {
+	one, err := Parse([]byte(`actions: {a: {connector: http, gate: none, http: {url: "https://x/"}}, w: {connector: worker, gate: none}}`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := one.Action("a").MaxInFlight; got != 32 {
+		t.Fatalf("lone type: max_in_flight %d, want 32", got)
+	}
+	two, err := Parse([]byte(`dispatch: {concurrency: 10}
+actions: {a: {connector: http, gate: none, http: {url: "https://x/"}}, b: {connector: http, gate: none, http: {url: "https://y/"}, max_in_flight: 9}}`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := two.Action("a").MaxInFlight, two.Action("b").MaxInFlight; a != 5 || b != 9 {
+		t.Fatalf("two types: max_in_flight %d and %d, want 5 (default) and 9 (given)", a, b)
 	}
 }
