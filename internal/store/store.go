@@ -152,7 +152,12 @@ type Queries interface {
 	RunOpenEffects(ctx context.Context, key string) (int, error)
 
 	EventInsert(ctx context.Context, p EventInsertParams) (Event, error)
-	// EventList returns a run's events with ID > AfterID in order, at most Limit.
+	// EventList returns at most Limit of a run's events after the event afterID (0: from
+	// the start), in an order in which paging never skips one: an event that commits later
+	// never sorts before one already returned. SQLite commits one writer at a time, so that
+	// is id order. On PostgreSQL ids are taken at insert, not commit: it is (writing
+	// transaction, id), and only events whose transaction is older than every one still in
+	// flight are returned (a short page waits briefly for such writers to end).
 	EventList(ctx context.Context, key string, afterID int64, limit int) ([]Event, error)
 
 	APIKeyInsert(ctx context.Context, k APIKey) error

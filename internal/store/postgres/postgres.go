@@ -369,15 +369,57 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 	return e, nil
 }
 
+// EventList pages in (writing transaction, id) order and returns only events whose
+// transaction is older than the oldest one in flight (the snapshot's xmin): every such
+// transaction has ended, and any later one gets a larger xid, so no event can still
+// appear before the page's last. The cursor is the last event's id; its transaction is
+// looked up (an event purged meanwhile falls back to id order).
+//
+// A short page while committed events of the run wait behind an older transaction still
+// in flight (usually for milliseconds) is read again, for up to about a second, so a
+// client sees its own committed change; past that the safe page is returned as it is.
 func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
-	rows, err := q.db.Query(ctx, `
-		SELECT `+eventColumns+` FROM events
-		WHERE run_key = $1 AND id > $2 ORDER BY id LIMIT $3`, key, afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
+	_, pooled := q.db.(*pgxpool.Pool) // inside a transaction, waiting could wait on itself
+	for wait := 4 * time.Millisecond; ; wait *= 2 {
+		rows, err := q.db.Query(ctx, eventListSQL, key, afterID, limit)
+		if err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		evs, err := pgx.CollectRows(rows, scanEvent)
+		if err != nil || len(evs) == limit || !pooled || wait > 512*time.Millisecond {
+			return evs, err
+		}
+		var held bool
+		if err := q.db.QueryRow(ctx, eventsHeldSQL, key, afterID).Scan(&held); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		if !held {
+			return evs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return evs, nil
+		case <-time.After(wait):
+		}
 	}
-	return pgx.CollectRows(rows, scanEvent)
 }
+
+// eventsAfter is the cursor condition of EventList ($1 run key, $2 the last event's id).
+const eventsAfter = `run_key = $1
+	AND CASE WHEN EXISTS (SELECT FROM cursor) THEN (xid, id) > ((SELECT xid FROM cursor), $2)
+	         ELSE id > $2 END`
+
+const eventListSQL = `
+	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2)
+	SELECT ` + eventColumns + ` FROM events
+	WHERE ` + eventsAfter + ` AND xid < pg_snapshot_xmin(pg_current_snapshot())
+	ORDER BY xid, id LIMIT $3`
+
+// eventsHeldSQL: committed events past the cursor that EventList may not return yet.
+const eventsHeldSQL = `
+	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2)
+	SELECT EXISTS (SELECT FROM events
+	WHERE ` + eventsAfter + ` AND xid >= pg_snapshot_xmin(pg_current_snapshot()))`
 
 const eventColumns = `id, run_key, at, kind, version, actor, meta, detail`
 
