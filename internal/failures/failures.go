@@ -128,6 +128,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 	var exhausted string
 	var terminated bool
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		res, exhausted, terminated = ValidateResult{}, "", false // Transact may run this again
 		run, err := s.lock(ctx, q, req.LeaseRequest)
 		if err != nil {
 			return err
@@ -283,6 +284,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 	var d Decision
 	var alert string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		d, alert = Decision{}, "" // Transact may run this again
 		run, err := s.lock(ctx, q, req.LeaseRequest)
 		if err != nil {
 			return err
@@ -391,6 +393,7 @@ func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls i
 	var run store.Run
 	var exhausted string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		exhausted = "" // Transact may run this again
 		held, err := s.lock(ctx, q, req)
 		if err != nil {
 			return err

@@ -259,6 +259,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 	var mismatch bool
 	var exhausted string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		res, mismatch, exhausted = PlanResult{}, false, "" // Transact may run this again
 		run, err := s.holder(ctx, q, req.Key, req.Owner)
 		if err != nil {
 			return err

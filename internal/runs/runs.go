@@ -264,6 +264,7 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 	var run store.Run
 	var exhausted string
 	err = s.store.Transact(ctx, func(q store.Queries) error {
+		exhausted = "" // Transact may run this again
 		now := s.At()
 		if s.Budgets != nil {
 			held, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})

@@ -105,7 +105,11 @@ type EffectListener interface {
 type Store interface {
 	Queries
 	// Transact runs fn in one transaction and commits if it returns nil; an error or a
-	// panic rolls everything back. On SQLite the transaction begins IMMEDIATE.
+	// panic rolls everything back. On SQLite the transaction begins IMMEDIATE. On
+	// PostgreSQL it is READ COMMITTED, and a transaction aborted by a deadlock or a
+	// serialization failure is run again (a few times): fn must be safe to run more than
+	// once — it sets, rather than accumulates, anything it keeps outside itself, and does
+	// nothing outside the database that a rolled-back run would leave behind.
 	Transact(ctx context.Context, fn func(q Queries) error) error
 	// Claim is a whole claim, atomically: what ClaimSequence does, on PostgreSQL in one
 	// statement in autocommit (one round trip), on SQLite in one transaction.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -71,8 +72,40 @@ func (s *Store) Ping(ctx context.Context) error {
 // Pool exposes the pool for benchmarks that measure raw statements beside the store.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (err error) {
-	tx, err := s.pool.Begin(ctx)
+// transactTries bounds how often Transact runs fn when PostgreSQL aborts it for a deadlock
+// or a serialization failure.
+const transactTries = 4
+
+// Transact runs fn in a READ COMMITTED transaction: the code takes the row locks it
+// relies on (FOR UPDATE, RunLockKeys in key order, the claim's upsert) instead of
+// counting on a stricter isolation level. When PostgreSQL aborts the transaction with a
+// deadlock (40P01) or a serialization failure (40001), nothing of it was committed, and
+// fn runs again from the start in a new transaction, up to transactTries times with a
+// short jittered pause; fn must therefore keep no state across runs (store.Store says so).
+func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
+	for try := 1; ; try++ {
+		err := s.transactOnce(ctx, fn)
+		if err == nil || try == transactTries || !Retryable(err) {
+			return err
+		}
+		pause := time.Duration(rand.Int64N(int64(5*time.Millisecond) << try))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// Retryable reports whether err is PostgreSQL aborting a transaction that may simply be
+// run again: a deadlock or a serialization failure.
+func Retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+func (s *Store) transactOnce(ctx context.Context, fn func(q store.Queries) error) (err error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

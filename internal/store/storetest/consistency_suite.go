@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ func RunConsistency(t *testing.T, b Backend) {
 	}{
 		{"EventPagesNeverSkip", testEventPagesNeverSkip},
 		{"EventsHeldBehindOlderWriter", testEventsHeldBehindOlderWriter},
+		{"DeadlockRetried", testDeadlockRetried},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,4 +143,60 @@ func testEventsHeldBehindOlderWriter(t *testing.T, e *Env) {
 		t.Fatal(err)
 	}
 	equal(t, "events once it ended", kinds(t, e, key), []string{"newer"})
+}
+
+// testDeadlockRetried: two transactions lock two runs in opposite orders. PostgreSQL
+// aborts one with a deadlock; Transact runs it again, so both commit, each change once.
+func testDeadlockRetried(t *testing.T, e *Env) {
+	claim(t, e, "k1", "h1")
+	claim(t, e, "k2", "h2")
+	count := func(q store.Queries, key string) error {
+		_, err := q.RunCount(ctx, store.RunCountParams{Key: key, ModelCalls: 1})
+		return err
+	}
+	var tries atomic.Int64
+	// lockBoth counts on first, then (after between, on its first run only) on second.
+	lockBoth := func(first, second string, between func()) error {
+		var ran bool
+		return e.Store.Transact(ctx, func(q store.Queries) error {
+			tries.Add(1)
+			if err := count(q, first); err != nil {
+				return err
+			}
+			if !ran {
+				ran = true
+				between()
+			}
+			return count(q, second)
+		})
+	}
+	if e.Store.Backend() != "postgres" {
+		// One writer at a time: the two cannot interleave.
+		for _, ks := range [][2]string{{"k1", "k2"}, {"k2", "k1"}} {
+			if err := lockBoth(ks[0], ks[1], func() {}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else {
+		oneLocked, twoLocked := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 2)
+		go func() { done <- lockBoth("k1", "k2", func() { close(oneLocked); <-twoLocked }) }()
+		go func() {
+			<-oneLocked
+			done <- lockBoth("k2", "k1", func() { close(twoLocked) })
+		}()
+		for range 2 {
+			if err := wait(t, done); err != nil {
+				t.Fatalf("a transaction that lost a deadlock was not run again: %v", err)
+			}
+		}
+		equal(t, "transaction runs", tries.Load(), 3)
+	}
+	for _, key := range []string{"k1", "k2"} {
+		r, err := e.Runs.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, key+" model calls", r.ModelCalls, 2)
+	}
 }
