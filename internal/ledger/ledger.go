@@ -498,13 +498,11 @@ func (s *Service) Resume(ctx context.Context, key string) (Verdict, error) {
 	}
 	stored, raw, err := s.store.LedgerLatest(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		evs, err := s.store.EventList(ctx, key, 0, 10)
+		// Any event but claims and heartbeats, however many of those came first.
+		started, err := s.store.EventExistsExcept(ctx, key, []string{"claimed", "lease_reclaimed", "duplicate", "heartbeat"})
 		if err != nil {
 			return Verdict{}, err
 		}
-		started := slices.ContainsFunc(evs, func(e store.Event) bool {
-			return e.Kind != "claimed" && e.Kind != "lease_reclaimed" && e.Kind != "duplicate" && e.Kind != "heartbeat"
-		})
 		if started {
 			return stop("the run has started but has no ledger: never restart from scratch")
 		}

@@ -156,6 +156,9 @@ type Queries interface {
 	RunOpenEffects(ctx context.Context, key string) (int, error)
 
 	EventInsert(ctx context.Context, p EventInsertParams) (Event, error)
+	// EventExistsExcept reports whether the run has a committed event of a kind not in
+	// kinds, however many events it has.
+	EventExistsExcept(ctx context.Context, key string, kinds []string) (bool, error)
 	// EventList returns at most Limit of a run's events after the event afterID (0: from
 	// the start), in an order in which paging never skips one: an event that commits later
 	// never sorts before one already returned. SQLite commits one writer at a time, so that

@@ -402,6 +402,16 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 	return e, nil
 }
 
+func (q queries) EventExistsExcept(ctx context.Context, key string, kinds []string) (bool, error) {
+	var found bool
+	err := q.db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM events WHERE run_key = $1 AND kind <> ALL($2::text[]))`,
+		key, kinds).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("look up events: %w", err)
+	}
+	return found, nil
+}
+
 // EventList pages in (writing transaction, id) order and returns only events whose
 // transaction is older than the oldest one in flight (the snapshot's xmin): every such
 // transaction has ended, and any later one gets a larger xid, so no event can still

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -23,6 +24,15 @@ func RunConsistency(t *testing.T, b Backend) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.fn(t, NewEnv(t, b, false))
 		})
+	}
+	effectsTests := []struct {
+		name string
+		fn   func(t *testing.T, e *EffectsEnv)
+	}{
+		{"ResumeAfterManyHeartbeats", testResumeAfterManyHeartbeats},
+	}
+	for _, tt := range effectsTests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
 	}
 }
 
@@ -198,5 +208,22 @@ func testDeadlockRetried(t *testing.T, e *Env) {
 			t.Fatal(err)
 		}
 		equal(t, key+" model calls", r.ModelCalls, 2)
+	}
+}
+
+// testResumeAfterManyHeartbeats: a run that heartbeat more than a page of times before
+// its real work began has still started: resume says stop, never continue from scratch.
+func testResumeAfterManyHeartbeats(t *testing.T, e *EffectsEnv) {
+	r := claimRun(t, e, "busy")
+	for range 12 {
+		if _, err := e.Runs.Heartbeat(ctx, lease(r), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := plan(e, "busy", "x", "in"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.Ledger.Resume(ctx, "busy"); err != nil || v.Verdict != ledger.Stop {
+		t.Fatalf("resume after 12 heartbeats and a plan = %+v, %v; want stop", v, err)
 	}
 }
