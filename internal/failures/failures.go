@@ -469,7 +469,7 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: oldKey, States: []store.EffectState{store.EffectCompleted}, Limit: 1000})
+		effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: oldKey, States: []store.EffectState{store.EffectCompleted}})
 		if err != nil {
 			return err
 		}

@@ -213,7 +213,7 @@ func (s *Service) Get(ctx context.Context, key string) (Ledger, error) {
 }
 
 func (s *Service) agentEffects(ctx context.Context, q store.Queries, key string) ([]EffectView, error) {
-	list, err := q.EffectList(ctx, store.EffectListParams{RunKey: key, Limit: 1000})
+	list, err := q.EffectList(ctx, store.EffectListParams{RunKey: key}) // all: a verdict needs every one
 	if err != nil {
 		return nil, err
 	}

@@ -367,7 +367,7 @@ type EffectUpdateParams struct {
 type EffectListParams struct {
 	RunKey string        // "" for every run
 	States []EffectState // nil for every state
-	Limit  int
+	Limit  int           // 0: no limit (a run's effects are read whole: verdicts need all of them)
 }
 
 // EffectQueries are the statements on effects and the kill switch.

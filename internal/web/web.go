@@ -284,20 +284,23 @@ func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action st
 
 // model reads the model that drafted the effect from the request's event.
 func (w *Web) model(ctx context.Context, a store.Approval) string {
-	evs, err := w.store.EventList(ctx, a.RunKey, 0, 1000)
-	if err != nil {
-		return ""
-	}
-	for _, e := range evs {
-		if e.Kind != "approval_requested" || !strings.Contains(string(e.Detail), a.ID) {
-			continue
+	for after := int64(0); ; {
+		evs, err := w.store.EventList(ctx, a.RunKey, after, 1000)
+		if err != nil || len(evs) == 0 {
+			return ""
 		}
-		var m runs.Meta
-		if json.Unmarshal(e.Meta, &m) == nil && m.Model != nil {
-			return strings.TrimSpace(m.Model.Provider + " " + m.Model.Name + " " + m.Model.Revision)
+		for _, e := range evs {
+			if e.Kind != "approval_requested" || !strings.Contains(string(e.Detail), a.ID) {
+				continue
+			}
+			var m runs.Meta
+			if json.Unmarshal(e.Meta, &m) == nil && m.Model != nil {
+				return strings.TrimSpace(m.Model.Provider + " " + m.Model.Name + " " + m.Model.Revision)
+			}
+			return ""
 		}
+		after = evs[len(evs)-1].ID
 	}
-	return ""
 }
 
 func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) {

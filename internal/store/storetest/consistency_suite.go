@@ -1,10 +1,16 @@
 package storetest
 
 import (
+	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -30,6 +36,7 @@ func RunConsistency(t *testing.T, b Backend) {
 		fn   func(t *testing.T, e *EffectsEnv)
 	}{
 		{"ResumeAfterManyHeartbeats", testResumeAfterManyHeartbeats},
+		{"LargeRunVerdicts", testLargeRunVerdicts},
 	}
 	for _, tt := range effectsTests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
@@ -225,5 +232,63 @@ func testResumeAfterManyHeartbeats(t *testing.T, e *EffectsEnv) {
 	}
 	if v, err := e.Ledger.Resume(ctx, "busy"); err != nil || v.Verdict != ledger.Stop {
 		t.Fatalf("resume after 12 heartbeats and a plan = %+v, %v; want stop", v, err)
+	}
+}
+
+// bulkEffects gives the run n sent dispatcher effects, then moves the clock on, so an
+// effect made next sorts after them.
+func bulkEffects(t *testing.T, e *EffectsEnv, key string, n int) {
+	t.Helper()
+	err := e.Store.Transact(ctx, func(q store.Queries) error {
+		for i := range n {
+			now := e.Clock.Now()
+			if _, _, err := q.EffectInsert(ctx, store.Effect{ID: uuid.NewString(), RunKey: key, EffectID: fmt.Sprintf("bulk-%04d", i),
+				ActionType: "note", Target: "default", Executor: store.ExecutorDispatcher, Payload: json.RawMessage(`{}`),
+				PayloadHash: "h", State: store.EffectCompleted, NotBefore: now, CreatedAt: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Advance(time.Second)
+}
+
+// testLargeRunVerdicts: a run with more than 1,000 effects still gets the verdicts of
+// all of them: resume sees the agent effect planned after them, and the cancel link
+// finds the windowed effect queued after them.
+func testLargeRunVerdicts(t *testing.T, e *EffectsEnv) {
+	r := claimRun(t, e, "big")
+	if _, _, err := e.Ledger.Save(ctx, "big", r.LeaseOwner, ledgerDoc("big", 1, "compare_figures"), "t"); err != nil {
+		t.Fatal(err)
+	}
+	bulkEffects(t, e, "big", 1000)
+	if _, err := plan(e, "big", "share-draft-01", "in-1"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.Ledger.Resume(ctx, "big"); err != nil || v.Verdict != ledger.Reconcile {
+		t.Fatalf("resume of a run with 1,001 effects, the last planned = %+v, %v; want reconcile", v, err)
+	}
+	l, err := e.Ledger.Get(ctx, "big")
+	if err != nil || len(l.Effects) != 1 {
+		t.Fatalf("ledger effects = %d, %v; want the one agent effect", len(l.Effects), err)
+	}
+
+	w := claimRun(t, e, "big-window")
+	bulkEffects(t, e, "big-window", 1000)
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: w.Key, Owner: w.LeaseOwner, Version: w.Version,
+		ActionType: "digest", Target: "default", Payload: json.RawMessage(`{"week":48}`), Actor: "test"}, e.Approvals)
+	if err != nil || sub.Approval == nil {
+		t.Fatalf("queue in a window: %+v, %v", sub, err)
+	}
+	lead := approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}
+	if _, err := e.Approvals.Decide(ctx, approvals.HashToken(sub.Approval.Token), approvals.Cancel, "not this week", lead); err != nil {
+		t.Fatalf("cancel the 1,001st effect of a run: %v", err)
+	}
+	got, err := e.Effects.Get(ctx, sub.Effect.ID)
+	if err != nil || got.State != store.EffectCancelled {
+		t.Fatalf("after the cancel: %s, %v", got.State, err)
 	}
 }
