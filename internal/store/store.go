@@ -561,7 +561,9 @@ type LedgerQueries interface {
 // PurgeParams say what has outlived its retention.
 type PurgeParams struct {
 	// PayloadsBefore: payloads, results, validated values and ledgers of finished work
-	// last touched before this are removed (hashes and ids stay).
+	// last touched before this are removed (hashes and ids stay). An effect's payload goes
+	// only once it can never be sent again (completed or cancelled): a failed or unknown
+	// one may still be resolved not_sent and resent.
 	PayloadsBefore time.Time
 	// EventsBefore: events older than this are deleted.
 	EventsBefore time.Time

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/ledger"
+	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -37,6 +39,7 @@ func RunConsistency(t *testing.T, b Backend) {
 	}{
 		{"ResumeAfterManyHeartbeats", testResumeAfterManyHeartbeats},
 		{"LargeRunVerdicts", testLargeRunVerdicts},
+		{"RetentionKeepsResendablePayloads", testRetentionKeepsResendablePayloads},
 	}
 	for _, tt := range effectsTests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
@@ -290,5 +293,37 @@ func testLargeRunVerdicts(t *testing.T, e *EffectsEnv) {
 	got, err := e.Effects.Get(ctx, sub.Effect.ID)
 	if err != nil || got.State != store.EffectCancelled {
 		t.Fatalf("after the cancel: %s, %v", got.State, err)
+	}
+}
+
+// testRetentionKeepsResendablePayloads: a failed effect may still be resent by an
+// operator (resolve not_sent), so retention never removes its payload, however old.
+func testRetentionKeepsResendablePayloads(t *testing.T, e *EffectsEnv) {
+	e.Provider.mu.Lock()
+	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"resent"}`)
+	}
+	e.Provider.mu.Unlock()
+	eff := queue(t, e, "old-failure", "note", "default", `{"note":"refund approved"}`)
+	tick(t, e)
+	equal(t, "after a 400", effectState(t, e, eff.ID), store.EffectFailed)
+	if _, err := retention.Purge(ctx, e.Store, e.Policy, e.Clock.Now().Add(400*24*time.Hour), false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Effects.Get(ctx, eff.ID); err != nil || got.Payload == nil {
+		t.Fatalf("the failed effect's payload after retention: %s, %v", got.Payload, err)
+	}
+	if _, err := e.Effects.Resolve(ctx, eff.ID, effects.OutcomeNotSent, "", "checked the CRM: nothing there", "op"); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, e)
+	got, _ := e.Effects.Get(ctx, eff.ID)
+	if got.State != store.EffectCompleted || got.ProviderID != "resent" {
+		t.Fatalf("resent after retention: %s/%q (%s)", got.State, got.ProviderID, got.LastErrorClass)
 	}
 }
