@@ -199,9 +199,13 @@ func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approval
 		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
 	}
 	value := randomValue()
-	now := time.Now().UTC()
-	if t := w.At(); t != nil {
-		now = *t
+	// The database's clock (or the test's): sessions are checked against it, and another
+	// instance's process clock may differ from this one's.
+	now, err := w.Read(r.Context(), w.store)
+	if err != nil {
+		w.log.Error("create session", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return false
 	}
 	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), UserID: userID, Subject: who.Subject, Roles: who.Roles,
 		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
