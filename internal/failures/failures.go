@@ -381,11 +381,20 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// The most one usage report may add: far above any real call, far below an overflow.
+const (
+	MaxReportedCalls  = 1_000_000
+	MaxReportedTokens = 1_000_000_000_000
+)
+
 // Usage adds the model calls and tokens a client reports; past the budget the run fails
 // for good and the call answers ErrBudgetExhausted.
 func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls int, tokens int64, actionType string) (store.Run, error) {
-	if modelCalls < 0 || tokens < 0 {
-		return store.Run{}, &runs.FieldError{Field: "model_calls", Msg: "model_calls and tokens must be ≥ 0"}
+	if modelCalls < 0 || modelCalls > MaxReportedCalls {
+		return store.Run{}, &runs.FieldError{Field: "model_calls", Msg: fmt.Sprintf("must be from 0 to %d", MaxReportedCalls)}
+	}
+	if tokens < 0 || tokens > MaxReportedTokens {
+		return store.Run{}, &runs.FieldError{Field: "tokens", Msg: fmt.Sprintf("must be from 0 to %d", int64(MaxReportedTokens))}
 	}
 	if actionType != "" && s.policy.Action(actionType) == nil {
 		return store.Run{}, fmt.Errorf("%w: %q", ErrUnknownActionType, actionType)

@@ -205,7 +205,9 @@ type RunTransitionParams struct {
 	Now        *time.Time
 }
 
-// RunCountParams adds to a run's counters; ActionType is recorded if none is yet.
+// RunCountParams adds to a run's counters; ActionType is recorded if none is yet. The
+// model-call and token totals stop at their largest value (2^31-1, 2^63-1) rather than
+// overflow: a run that reaches either is over any budget.
 type RunCountParams struct {
 	Key         string
 	ActionType  string

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,7 @@ func RunConsistency(t *testing.T, b Backend) {
 		{"EventPagesNeverSkip", testEventPagesNeverSkip},
 		{"EventsHeldBehindOlderWriter", testEventsHeldBehindOlderWriter},
 		{"DeadlockRetried", testDeadlockRetried},
+		{"CountersSaturate", testCountersSaturate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,5 +327,26 @@ func testRetentionKeepsResendablePayloads(t *testing.T, e *EffectsEnv) {
 	got, _ := e.Effects.Get(ctx, eff.ID)
 	if got.State != store.EffectCompleted || got.ProviderID != "resent" {
 		t.Fatalf("resent after retention: %s/%q (%s)", got.State, got.ProviderID, got.LastErrorClass)
+	}
+}
+
+// testCountersSaturate: a run's running totals stop at their column's largest value
+// instead of overflowing (an error, and the budget check never reached).
+func testCountersSaturate(t *testing.T, e *Env) {
+	claim(t, e, "big-spender", "h")
+	for _, p := range []store.RunCountParams{
+		{Key: "big-spender", ModelCalls: math.MaxInt32 - 10, Tokens: math.MaxInt64 - 10},
+		{Key: "big-spender", ModelCalls: 1000, Tokens: 1000},
+	} {
+		if _, err := e.Store.RunCount(ctx, p); err != nil {
+			t.Fatalf("count %+v: %v", p, err)
+		}
+	}
+	r, err := e.Runs.Get(ctx, "big-spender")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ModelCalls != math.MaxInt32 || r.Tokens != math.MaxInt64 {
+		t.Fatalf("totals = %d calls, %d tokens; want them saturated", r.ModelCalls, r.Tokens)
 	}
 }
