@@ -228,6 +228,10 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	return res, nil
 }
 
+// MaxLease is the longest lease a client may ask for (AIRLOCK_LEASE_MAX), a run's or an
+// external worker's.
+func (s *Service) MaxLease() time.Duration { return s.cfg.MaxLease }
+
 func (s *Service) leaseLength(d time.Duration) (time.Duration, error) {
 	if d == 0 {
 		return s.cfg.DefaultLease, nil
