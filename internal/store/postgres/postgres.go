@@ -419,7 +419,7 @@ func (q queries) EventExistsExcept(ctx context.Context, key string, kinds []stri
 // looked up (an event purged meanwhile falls back to id order).
 //
 // A short page while committed events of the run wait behind an older transaction still
-// in flight (usually for milliseconds) is read again, for up to about a second, so a
+// in flight (usually for milliseconds) is read again, for up to about two seconds, so a
 // client sees its own committed change; past that the safe page is returned as it is.
 func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
 	_, pooled := q.db.(*pgxpool.Pool) // inside a transaction, waiting could wait on itself
@@ -429,7 +429,7 @@ func (q queries) EventList(ctx context.Context, key string, afterID int64, limit
 			return nil, fmt.Errorf("list events: %w", err)
 		}
 		evs, err := pgx.CollectRows(rows, scanEvent)
-		if err != nil || len(evs) == limit || !pooled || wait > 512*time.Millisecond {
+		if err != nil || len(evs) == limit || !pooled || wait > time.Second {
 			return evs, err
 		}
 		var held bool
