@@ -428,15 +428,28 @@ func (q queries) EventList(ctx context.Context, key string, afterID int64, limit
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
-		evs, err := pgx.CollectRows(rows, scanEvent)
-		if err != nil || len(evs) == limit || !pooled || wait > time.Second {
-			return evs, err
+		var evs []store.Event
+		held := false
+		for rows.Next() {
+			var e store.Event
+			var meta, detail []byte
+			var flag bool
+			var ord int64
+			if err := rows.Scan(&e.ID, &e.RunKey, &e.At, &e.Kind, &e.Version, &e.Actor, &meta, &detail, &flag, &ord); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("list events: %w", err)
+			}
+			if flag {
+				held = true
+				continue
+			}
+			e.Meta, e.Detail = rawOrNil(meta), rawOrNil(detail)
+			evs = append(evs, e)
 		}
-		var held bool
-		if err := q.db.QueryRow(ctx, eventsHeldSQL, key, afterID).Scan(&held); err != nil {
+		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
-		if !held {
+		if len(evs) == limit || !held || !pooled || wait > time.Second {
 			return evs, nil
 		}
 		select {
@@ -452,17 +465,20 @@ const eventsAfter = `run_key = $1
 	AND CASE WHEN EXISTS (SELECT FROM cursor) THEN (xid, id) > ((SELECT xid FROM cursor), $2)
 	         ELSE id > $2 END`
 
+// eventListSQL returns the page, then — judged on the same snapshot — one flag row when
+// committed events past the cursor wait behind an older transaction still in flight.
 const eventListSQL = `
-	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2)
-	SELECT ` + eventColumns + ` FROM events
-	WHERE ` + eventsAfter + ` AND xid < pg_snapshot_xmin(pg_current_snapshot())
-	ORDER BY xid, id LIMIT $3`
-
-// eventsHeldSQL: committed events past the cursor that EventList may not return yet.
-const eventsHeldSQL = `
-	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2)
-	SELECT EXISTS (SELECT FROM events
-	WHERE ` + eventsAfter + ` AND xid >= pg_snapshot_xmin(pg_current_snapshot()))`
+	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2),
+	horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+	page AS (
+	  SELECT ` + eventColumns + `, xid FROM events
+	  WHERE ` + eventsAfter + ` AND xid < (SELECT xmin FROM horizon)
+	  ORDER BY xid, id LIMIT $3)
+	SELECT ` + eventColumns + `, false AS held, row_number() OVER (ORDER BY xid, id) AS ord FROM page
+	UNION ALL
+	SELECT 0, '', now(), '', 0, '', NULL, NULL, true, 0
+	WHERE EXISTS (SELECT FROM events WHERE ` + eventsAfter + ` AND xid >= (SELECT xmin FROM horizon))
+	ORDER BY held, ord`
 
 const eventColumns = `id, run_key, at, kind, version, actor, meta, detail`
 

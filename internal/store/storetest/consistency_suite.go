@@ -219,7 +219,10 @@ func testDeadlockRetried(t *testing.T, e *Env) {
 				t.Fatalf("a transaction that lost a deadlock was not run again: %v", err)
 			}
 		}
-		equal(t, "transaction runs", tries.Load(), 3)
+		// At least one rerun (a loaded machine may see the rerun wait or deadlock again).
+		if n := tries.Load(); n < 3 {
+			t.Fatalf("transaction runs = %d, want a rerun after the deadlock", n)
+		}
 	}
 	for _, key := range []string{"k1", "k2"} {
 		r, err := e.Runs.Get(ctx, key)
