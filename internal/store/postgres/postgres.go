@@ -449,7 +449,7 @@ func (q queries) EventList(ctx context.Context, key string, afterID int64, limit
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
-		if len(evs) == limit || !held || !pooled || wait > time.Second {
+		if len(evs) == limit || !held || !pooled || wait > 2*time.Second { // slept 4 ms + 8 ms + … + 1,024 ms ≈ 2 s
 			return evs, nil
 		}
 		select {
