@@ -461,9 +461,11 @@ func (q queries) EventList(ctx context.Context, key string, afterID int64, limit
 }
 
 // eventsAfter is the cursor condition of EventList ($1 run key, $2 the last event's id).
+// Written as one row comparison so the (run_key, xid, id) index serves it as a range;
+// without the cursor's row it reduces to id > $2.
 const eventsAfter = `run_key = $1
-	AND CASE WHEN EXISTS (SELECT FROM cursor) THEN (xid, id) > ((SELECT xid FROM cursor), $2)
-	         ELSE id > $2 END`
+	AND (xid, id) > ((SELECT coalesce(max(xid), '0') FROM cursor), $2)
+	AND (id > $2 OR EXISTS (SELECT FROM cursor))`
 
 // eventListSQL returns the page, then — judged on the same snapshot — one flag row when
 // committed events past the cursor wait behind an older transaction still in flight.
