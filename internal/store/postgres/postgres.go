@@ -85,7 +85,7 @@ const transactTries = 4
 func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
 	for try := 1; ; try++ {
 		err := s.transactOnce(ctx, fn)
-		if err == nil || try == transactTries || !Retryable(err) {
+		if err == nil || try == transactTries || !retryable(err) {
 			return err
 		}
 		pause := time.Duration(rand.Int64N(int64(5*time.Millisecond) << try))
@@ -97,9 +97,9 @@ func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) er
 	}
 }
 
-// Retryable reports whether err is PostgreSQL aborting a transaction that may simply be
+// retryable reports whether err is PostgreSQL aborting a transaction that may simply be
 // run again: a deadlock or a serialization failure.
-func Retryable(err error) bool {
+func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
