@@ -234,7 +234,7 @@ this every retention.interval (default 1h); --dry-run only says what it would re
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
-				counts, err := retention.Purge(cmd.Context(), st, pol, time.Now(), dry)
+				counts, err := retention.Purge(cmd.Context(), st, pol, time.Time{}, dry) // the database's clock
 				if err != nil {
 					return err
 				}

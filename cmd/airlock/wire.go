@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
@@ -77,21 +76,6 @@ func newEffects(st store.Store, p *policy.Policy, conns map[string]connector.Con
 		Enabled: func(ctx context.Context) bool { ok, _ := svc.Enabled(ctx, ""); return ok },
 	})
 	return svc
-}
-
-// crashHook returns the test-only crash point from AIRLOCK_TEST_CRASH_AT: the process
-// kills itself with SIGKILL there, as a power cut would. Unset in production.
-func crashHook() func(string) {
-	at := os.Getenv("AIRLOCK_TEST_CRASH_AT")
-	if at == "" {
-		return nil
-	}
-	return func(point string) {
-		if point == at {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
-		}
-	}
 }
 
 // webOptions discovers the OIDC provider when the policy configures single sign-on: a

@@ -356,32 +356,29 @@ func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval,
 	if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil {
 		return err
 	}
-	effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: a.RunKey, Limit: 1000})
+	e, err := q.EffectByRunEffectID(ctx, a.RunKey, a.EffectID)
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrTooLate
+	}
 	if err != nil {
 		return err
 	}
-	for _, e := range effs {
-		if e.EffectID != a.EffectID {
-			continue
-		}
-		class := "cancelled_in_window"
-		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPending},
-			To: store.EffectCancelled, ErrorClass: &class, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
-			return ErrTooLate
-		} else if err != nil {
-			return err
-		}
-		if err := runs.Event(ctx, q, s.At(), a.RunKey, "effect_cancelled", 0, who.Subject, nil, map[string]any{
-			"effect_id": e.EffectID, "approval_id": a.ID, "by": who.Subject, "reason": reason,
-		}); err != nil {
-			return err
-		}
-		if s.Settle != nil {
-			return s.Settle(ctx, q, a.RunKey, store.EffectCancelled)
-		}
-		return nil
+	class := "cancelled_in_window"
+	if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPending},
+		To: store.EffectCancelled, ErrorClass: &class, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
+		return ErrTooLate
+	} else if err != nil {
+		return err
 	}
-	return ErrTooLate
+	if err := runs.Event(ctx, q, s.At(), a.RunKey, "effect_cancelled", 0, who.Subject, nil, map[string]any{
+		"effect_id": e.EffectID, "approval_id": a.ID, "by": who.Subject, "reason": reason,
+	}); err != nil {
+		return err
+	}
+	if s.Settle != nil {
+		return s.Settle(ctx, q, a.RunKey, store.EffectCancelled)
+	}
+	return nil
 }
 
 // ExpireDue expires approvals whose time has passed: the run becomes failed_terminal

@@ -243,7 +243,7 @@ func (s *Service) Explain(ctx context.Context, key string) (Explanation, error) 
 	if err != nil {
 		return Explanation{}, fmt.Errorf("explain %q: %w", key, err)
 	}
-	effs, err := s.store.EffectList(ctx, store.EffectListParams{RunKey: key, Limit: 1000})
+	effs, err := s.store.EffectList(ctx, store.EffectListParams{RunKey: key}) // every effect: "Sent?" needs all
 	if err != nil {
 		return Explanation{}, fmt.Errorf("explain %q: %w", key, err)
 	}

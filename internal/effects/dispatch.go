@@ -362,6 +362,7 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 	const several = "reconcile_several"
 	var alert bool
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		alert = false // Transact may run this again
 		if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
 			return err
 		}

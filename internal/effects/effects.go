@@ -212,6 +212,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 	var run store.Run
 	var autoApproved bool
 	err = s.store.Transact(ctx, func(q store.Queries) error {
+		exhausted, autoApproved, sub = "", false, Submitted{} // Transact may run this again
 		now := s.At()
 		run, err = q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {

@@ -128,6 +128,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 	var exhausted string
 	var terminated bool
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		res, exhausted, terminated = ValidateResult{}, "", false // Transact may run this again
 		run, err := s.lock(ctx, q, req.LeaseRequest)
 		if err != nil {
 			return err
@@ -283,6 +284,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 	var d Decision
 	var alert string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		d, alert = Decision{}, "" // Transact may run this again
 		run, err := s.lock(ctx, q, req.LeaseRequest)
 		if err != nil {
 			return err
@@ -379,11 +381,20 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// The most one usage report may add: far above any real call, far below an overflow.
+const (
+	MaxReportedCalls  = 1_000_000
+	MaxReportedTokens = 1_000_000_000_000
+)
+
 // Usage adds the model calls and tokens a client reports; past the budget the run fails
 // for good and the call answers ErrBudgetExhausted.
 func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls int, tokens int64, actionType string) (store.Run, error) {
-	if modelCalls < 0 || tokens < 0 {
-		return store.Run{}, &runs.FieldError{Field: "model_calls", Msg: "model_calls and tokens must be ≥ 0"}
+	if modelCalls < 0 || modelCalls > MaxReportedCalls {
+		return store.Run{}, &runs.FieldError{Field: "model_calls", Msg: fmt.Sprintf("must be from 0 to %d", MaxReportedCalls)}
+	}
+	if tokens < 0 || tokens > MaxReportedTokens {
+		return store.Run{}, &runs.FieldError{Field: "tokens", Msg: fmt.Sprintf("must be from 0 to %d", int64(MaxReportedTokens))}
 	}
 	if actionType != "" && s.policy.Action(actionType) == nil {
 		return store.Run{}, fmt.Errorf("%w: %q", ErrUnknownActionType, actionType)
@@ -391,6 +402,7 @@ func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls i
 	var run store.Run
 	var exhausted string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		exhausted = "" // Transact may run this again
 		held, err := s.lock(ctx, q, req)
 		if err != nil {
 			return err
@@ -466,7 +478,7 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: oldKey, States: []store.EffectState{store.EffectCompleted}, Limit: 1000})
+		effs, err := q.EffectList(ctx, store.EffectListParams{RunKey: oldKey, States: []store.EffectState{store.EffectCompleted}})
 		if err != nil {
 			return err
 		}

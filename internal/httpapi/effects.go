@@ -125,7 +125,7 @@ func (s *server) effectsClaim(w http.ResponseWriter, r *http.Request) error {
 			return apiError(http.StatusForbidden, "forbidden", "this worker key may claim only: "+strings.Join(k.Types, ", "))
 		}
 	}
-	lease, err := leaseSeconds(body.LeaseSeconds)
+	lease, err := leaseSeconds(body.LeaseSeconds, s.Runs.MaxLease()) // a worker's lease too: one it cannot outlive
 	if err != nil {
 		return err
 	}
@@ -170,6 +170,9 @@ func (s *server) workerReport(outcome connector.Outcome) handlerFunc {
 			if err := validText(f.name, f.v, 200); err != nil {
 				return err
 			}
+		}
+		if body.RetryAfterMS < 0 || body.RetryAfterMS > int64(time.Hour/time.Millisecond) {
+			return invalid("retry_after_ms", "must be from 0 to 3600000")
 		}
 		res := connector.Result{Outcome: outcome, ProviderID: body.ProviderID, Class: body.Class}
 		if outcome == connector.Refused && body.Retryable {

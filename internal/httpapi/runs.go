@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -77,7 +78,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	lease, err := leaseSeconds(req.LeaseSeconds)
+	lease, err := leaseSeconds(req.LeaseSeconds, s.Runs.MaxLease())
 	if err != nil {
 		return err
 	}
@@ -101,12 +102,14 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func leaseSeconds(v *int64) (time.Duration, error) {
+// leaseSeconds reads lease_seconds, bounded by max before it becomes a Duration (which
+// would wrap: 18446744075 s is about one second as nanoseconds in an int64).
+func leaseSeconds(v *int64, max time.Duration) (time.Duration, error) {
 	if v == nil {
 		return 0, nil
 	}
-	if *v <= 0 {
-		return 0, invalid("lease_seconds", "must be a positive number of seconds")
+	if *v <= 0 || *v > int64(max/time.Second) {
+		return 0, invalid("lease_seconds", fmt.Sprintf("must be between 1 and %d seconds", int64(max/time.Second)))
 	}
 	return time.Duration(*v) * time.Second, nil
 }
@@ -282,7 +285,7 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lease, err := leaseSeconds(body.LeaseSeconds)
+	lease, err := leaseSeconds(body.LeaseSeconds, s.Runs.MaxLease())
 	if err != nil {
 		return err
 	}

@@ -213,7 +213,7 @@ func (s *Service) Get(ctx context.Context, key string) (Ledger, error) {
 }
 
 func (s *Service) agentEffects(ctx context.Context, q store.Queries, key string) ([]EffectView, error) {
-	list, err := q.EffectList(ctx, store.EffectListParams{RunKey: key, Limit: 1000})
+	list, err := q.EffectList(ctx, store.EffectListParams{RunKey: key}) // all: a verdict needs every one
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +260,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 	var mismatch bool
 	var exhausted string
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		res, mismatch, exhausted = PlanResult{}, false, "" // Transact may run this again
 		run, err := s.holder(ctx, q, req.Key, req.Owner)
 		if err != nil {
 			return err
@@ -507,13 +508,11 @@ func (s *Service) Resume(ctx context.Context, key string) (Verdict, error) {
 	}
 	stored, raw, err := s.store.LedgerLatest(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		evs, err := s.store.EventList(ctx, key, 0, 10)
+		// Any event but claims and heartbeats, however many of those came first.
+		started, err := s.store.EventExistsExcept(ctx, key, []string{"claimed", "lease_reclaimed", "duplicate", "heartbeat"})
 		if err != nil {
 			return Verdict{}, err
 		}
-		started := slices.ContainsFunc(evs, func(e store.Event) bool {
-			return e.Kind != "claimed" && e.Kind != "lease_reclaimed" && e.Kind != "duplicate" && e.Kind != "heartbeat"
-		})
 		if started {
 			return stop("the run has started but has no ledger: never restart from scratch")
 		}

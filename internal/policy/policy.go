@@ -315,7 +315,7 @@ type Worker struct {
 // configured, so every effect is refused.
 func Empty() *Policy {
 	p := &Policy{Actions: map[string]*Action{}}
-	p.defaults()
+	p.defaults(func(...string) bool { return false })
 	_ = p.validate(func(string) (string, bool) { return "", false })
 	return p
 }
@@ -349,30 +349,60 @@ func parse(b []byte, dir string, lookupEnv func(string) (string, bool)) (*Policy
 	if p.Actions == nil {
 		p.Actions = map[string]*Action{}
 	}
-	p.defaults()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	p.defaults(func(path ...string) bool { return given(&doc, path) })
 	if err := p.validate(lookupEnv); err != nil {
 		return nil, err
 	}
 	return &p, nil
 }
 
-func (p *Policy) defaults() {
+// given reports whether the document names the field at path (a key under each mapping),
+// whatever its value: a default fills only what was left out, and an explicit 0 stays 0
+// for validation to judge.
+func given(n *yaml.Node, path []string) bool {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return false
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return false
+		}
+		n = next
+	}
+	return true
+}
+
+// defaults fills the fields the document left out; set says whether it named one.
+func (p *Policy) defaults(set func(path ...string) bool) {
 	table := DefaultRetry()
 	for class, rule := range p.Retry {
 		table[class] = rule // a row given replaces the default row whole
 	}
 	p.Retry = table
 	p.OIDC.defaults()
-	if p.Budgets == (Budgets{}) {
+	if p.Budgets == (Budgets{}) && !set("budgets", "max_model_calls") {
 		p.Budgets.MaxModelCalls = 50
 	}
-	if p.Retention.Payloads == 0 {
+	if p.Retention.Payloads == 0 && !set("retention", "payloads") {
 		p.Retention.Payloads = Duration(30 * 24 * time.Hour)
 	}
-	if p.Retention.Events == 0 {
+	if p.Retention.Events == 0 && !set("retention", "events") {
 		p.Retention.Events = Duration(400 * 24 * time.Hour)
 	}
-	if p.Retention.Interval == 0 {
+	if p.Retention.Interval == 0 && !set("retention", "interval") {
 		p.Retention.Interval = Duration(time.Hour)
 	}
 	if p.Validation.MaxRepairs == nil {
@@ -380,19 +410,19 @@ func (p *Policy) defaults() {
 		p.Validation.MaxRepairs = &two
 	}
 	d := &p.Dispatch
-	if d.Interval == 0 {
+	if d.Interval == 0 && !set("dispatch", "interval") {
 		d.Interval = Duration(500 * time.Millisecond)
 	}
-	if d.BatchSize == 0 {
+	if d.BatchSize == 0 && !set("dispatch", "batch_size") {
 		d.BatchSize = 32
 	}
-	if d.Concurrency == 0 {
+	if d.Concurrency == 0 && !set("dispatch", "concurrency") {
 		d.Concurrency = 32
 	}
-	if d.Drain == 0 {
+	if d.Drain == 0 && !set("dispatch", "drain") {
 		d.Drain = Duration(30 * time.Second)
 	}
-	if d.Lease == 0 {
+	if d.Lease == 0 && !set("dispatch", "lease") {
 		d.Lease = Duration(2 * time.Minute)
 	}
 	if d.ReconcileInterval == 0 {
@@ -407,14 +437,14 @@ func (p *Policy) defaults() {
 		if a.Gate == "" {
 			a.Gate = GateApproveBeforeAct
 		}
-		if a.Retry.MaxAttempts == 0 {
+		if a.Retry.MaxAttempts == 0 && !set("actions", name, "retry", "max_attempts") {
 			a.Retry.MaxAttempts = 5
 		}
 		if a.QualifiedReview != "" {
 			// Whatever else is configured: a qualified person approves before anything acts.
 			a.Gate, a.Approvers.Roles, a.Approvers.Subjects = GateApproveBeforeAct, []string{a.QualifiedReview}, nil
 		}
-		if a.ApprovalTTL == 0 {
+		if a.ApprovalTTL == 0 && !set("actions", name, "approval_ttl") {
 			a.ApprovalTTL = Duration(24 * time.Hour)
 		}
 		if a.Approvers.SeparationOfDuties == nil {
@@ -428,7 +458,7 @@ func (p *Policy) defaults() {
 			a.Retry.MaxBackoff = Duration(5 * time.Minute)
 		}
 		if a.HTTP != nil {
-			if a.HTTP.Timeout == 0 {
+			if a.HTTP.Timeout == 0 && !set("actions", name, "http", "timeout") {
 				a.HTTP.Timeout = Duration(10 * time.Second)
 			}
 			if a.HTTP.URL != "" && a.HTTP.Targets == nil {
@@ -453,7 +483,7 @@ func (p *Policy) defaults() {
 		}
 	}
 	for _, a := range p.Actions {
-		if a.MaxInFlight == 0 {
+		if a.MaxInFlight == 0 && !set("actions", a.Name, "max_in_flight") {
 			a.MaxInFlight = d.Concurrency
 			if sent > 1 {
 				a.MaxInFlight = max(1, d.Concurrency/2)

@@ -254,3 +254,36 @@ actions: {a: {connector: http, gate: none, http: {url: "https://x/"}}, b: {conne
 		t.Fatalf("two types: max_in_flight %d and %d, want 5 (default) and 9 (given)", a, b)
 	}
 }
+
+// TestExplicitZerosAreRangeErrors: a default fills a field that is left out; one given
+// as 0 is judged by its documented range, never silently replaced.
+func TestExplicitZerosAreRangeErrors(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{`dispatch: {batch_size: 0}`, "dispatch.batch_size: must be from 1 to 1000"},
+		{`dispatch: {lease: 0s}`, "dispatch.lease: must be at least 1s"},
+		{`dispatch: {interval: 0s}`, "dispatch.interval"},
+		{`dispatch: {concurrency: 0}`, "dispatch.concurrency"},
+		{`retention: {payloads: 0s}`, "retention.payloads"},
+		{`retention: {interval: 0s}`, "retention.interval"},
+		{`actions: {a: {connector: worker, gate: none, retry: {max_attempts: 0}}}`, "actions.a.retry.max_attempts: must be from 1 to 100"},
+		{`actions: {a: {connector: worker, gate: none, max_in_flight: 0}}`, "actions.a.max_in_flight"},
+		{`actions: {a: {connector: worker, approvers: {roles: [x]}, approval_ttl: 0s}}`, "actions.a.approval_ttl"},
+		{`actions: {a: {connector: http, gate: none, http: {url: "https://x/", timeout: 0s}}}`, "actions.a.http.timeout"},
+	} {
+		_, err := Parse([]byte(c.doc), env(nil))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n  err = %v\n  want it to contain %q", c.doc, err, c.want)
+		}
+	}
+	// Left out, the defaults apply; an explicit 0 where 0 is in range stays 0.
+	p, err := Parse([]byte("dispatch: {drain: 0s}\nbudgets: {max_model_calls: 0}\nactions: {a: {connector: worker, gate: none}}\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Dispatch.BatchSize != 32 || p.Dispatch.Lease.D() != 2*time.Minute || p.Actions["a"].Retry.MaxAttempts != 5 {
+		t.Fatalf("defaults: batch %d, lease %s, attempts %d", p.Dispatch.BatchSize, p.Dispatch.Lease.D(), p.Actions["a"].Retry.MaxAttempts)
+	}
+	if p.Dispatch.Drain != 0 || p.Budgets.MaxModelCalls != 0 {
+		t.Fatalf("explicit zeros in range: drain %s, max_model_calls %d (0 = unlimited)", p.Dispatch.Drain.D(), p.Budgets.MaxModelCalls)
+	}
+}

@@ -229,6 +229,10 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	return res, nil
 }
 
+// MaxLease is the longest lease a client may ask for (AIRLOCK_LEASE_MAX), a run's or an
+// external worker's.
+func (s *Service) MaxLease() time.Duration { return s.cfg.MaxLease }
+
 func (s *Service) leaseLength(d time.Duration) (time.Duration, error) {
 	if d == 0 {
 		return s.cfg.DefaultLease, nil
@@ -265,6 +269,7 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 	var run store.Run
 	var exhausted string
 	err = s.store.Transact(ctx, func(q store.Queries) error {
+		exhausted = "" // Transact may run this again
 		now := s.At()
 		if s.Budgets != nil {
 			held, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})

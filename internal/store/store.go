@@ -110,7 +110,11 @@ type EffectListener interface {
 type Store interface {
 	Queries
 	// Transact runs fn in one transaction and commits if it returns nil; an error or a
-	// panic rolls everything back. On SQLite the transaction begins IMMEDIATE.
+	// panic rolls everything back. On SQLite the transaction begins IMMEDIATE. On
+	// PostgreSQL it is READ COMMITTED, and a transaction aborted by a deadlock or a
+	// serialization failure is run again (a few times): fn must be safe to run more than
+	// once — it sets, rather than accumulates, anything it keeps outside itself, and does
+	// nothing outside the database that a rolled-back run would leave behind.
 	Transact(ctx context.Context, fn func(q Queries) error) error
 	// Claim is a whole claim: what ClaimSequence does, each change with its events. On
 	// PostgreSQL in autocommit: one statement (one round trip) when the claim takes the
@@ -159,7 +163,15 @@ type Queries interface {
 	RunOpenEffects(ctx context.Context, key string) (int, error)
 
 	EventInsert(ctx context.Context, p EventInsertParams) (Event, error)
-	// EventList returns a run's events with ID > AfterID in order, at most Limit.
+	// EventExistsExcept reports whether the run has a committed event of a kind not in
+	// kinds, however many events it has.
+	EventExistsExcept(ctx context.Context, key string, kinds []string) (bool, error)
+	// EventList returns at most Limit of a run's events after the event afterID (0: from
+	// the start), in an order in which paging never skips one: an event that commits later
+	// never sorts before one already returned. SQLite commits one writer at a time, so that
+	// is id order. On PostgreSQL ids are taken at insert, not commit: it is (writing
+	// transaction, id), and only events whose transaction is older than every one still in
+	// flight are returned (a short page waits briefly for such writers to end).
 	EventList(ctx context.Context, key string, afterID int64, limit int) ([]Event, error)
 
 	APIKeyInsert(ctx context.Context, k APIKey) error
@@ -200,7 +212,9 @@ type RunTransitionParams struct {
 	Now        *time.Time
 }
 
-// RunCountParams adds to a run's counters; ActionType is recorded if none is yet.
+// RunCountParams adds to a run's counters; ActionType is recorded if none is yet. The
+// model-call and token totals stop at their largest value (2^31-1, 2^63-1) rather than
+// overflow: a run that reaches either is over any budget.
 type RunCountParams struct {
 	Key         string
 	ActionType  string
@@ -362,7 +376,7 @@ type EffectUpdateParams struct {
 type EffectListParams struct {
 	RunKey string        // "" for every run
 	States []EffectState // nil for every state
-	Limit  int
+	Limit  int           // 0: no limit (a run's effects are read whole: verdicts need all of them)
 }
 
 // EffectQueries are the statements on effects and the kill switch.
@@ -579,7 +593,9 @@ type LedgerQueries interface {
 // PurgeParams say what has outlived its retention.
 type PurgeParams struct {
 	// PayloadsBefore: payloads, results, validated values and ledgers of finished work
-	// last touched before this are removed (hashes and ids stay).
+	// last touched before this are removed (hashes and ids stay). An effect's payload goes
+	// only once it can never be sent again (completed or cancelled): a failed or unknown
+	// one may still be resolved not_sent and resent.
 	PayloadsBefore time.Time
 	// EventsBefore: events older than this are deleted.
 	EventsBefore time.Time

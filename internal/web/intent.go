@@ -11,7 +11,6 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-	"time"
 )
 
 // The intent cookie keeps an approval's place across a sign-in without writing anything:
@@ -58,19 +57,17 @@ type intentClaims struct {
 	Expires   int64  `json:"exp"` // unix seconds
 }
 
-func (w *Web) now() time.Time {
-	if t := w.At(); t != nil {
-		return *t
-	}
-	return time.Now()
-}
-
 func (w *Web) sealIntent(ctx context.Context, tokenHash string) (string, error) {
 	aead, err := w.sealer(ctx)
 	if err != nil {
 		return "", err
 	}
-	plain, _ := json.Marshal(intentClaims{TokenHash: tokenHash, Expires: w.now().Add(intentLifetime).Unix()})
+	// The database's clock: the instance that opens the cookie may run on another host.
+	now, err := w.Read(ctx, w.store)
+	if err != nil {
+		return "", err
+	}
+	plain, _ := json.Marshal(intentClaims{TokenHash: tokenHash, Expires: now.Add(intentLifetime).Unix()})
 	nonce := make([]byte, aead.NonceSize())
 	_, _ = rand.Read(nonce)
 	return base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, plain, []byte(intentAAD))), nil
@@ -100,7 +97,11 @@ func (w *Web) openIntent(r *http.Request) (string, bool) {
 		return "", false
 	}
 	var ic intentClaims
-	if json.Unmarshal(plain, &ic) != nil || ic.TokenHash == "" || w.now().Unix() >= ic.Expires {
+	if json.Unmarshal(plain, &ic) != nil || ic.TokenHash == "" {
+		return "", false
+	}
+	now, err := w.Read(r.Context(), w.store)
+	if err != nil || now.Unix() >= ic.Expires {
 		return "", false
 	}
 	return ic.TokenHash, true

@@ -199,9 +199,13 @@ func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approval
 		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
 	}
 	value := randomValue()
-	now := time.Now().UTC()
-	if t := w.At(); t != nil {
-		now = *t
+	// The database's clock (or the test's): sessions are checked against it, and another
+	// instance's process clock may differ from this one's.
+	now, err := w.Read(r.Context(), w.store)
+	if err != nil {
+		w.log.Error("create session", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return false
 	}
 	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), UserID: userID, Subject: who.Subject, Roles: who.Roles,
 		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
@@ -287,20 +291,23 @@ func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action st
 
 // model reads the model that drafted the effect from the request's event.
 func (w *Web) model(ctx context.Context, a store.Approval) string {
-	evs, err := w.store.EventList(ctx, a.RunKey, 0, 1000)
-	if err != nil {
-		return ""
-	}
-	for _, e := range evs {
-		if e.Kind != "approval_requested" || !strings.Contains(string(e.Detail), a.ID) {
-			continue
+	for after := int64(0); ; {
+		evs, err := w.store.EventList(ctx, a.RunKey, after, 1000)
+		if err != nil || len(evs) == 0 {
+			return ""
 		}
-		var m runs.Meta
-		if json.Unmarshal(e.Meta, &m) == nil && m.Model != nil {
-			return strings.TrimSpace(m.Model.Provider + " " + m.Model.Name + " " + m.Model.Revision)
+		for _, e := range evs {
+			if e.Kind != "approval_requested" || !strings.Contains(string(e.Detail), a.ID) {
+				continue
+			}
+			var m runs.Meta
+			if json.Unmarshal(e.Meta, &m) == nil && m.Model != nil {
+				return strings.TrimSpace(m.Model.Provider + " " + m.Model.Name + " " + m.Model.Revision)
+			}
+			return ""
 		}
+		after = evs[len(evs)-1].ID
 	}
-	return ""
 }
 
 func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) {

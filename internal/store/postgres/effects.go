@@ -80,6 +80,14 @@ func (q queries) EffectGet(ctx context.Context, id string) (store.Effect, error)
 	return scanEffect(q.db.QueryRow(ctx, `SELECT `+effectColumns+` FROM effects WHERE id = $1`, id))
 }
 
+// limitArg is LIMIT's argument: NULL (no limit) for 0.
+func limitArg(n int) any {
+	if n <= 0 {
+		return nil
+	}
+	return n
+}
+
 func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]store.Effect, error) {
 	states := make([]string, len(p.States))
 	for i, s := range p.States {
@@ -87,7 +95,7 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 	}
 	return collectEffects(q.db.Query(ctx, `SELECT `+effectColumns+` FROM effects
 		WHERE ($1 = '' OR idempotency_key = $1) AND (cardinality($2::text[]) = 0 OR state = ANY($2))
-		ORDER BY created_at, id LIMIT $3`, p.RunKey, states, p.Limit))
+		ORDER BY created_at, id LIMIT $3`, p.RunKey, states, limitArg(p.Limit)))
 }
 
 func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {

@@ -12,7 +12,9 @@ import (
 func (q queries) RunCount(ctx context.Context, p store.RunCountParams) (store.Run, error) {
 	return scanRun(q.db.QueryRow(ctx, `
 		UPDATE workflow_runs
-		SET model_calls = model_calls + $3, tokens = tokens + $4, validations = validations + $5,
+		SET model_calls = least(model_calls::bigint + $3, 2147483647),
+		    tokens = CASE WHEN tokens > 9223372036854775807 - $4::bigint THEN 9223372036854775807 ELSE tokens + $4 END,
+		    validations = validations + $5,
 		    repairs = repairs + $6, action_type = CASE WHEN action_type = '' THEN $2 ELSE action_type END
 		WHERE idempotency_key = $1
 		RETURNING `+runColumns, p.Key, p.ActionType, p.ModelCalls, p.Tokens, p.Validations, p.Repairs))

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -71,8 +72,40 @@ func (s *Store) Ping(ctx context.Context) error {
 // Pool exposes the pool for benchmarks that measure raw statements beside the store.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (err error) {
-	tx, err := s.pool.Begin(ctx)
+// transactTries bounds how often Transact runs fn when PostgreSQL aborts it for a deadlock
+// or a serialization failure.
+const transactTries = 4
+
+// Transact runs fn in a READ COMMITTED transaction: the code takes the row locks it
+// relies on (FOR UPDATE, RunLockKeys in key order, the claim's upsert) instead of
+// counting on a stricter isolation level. When PostgreSQL aborts the transaction with a
+// deadlock (40P01) or a serialization failure (40001), nothing of it was committed, and
+// fn runs again from the start in a new transaction, up to transactTries times with a
+// short jittered pause; fn must therefore keep no state across runs (store.Store says so).
+func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
+	for try := 1; ; try++ {
+		err := s.transactOnce(ctx, fn)
+		if err == nil || try == transactTries || !retryable(err) {
+			return err
+		}
+		pause := time.Duration(rand.Int64N(int64(5*time.Millisecond) << try))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// retryable reports whether err is PostgreSQL aborting a transaction that may simply be
+// run again: a deadlock or a serialization failure.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+func (s *Store) transactOnce(ctx context.Context, fn func(q store.Queries) error) (err error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -390,15 +423,85 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 	return e, nil
 }
 
-func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
-	rows, err := q.db.Query(ctx, `
-		SELECT `+eventColumns+` FROM events
-		WHERE run_key = $1 AND id > $2 ORDER BY id LIMIT $3`, key, afterID, limit)
+func (q queries) EventExistsExcept(ctx context.Context, key string, kinds []string) (bool, error) {
+	var found bool
+	err := q.db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM events WHERE run_key = $1 AND kind <> ALL($2::text[]))`,
+		key, kinds).Scan(&found)
 	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
+		return false, fmt.Errorf("look up events: %w", err)
 	}
-	return pgx.CollectRows(rows, scanEvent)
+	return found, nil
 }
+
+// EventList pages in (writing transaction, id) order and returns only events whose
+// transaction is older than the oldest one in flight (the snapshot's xmin): every such
+// transaction has ended, and any later one gets a larger xid, so no event can still
+// appear before the page's last. The cursor is the last event's id; its transaction is
+// looked up (an event purged meanwhile falls back to id order).
+//
+// A short page while committed events of the run wait behind an older transaction still
+// in flight (usually for milliseconds) is read again, for up to about two seconds, so a
+// client sees its own committed change; past that the safe page is returned as it is.
+func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
+	_, pooled := q.db.(*pgxpool.Pool) // inside a transaction, waiting could wait on itself
+	for wait := 4 * time.Millisecond; ; wait *= 2 {
+		rows, err := q.db.Query(ctx, eventListSQL, key, afterID, limit)
+		if err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		var evs []store.Event
+		held := false
+		for rows.Next() {
+			var e store.Event
+			var meta, detail []byte
+			var flag bool
+			var ord int64
+			if err := rows.Scan(&e.ID, &e.RunKey, &e.At, &e.Kind, &e.Version, &e.Actor, &meta, &detail, &flag, &ord); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("list events: %w", err)
+			}
+			if flag {
+				held = true
+				continue
+			}
+			e.Meta, e.Detail = rawOrNil(meta), rawOrNil(detail)
+			evs = append(evs, e)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		if len(evs) == limit || !held || !pooled || wait > 2*time.Second { // slept 4 ms + 8 ms + … + 1,024 ms ≈ 2 s
+			return evs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return evs, nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// eventsAfter is the cursor condition of EventList ($1 run key, $2 the last event's id).
+// Written as one row comparison so the (run_key, xid, id) index serves it as a range;
+// without the cursor's row it reduces to id > $2.
+const eventsAfter = `run_key = $1
+	AND (xid, id) > ((SELECT coalesce(max(xid), '0') FROM cursor), $2)
+	AND (id > $2 OR EXISTS (SELECT FROM cursor))`
+
+// eventListSQL returns the page, then — judged on the same snapshot — one flag row when
+// committed events past the cursor wait behind an older transaction still in flight.
+const eventListSQL = `
+	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2),
+	horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+	page AS (
+	  SELECT ` + eventColumns + `, xid FROM events
+	  WHERE ` + eventsAfter + ` AND xid < (SELECT xmin FROM horizon)
+	  ORDER BY xid, id LIMIT $3)
+	SELECT ` + eventColumns + `, false AS held, row_number() OVER (ORDER BY xid, id) AS ord FROM page
+	UNION ALL
+	SELECT 0, '', now(), '', 0, '', NULL, NULL, true, 0
+	WHERE EXISTS (SELECT FROM events WHERE ` + eventsAfter + ` AND xid >= (SELECT xmin FROM horizon))
+	ORDER BY held, ord`
 
 const eventColumns = `id, run_key, at, kind, version, actor, meta, detail`
 

@@ -10,7 +10,7 @@ import (
 // purgeStatements name what expires and how: each is a WHERE clause, run as a count (dry)
 // or as the change. $1 is the payload cutoff, $2 the event cutoff, $3 now.
 var purgeStatements = []struct{ kind, table, set, where string }{
-	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < $1"},
+	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled') AND updated_at < $1"},
 	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < $1"},
 	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < $1"},
 	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < $1"},

@@ -97,7 +97,11 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 			args = append(args, string(s))
 		}
 	}
-	args = append(args, p.Limit)
+	limit := p.Limit
+	if limit <= 0 {
+		limit = -1 // no limit
+	}
+	args = append(args, limit)
 	return selectAll(ctx, q.db, scanEffect, query+` ORDER BY created_at, id LIMIT ?`, args...)
 }
 

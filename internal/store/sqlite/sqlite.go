@@ -366,6 +366,22 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 	return e, nil
 }
 
+func (q queries) EventExistsExcept(ctx context.Context, key string, kinds []string) (bool, error) {
+	query := `SELECT EXISTS (SELECT 1 FROM events WHERE run_key = ?`
+	args := []any{key}
+	if len(kinds) > 0 {
+		query += ` AND kind NOT IN (` + placeholders(len(kinds)) + `)`
+		for _, k := range kinds {
+			args = append(args, k)
+		}
+	}
+	var found bool
+	if err := q.db.QueryRowContext(ctx, query+`)`, args...).Scan(&found); err != nil {
+		return false, fmt.Errorf("look up events: %w", err)
+	}
+	return found, nil
+}
+
 func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
 	evs, err := selectAll(ctx, q.db, scanEvent, `SELECT `+eventColumns+` FROM events
 		WHERE run_key = ? AND id > ? ORDER BY id LIMIT ?`, key, afterID, limit)

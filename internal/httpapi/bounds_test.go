@@ -1,0 +1,51 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestUsageBounds: usage figures past what one report can carry are refused with a
+// field error, never a 500 and never a total that overflows past the budget.
+func TestUsageBounds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		owner, v := h.claim("u-1")
+		lb := fmt.Sprintf(`"lease_owner":"%s","version":%d`, owner, v)
+		for _, body := range []string{
+			`"model_calls":2147483648`,
+			`"model_calls":1000001`,
+			`"tokens":9223372036854775807`,
+			`"tokens":1000000000001`,
+		} {
+			expect(t, h.post("/v1/runs/u-1/usage", `{`+lb+`,`+body+`}`), 400, "invalid_field")
+		}
+		expect(t, h.post("/v1/runs/u-1/usage", `{`+lb+`,"model_calls":1,"tokens":1000000000000}`), 200, "")
+	})
+}
+
+// TestDurationBounds: every duration the API takes is bounded before it becomes a
+// time.Duration: 18446744075 seconds used to wrap to a one-second lease, and a worker
+// lease of 1e9 seconds ran to 2058.
+func TestDurationBounds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		for _, secs := range []string{"18446744075", "9223372037", "3601", "1000000000"} {
+			expect(t, h.post("/v1/runs/claim", `{"key":"d-1","payload":{"n":1},"lease_seconds":`+secs+`}`), 400, "invalid_field")
+		}
+		owner, v := h.claim("d-1")
+		lb := fmt.Sprintf(`"lease_owner":"%s","version":%d`, owner, v)
+		expect(t, h.post("/v1/runs/d-1/heartbeat", `{`+lb+`,"lease_seconds":18446744075}`), 400, "invalid_field")
+		expect(t, h.post("/v1/runs/d-1/effects", `{`+lb+`,"action_type":"task","target":"slack","payload":{"msg":"hi"}}`), 201, "")
+		for _, secs := range []string{"1000000000", "18446744075", "3601"} {
+			expect(t, h.do("POST", "/v1/effects/claim", h.workerKey, "application/json", `{"types":["task"],"lease_seconds":`+secs+`}`), 400, "invalid_field")
+		}
+		c := h.do("POST", "/v1/effects/claim", h.workerKey, "application/json", `{"types":["task"],"lease_seconds":3600}`)
+		expect(t, c, 200, "")
+		id, lo := c.body["id"].(string), c.body["lease_owner"].(string)
+		for _, ms := range []string{"-1", "9223372036854775807", "3600001"} {
+			expect(t, h.do("POST", "/v1/effects/"+id+"/fail", h.workerKey, "application/json",
+				`{"lease_owner":"`+lo+`","retryable":true,"retry_after_ms":`+ms+`}`), 400, "invalid_field")
+		}
+		expect(t, h.do("POST", "/v1/effects/"+id+"/fail", h.workerKey, "application/json",
+			`{"lease_owner":"`+lo+`","retryable":true,"retry_after_ms":3600000}`), 200, "")
+	})
+}

@@ -1,0 +1,61 @@
+package storetest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
+)
+
+func TestConsistencyConformance(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunConsistency(t, b)
+		})
+	}
+}
+
+// BenchmarkEventPages reads a run's 1,000 events 100 at a time, the way GET
+// /v1/runs/{key}/events and explain page through a timeline.
+func BenchmarkEventPages(b *testing.B) {
+	ctx := context.Background()
+	for _, be := range storetest.Backends {
+		b.Run(be.Name, func(b *testing.B) {
+			if be.Name == "postgres" {
+				storetest.PostgresURL(b)
+			}
+			e := storetest.NewEnv(b, be, true)
+			err := e.Store.Transact(ctx, func(q store.Queries) error {
+				for range 1000 {
+					if _, err := q.EventInsert(ctx, store.EventInsertParams{RunKey: "paged", Kind: "heartbeat"}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				n := 0
+				for after := int64(0); ; {
+					evs, err := e.Store.EventList(ctx, "paged", after, 100)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += len(evs)
+					if len(evs) < 100 {
+						break
+					}
+					after = evs[len(evs)-1].ID
+				}
+				if n != 1000 {
+					b.Fatalf("paged %d events", n)
+				}
+			}
+		})
+	}
+}
