@@ -252,10 +252,27 @@ func (h *harness) moreKeys() {
 	}
 }
 
+// recentKeys are the keys an operator looks at every round: the newest deliveries' and
+// gated ones (all of them are looked at when the workload ends).
+func (h *harness) recentKeys() []string {
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	keys := slices.Clone(h.keys[max(0, len(h.keys)-60):])
+	for _, g := range h.gated[max(0, len(h.gated)-30):] {
+		keys = append(keys, g.key)
+	}
+	return keys
+}
+
+// allKeys are the keys of every run with effects: the deliveries' and the gated ones.
 func (h *harness) allKeys() []string {
 	h.hmu.Lock()
 	defer h.hmu.Unlock()
-	return slices.Clone(h.keys)
+	keys := slices.Clone(h.keys)
+	for _, g := range h.gated {
+		keys = append(keys, g.key)
+	}
+	return keys
 }
 
 func (h *harness) intn(n int) int {
@@ -734,7 +751,7 @@ func (h *harness) worker(performed *sync.Map) {
 func (h *harness) operator(performed *sync.Map, all bool) {
 	keys := h.allKeys()
 	if !all {
-		keys = keys[max(0, len(keys)-60):]
+		keys = h.recentKeys()
 	}
 	for _, key := range keys {
 		var r runJSON
@@ -962,7 +979,11 @@ func (h *harness) check() {
 
 	// 3. Every acknowledged write is there after recovery; every effect ended, with its
 	// events; no run hangs in approved or a parked state.
-	for _, key := range h.keys {
+	keys := slices.Clone(h.keys)
+	for _, g := range h.gated {
+		keys = append(keys, g.key)
+	}
+	for _, key := range keys {
 		var r runJSON
 		st := h.call("GET", "/v1/runs/"+key, "", &r)
 		if st == 404 {
