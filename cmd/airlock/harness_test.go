@@ -301,11 +301,17 @@ func (h *harness) url() string {
 
 // call is one API request; status 0 means no reply (the outcome is unknown).
 func (h *harness) call(method, path, body string, out any) int {
-	status, err := apiJSON(method, h.url()+path, h.key, body, out)
-	if err != nil && status == 0 {
-		return 0
+	for try := 0; ; try++ {
+		status, err := apiJSON(method, h.url()+path, h.key, body, out)
+		if err != nil && status == 0 {
+			if method == "GET" && try < 5 { // a read is safe to repeat, on another instance
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			return 0
+		}
+		return status
 	}
-	return status
 }
 
 // The run model for the linearizability check (leases are long: none expires during the
@@ -914,27 +920,51 @@ func (h *harness) run() {
 		open := 0
 		for _, key := range h.allKeys() {
 			var r runJSON
-			if h.call("GET", "/v1/runs/"+key, "", &r) == 200 {
+			switch st := h.call("GET", "/v1/runs/"+key, "", &r); st {
+			case 200:
 				for _, e := range r.Effects {
 					if e.State == "pending" || e.State == "sending" || e.State == "unknown" {
 						open++
 					}
 				}
+			case 404:
+			default:
+				open++ // unreadable: not known to be settled
 			}
 		}
 		if open == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			h.t.Errorf("seed %d: %d effects still open 60 s after the workload ended", h.seed, open)
+			h.t.Errorf("seed %d: %d effects still open (or runs unreadable) 60 s after the workload ended", h.seed, open)
+			h.dumpLogs()
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
+// dumpLogs shows the last lines of every instance's log (a failing run's diagnosis).
+func (h *harness) dumpLogs() {
+	h.imu.Lock()
+	defer h.imu.Unlock()
+	for i, s := range h.insts {
+		if s == nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(s.Logs()), "\n")
+		h.t.Logf("instance %d (%s), last log lines:\n%s", i, s.URL, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+	}
+}
+
 func (h *harness) check() {
 	t := h.t
+	h.crashed()
+	defer func() {
+		if t.Failed() {
+			h.dumpLogs()
+		}
+	}()
 	h.hmu.Lock()
 	defer h.hmu.Unlock()
 	faults := []string{}
@@ -1077,8 +1107,9 @@ func (h *harness) isCRM(key string) bool {
 		return false
 	}
 	var r runJSON
-	if h.call("GET", "/v1/runs/"+k, "", &r) != 200 {
-		return false
+	if st := h.call("GET", "/v1/runs/"+k, "", &r); st != 200 {
+		h.t.Errorf("seed %d: GET run %s: %d (cannot tell its effect's type)", h.seed, k, st)
+		return true
 	}
 	for _, e := range r.Effects {
 		if e.EffectID == id {
