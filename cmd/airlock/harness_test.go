@@ -589,6 +589,7 @@ func (h *harness) shortDelivery(key string) {
 type gatedEffect struct {
 	key, effectID, token, nonce string
 	decided                     string // "", approve, reject, or ? (the reply was lost)
+	intended                    string // what the approver asked for (repeated after a lost reply)
 }
 
 // gatedDelivery asks for a gated effect: the run waits for a person.
@@ -618,7 +619,7 @@ func (h *harness) approver(jar http.CookieJar, all bool) {
 	h.hmu.Lock()
 	var open []*gatedEffect
 	for _, g := range h.gated {
-		if g != nil && g.decided == "" {
+		if g != nil && (g.decided == "" || g.decided == "?") {
 			open = append(open, g)
 		}
 	}
@@ -648,17 +649,25 @@ func (h *harness) approver(jar http.CookieJar, all bool) {
 		if st := form(base, "/login", map[string]string{"username": fmt.Sprintf("lead%d", h.seed), "password": "harness-lead-pw"}); st != 303 && st != 200 {
 			continue
 		}
-		decision := "approve"
-		if h.intn(4) == 0 {
-			decision = "reject"
+		h.hmu.Lock()
+		decision, retry := g.intended, g.decided == "?"
+		h.hmu.Unlock()
+		if decision == "" {
+			decision = "approve"
+			if h.intn(4) == 0 {
+				decision = "reject"
+			}
 		}
 		st := form(base, "/approve/"+g.token, map[string]string{"decision": decision, "reason": "harness"})
 		h.hmu.Lock()
+		g.intended = decision
 		switch {
-		case st == 200:
-			g.decided = decision
 		case st == 0 || st >= 500:
-			g.decided = "?"
+			g.decided = "?" // asked again, with the same decision, next round
+		case st == 200 || retry:
+			// After a lost reply, the same decision again: whichever attempt applied it
+			// (a consumed token answers with the neutral page), it is this one.
+			g.decided = decision
 		}
 		h.hmu.Unlock()
 	}
@@ -730,7 +739,7 @@ func (h *harness) checkLeases() {
 
 // worker performs task effects as an external worker would; performed records which it
 // carried out (the operator's ground truth for their unknowns).
-func (h *harness) worker(performed *sync.Map) {
+func (h *harness) worker(performed *sync.Map, reliable bool) {
 	var e struct {
 		ID         string `json:"id"`
 		LeaseOwner string `json:"lease_owner"`
@@ -739,7 +748,11 @@ func (h *harness) worker(performed *sync.Map) {
 	if h.call("POST", "/v1/effects/claim", `{"types":["task"],"lease_seconds":2}`, &e) != 200 {
 		return
 	}
-	switch h.intn(4) {
+	fate := h.intn(4)
+	if reliable {
+		fate = 3
+	}
+	switch fate {
 	case 0: // dies with the lease (performed or not)
 		if h.intn(2) == 0 {
 			performed.Store(e.ID, true)
@@ -867,7 +880,7 @@ func (h *harness) run() {
 			for ctx.Err() == nil {
 				switch h.intn(10) {
 				case 0, 1:
-					h.worker(&performed)
+					h.worker(&performed, false)
 				case 2:
 					h.shortDelivery(h.short[h.intn(len(h.short))])
 				case 3:
@@ -915,8 +928,8 @@ func (h *harness) run() {
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		h.crashed()
 		h.operator(&performed, true)
-		h.worker(&performed)  // pending tasks wait for a worker
-		h.approver(jar, true) // and waiting approvals for a person
+		h.worker(&performed, true) // pending tasks wait for a worker
+		h.approver(jar, true)      // and waiting approvals for a person
 		open := 0
 		for _, key := range h.allKeys() {
 			var r runJSON
