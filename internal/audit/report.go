@@ -120,35 +120,38 @@ func (s *Service) Report(ctx context.Context, since time.Time) (Report, error) {
 	r.Effects.Queued, r.Effects.Unknown, r.Effects.Failed = k["effect_queued"], k["effect_unknown"], k["effect_failed"]
 	r.Effects.Sent = k["effect_completed"] + k["effect_confirmed"]
 
-	after := int64(0)
-	for {
-		page, err := s.store.AuditEvents(ctx, store.AuditEventsParams{Since: since, Kinds: detailKinds, AfterID: after, Limit: pageSize})
-		if err != nil {
-			return Report{}, fmt.Errorf("report: %w", err)
-		}
-		for _, se := range page {
-			e := decode(se)
-			switch e.Kind {
-			case "validation":
-				if e.detail["valid"] != true {
-					r.ValidationsInvalid++
-				}
-			case "effect_failed":
-				if e.has("retry_cap") { // a retryable failure past max_attempts, not a refusal
-					r.RetryCapHits.Effects++
-				}
-			case "effect_reconciled", "effect_resolved":
-				if _, ok := sentBy(e); ok {
-					r.Effects.Sent++
-				}
-			case "alert":
-				r.Alerts[e.str("alert")]++
+	for _, kind := range detailKinds {
+		cursor := store.AuditEventsParams{Since: since, Kind: kind, Limit: pageSize}
+		for {
+			page, err := s.store.AuditEvents(ctx, cursor)
+			if err != nil {
+				return Report{}, fmt.Errorf("report: %w", err)
 			}
+			for _, se := range page {
+				e := decode(se)
+				switch e.Kind {
+				case "validation":
+					if e.detail["valid"] != true {
+						r.ValidationsInvalid++
+					}
+				case "effect_failed":
+					if e.has("retry_cap") { // a retryable failure past max_attempts, not a refusal
+						r.RetryCapHits.Effects++
+					}
+				case "effect_reconciled", "effect_resolved":
+					if _, ok := sentBy(e); ok {
+						r.Effects.Sent++
+					}
+				case "alert":
+					r.Alerts[e.str("alert")]++
+				}
+			}
+			if len(page) < pageSize {
+				break
+			}
+			last := page[len(page)-1]
+			cursor.AfterAt, cursor.AfterID = last.At, last.ID
 		}
-		if len(page) < pageSize {
-			break
-		}
-		after = page[len(page)-1].ID
 	}
 	r.ValidationFailureRate = ratio(r.ValidationsInvalid, r.Validations)
 	r.RetryCapHits.Total = r.RetryCapHits.Runs + r.RetryCapHits.Effects

@@ -41,9 +41,14 @@ func (q queries) AuditCount(ctx context.Context, since time.Time) (store.AuditCo
 }
 
 func (q queries) AuditEvents(ctx context.Context, p store.AuditEventsParams) ([]store.Event, error) {
+	after := p.AfterAt
+	if after.IsZero() {
+		after = p.Since // (at, id) > (since, 0): at >= since, as ids start at 1
+	}
 	rows, err := q.db.Query(ctx, `
 		SELECT `+eventColumns+` FROM events
-		WHERE at >= $1 AND kind = ANY($2) AND id > $3 ORDER BY id LIMIT $4`, p.Since, p.Kinds, p.AfterID, p.Limit)
+		WHERE kind = $1 AND (at, id) > ($2::timestamptz, $3::bigint)
+		ORDER BY at, id LIMIT $4`, p.Kind, after, p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
 	}

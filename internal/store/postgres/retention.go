@@ -3,28 +3,46 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
 )
 
 // purgeStatements name what expires and how: each is a WHERE clause, run as a count (dry)
-// or as the change. $1 is the payload cutoff, $2 the event cutoff, $3 now.
+// or as the change. $1 is the payload cutoff, $2 the event cutoff, $3 now. Each has an
+// index path (0008_cost.sql), which TestPurgeUsesIndexes checks.
 var purgeStatements = []struct{ kind, table, set, where string }{
 	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < $1"},
 	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < $1"},
 	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < $1"},
 	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < $1"},
-	{"ledgers", "ledgers", "", "idempotency_key IN (SELECT idempotency_key FROM workflow_runs WHERE state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < $1)"},
+	{"ledgers", "ledgers", "", "EXISTS (SELECT FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key AND r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < $1)"},
 	{"events", "events", "", "at < $2"},
 	{"sessions", "sessions", "", "expires_at < $3"},
 	{"signin_throttle", "signin_throttle", "", "next_at < $3 AND updated_at < $3::timestamptz - interval '1 day'"},
 }
 
+// purgeWhere is a statement's clause naming all three parameters, so their types are
+// always known.
+func purgeWhere(where string) string {
+	return where + " AND $1::timestamptz IS NOT NULL AND $2::timestamptz IS NOT NULL AND $3::timestamptz IS NOT NULL"
+}
+
+// purgeBatchSQL changes at most $4 rows: those the index finds first. The outer WHERE
+// checks each row again, so a row changed since it was found is left as it is.
+func purgeBatchSQL(table, set, where string) string {
+	batch := `ctid = ANY(ARRAY(SELECT ctid FROM ` + table + ` WHERE ` + where + ` LIMIT $4)) AND ` + where
+	if set != "" {
+		return `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
+	}
+	return `DELETE FROM ` + table + ` WHERE ` + batch
+}
+
 func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCounts, error) {
 	out := store.PurgeCounts{}
+	batch := p.BatchSize()
 	for _, st := range purgeStatements {
-		// Each statement names all three parameters so their types are always known.
-		where := st.where + " AND $1::timestamptz IS NOT NULL AND $2::timestamptz IS NOT NULL AND $3::timestamptz IS NOT NULL"
+		where := purgeWhere(st.where)
 		if p.DryRun {
 			var n int64
 			if err := q.db.QueryRow(ctx, `SELECT count(*) FROM `+st.table+` WHERE `+where, p.PayloadsBefore, p.EventsBefore, p.Now).Scan(&n); err != nil {
@@ -33,15 +51,34 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 			out[st.kind] = n
 			continue
 		}
-		sql := `DELETE FROM ` + st.table + ` WHERE ` + where
-		if st.set != "" {
-			sql = `UPDATE ` + st.table + ` SET ` + st.set + ` WHERE ` + where
+		sql := purgeBatchSQL(st.table, st.set, where)
+		out[st.kind] = 0
+		for {
+			start := time.Now()
+			tag, err := q.db.Exec(ctx, sql, p.PayloadsBefore, p.EventsBefore, p.Now, batch)
+			if err != nil {
+				return out, fmt.Errorf("purge %s: %w", st.kind, err)
+			}
+			out[st.kind] += tag.RowsAffected()
+			if tag.RowsAffected() < int64(batch) {
+				break
+			}
+			if err := p.Between(ctx, time.Since(start)); err != nil {
+				return out, fmt.Errorf("purge %s: %w", st.kind, err)
+			}
 		}
-		tag, err := q.db.Exec(ctx, sql, p.PayloadsBefore, p.EventsBefore, p.Now)
-		if err != nil {
-			return nil, fmt.Errorf("purge %s: %w", st.kind, err)
+	}
+	if !p.DryRun {
+		if err := q.compactEffectCounts(ctx); err != nil {
+			return out, err
 		}
-		out[st.kind] = tag.RowsAffected()
 	}
 	return out, nil
+}
+
+// RenameEffectsForTest renames the effects table inside q's transaction, for the test
+// that proves counting never reads it (the transaction is rolled back).
+func (s *Store) RenameEffectsForTest(ctx context.Context, q store.Queries) error {
+	_, err := q.(queries).db.Exec(ctx, `ALTER TABLE effects RENAME TO effects_renamed_for_test`)
+	return err
 }

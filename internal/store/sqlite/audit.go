@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
@@ -37,18 +36,14 @@ func (q queries) AuditCount(ctx context.Context, since time.Time) (store.AuditCo
 }
 
 func (q queries) AuditEvents(ctx context.Context, p store.AuditEventsParams) ([]store.Event, error) {
-	if len(p.Kinds) == 0 {
-		return nil, nil
+	after := p.AfterAt
+	if after.IsZero() {
+		after = p.Since // (at, id) > (since, 0): at >= since, as ids start at 1
 	}
-	args := []any{p.Since.UnixMicro(), p.AfterID}
-	for _, k := range p.Kinds {
-		args = append(args, k)
-	}
-	args = append(args, p.Limit)
 	evs, err := selectAll(ctx, q.db, scanEvent, `
 		SELECT `+eventColumns+` FROM events
-		WHERE at >= ? AND id > ? AND kind IN (?`+strings.Repeat(", ?", len(p.Kinds)-1)+`)
-		ORDER BY id LIMIT ?`, args...)
+		WHERE kind = ? AND (at, id) > (?, ?)
+		ORDER BY at, id LIMIT ?`, p.Kind, after.UnixMicro(), p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
 	}

@@ -3,28 +3,44 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
 )
 
 // purgeStatements mirror PostgreSQL's; ?1 is the payload cutoff, ?2 the event cutoff,
-// ?3 now, all in microseconds.
+// ?3 now, all in microseconds. Each has an index path (0008_cost.sql).
 var purgeStatements = []struct{ kind, table, set, where string }{
 	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < ?1"},
 	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < ?1"},
 	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < ?1"},
 	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < ?1"},
-	{"ledgers", "ledgers", "", "idempotency_key IN (SELECT idempotency_key FROM workflow_runs WHERE state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < ?1)"},
+	{"ledgers", "ledgers", "", "EXISTS (SELECT 1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key AND r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < ?1)"},
 	{"events", "events", "", "at < ?2"},
 	{"sessions", "sessions", "", "expires_at < ?3"},
 	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000"},
 }
 
+func purgeWhere(where string) string {
+	return where + " AND ?1 IS NOT NULL AND ?2 IS NOT NULL AND ?3 IS NOT NULL"
+}
+
+// purgeBatchSQL changes at most ?4 rows, found through the index; each batch is one
+// statement in autocommit, so the write lock is released between batches.
+func purgeBatchSQL(table, set, where string) string {
+	batch := `rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + where + ` LIMIT ?4)`
+	if set != "" {
+		return `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
+	}
+	return `DELETE FROM ` + table + ` WHERE ` + batch
+}
+
 func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCounts, error) {
 	out := store.PurgeCounts{}
 	args := []any{p.PayloadsBefore.UnixMicro(), p.EventsBefore.UnixMicro(), p.Now.UnixMicro()}
+	batch := p.BatchSize()
 	for _, st := range purgeStatements {
-		where := st.where + " AND ?1 IS NOT NULL AND ?2 IS NOT NULL AND ?3 IS NOT NULL"
+		where := purgeWhere(st.where)
 		if p.DryRun {
 			var n int64
 			if err := q.db.QueryRowContext(ctx, `SELECT count(*) FROM `+st.table+` WHERE `+where, args...).Scan(&n); err != nil {
@@ -33,16 +49,30 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 			out[st.kind] = n
 			continue
 		}
-		sql := `DELETE FROM ` + st.table + ` WHERE ` + where
-		if st.set != "" {
-			sql = `UPDATE ` + st.table + ` SET ` + st.set + ` WHERE ` + where
+		sql := purgeBatchSQL(st.table, st.set, where)
+		out[st.kind] = 0
+		for {
+			start := time.Now()
+			res, err := q.db.ExecContext(ctx, sql, append(args, batch)...)
+			if err != nil {
+				return out, fmt.Errorf("purge %s: %w", st.kind, err)
+			}
+			n, _ := res.RowsAffected()
+			out[st.kind] += n
+			if n < int64(batch) {
+				break
+			}
+			if err := p.Between(ctx, time.Since(start)); err != nil {
+				return out, fmt.Errorf("purge %s: %w", st.kind, err)
+			}
 		}
-		res, err := q.db.ExecContext(ctx, sql, args...)
-		if err != nil {
-			return nil, fmt.Errorf("purge %s: %w", st.kind, err)
-		}
-		n, _ := res.RowsAffected()
-		out[st.kind] = n
 	}
 	return out, nil
+}
+
+// RenameEffectsForTest renames the effects table inside q's transaction, for the test
+// that proves counting never reads it (the transaction is rolled back).
+func (s *Store) RenameEffectsForTest(ctx context.Context, q store.Queries) error {
+	_, err := q.(queries).db.ExecContext(ctx, `ALTER TABLE effects RENAME TO effects_renamed_for_test`)
+	return err
 }

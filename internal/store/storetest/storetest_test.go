@@ -41,3 +41,12 @@ func TestLedgerConformance(t *testing.T) {
 		})
 	}
 }
+
+func TestCostConformance(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunCost(t, b)
+		})
+	}
+}
