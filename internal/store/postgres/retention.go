@@ -10,13 +10,14 @@ import (
 
 // purgeStatements name what expires and how: each is a WHERE clause, run as a count (dry)
 // or as the change. $1 is the payload cutoff, $2 the event cutoff, $3 now. Each has an
-// index path (0008_cost.sql), which TestPurgeUsesIndexes checks.
+// index path (0008_cost.sql), which TestHotQueriesUseIndexes checks: the ledgers' is
+// a lookup of each ledger's run by key (a subquery per row, never a hash of all runs).
 var purgeStatements = []struct{ kind, table, set, where string }{
 	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < $1"},
 	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < $1"},
 	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < $1"},
 	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < $1"},
-	{"ledgers", "ledgers", "", "EXISTS (SELECT FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key AND r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < $1)"},
+	{"ledgers", "ledgers", "", "(SELECT r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < $1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key)"},
 	{"events", "events", "", "at < $2"},
 	{"sessions", "sessions", "", "expires_at < $3"},
 	{"signin_throttle", "signin_throttle", "", "next_at < $3 AND updated_at < $3::timestamptz - interval '1 day'"},

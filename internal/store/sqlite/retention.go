@@ -9,13 +9,14 @@ import (
 )
 
 // purgeStatements mirror PostgreSQL's; ?1 is the payload cutoff, ?2 the event cutoff,
-// ?3 now, all in microseconds. Each has an index path (0008_cost.sql).
+// ?3 now, all in microseconds. Each has an index path (0008_cost.sql); the ledgers' looks
+// up each ledger's run by key.
 var purgeStatements = []struct{ kind, table, set, where string }{
 	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < ?1"},
 	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < ?1"},
 	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < ?1"},
 	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < ?1"},
-	{"ledgers", "ledgers", "", "EXISTS (SELECT 1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key AND r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < ?1)"},
+	{"ledgers", "ledgers", "", "(SELECT r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < ?1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key)"},
 	{"events", "events", "", "at < ?2"},
 	{"sessions", "sessions", "", "expires_at < ?3"},
 	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000"},
