@@ -12,15 +12,15 @@ import (
 // or as the change. $1 is the payload cutoff, $2 the event cutoff, $3 now. Each has an
 // index path (0008_cost.sql), which TestHotQueriesUseIndexes checks: the ledgers' is
 // a lookup of each ledger's run by key (a subquery per row, never a hash of all runs).
-var purgeStatements = []struct{ kind, table, set, where string }{
-	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < $1"},
-	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < $1"},
-	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < $1"},
-	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < $1"},
-	{"ledgers", "ledgers", "", "(SELECT r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < $1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key)"},
-	{"events", "events", "", "at < $2"},
-	{"sessions", "sessions", "", "expires_at < $3"},
-	{"signin_throttle", "signin_throttle", "", "next_at < $3 AND updated_at < $3::timestamptz - interval '1 day'"},
+var purgeStatements = []struct{ kind, table, set, where, order string }{
+	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < $1", "updated_at"},
+	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < $1", "consumed_at"},
+	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < $1", "created_at"},
+	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < $1", "updated_at"},
+	{"ledgers", "ledgers", "", "(SELECT r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < $1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key)", ""},
+	{"events", "events", "", "at < $2", "at"},
+	{"sessions", "sessions", "", "expires_at < $3", "expires_at"},
+	{"signin_throttle", "signin_throttle", "", "next_at < $3 AND updated_at < $3::timestamptz - interval '1 day'", ""},
 }
 
 // purgeWhere is a statement's clause naming all three parameters, so their types are
@@ -29,10 +29,16 @@ func purgeWhere(where string) string {
 	return where + " AND $1::timestamptz IS NOT NULL AND $2::timestamptz IS NOT NULL AND $3::timestamptz IS NOT NULL"
 }
 
-// purgeBatchSQL changes at most $4 rows: those the index finds first. The outer WHERE
-// checks each row again, so a row changed since it was found is left as it is.
-func purgeBatchSQL(table, set, where string) string {
-	batch := `ctid = ANY(ARRAY(SELECT ctid FROM ` + table + ` WHERE ` + where + ` LIMIT $4)) AND ` + where
+// purgeBatchSQL changes at most $4 rows: the first in the index's order. The ORDER BY
+// keeps the index path in the generic plan PostgreSQL switches to after a few runs of a
+// prepared statement: without it, "LIMIT n of a third of the table" looks cheapest as a
+// sequential scan, which reads all history before reaching the old rows at its end. The
+// outer WHERE checks each row again, so a row changed since it was found is left as it is.
+func purgeBatchSQL(table, set, where, order string) string {
+	if order != "" {
+		order = ` ORDER BY ` + order
+	}
+	batch := `ctid = ANY(ARRAY(SELECT ctid FROM ` + table + ` WHERE ` + where + order + ` LIMIT $4)) AND ` + where
 	if set != "" {
 		return `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
 	}
@@ -52,7 +58,7 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 			out[st.kind] = n
 			continue
 		}
-		sql := purgeBatchSQL(st.table, st.set, where)
+		sql := purgeBatchSQL(st.table, st.set, where, st.order)
 		out[st.kind] = 0
 		for {
 			start := time.Now()

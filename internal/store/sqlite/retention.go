@@ -11,15 +11,15 @@ import (
 // purgeStatements mirror PostgreSQL's; ?1 is the payload cutoff, ?2 the event cutoff,
 // ?3 now, all in microseconds. Each has an index path (0008_cost.sql); the ledgers' looks
 // up each ledger's run by key.
-var purgeStatements = []struct{ kind, table, set, where string }{
-	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < ?1"},
-	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < ?1"},
-	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < ?1"},
-	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < ?1"},
-	{"ledgers", "ledgers", "", "(SELECT r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < ?1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key)"},
-	{"events", "events", "", "at < ?2"},
-	{"sessions", "sessions", "", "expires_at < ?3"},
-	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000"},
+var purgeStatements = []struct{ kind, table, set, where, order string }{
+	{"effect_payloads", "effects", "payload = NULL", "payload IS NOT NULL AND state IN ('completed', 'cancelled', 'failed') AND updated_at < ?1", "updated_at"},
+	{"approval_payloads", "approvals", "payload = NULL", "payload IS NOT NULL AND consumed_at IS NOT NULL AND consumed_at < ?1", "consumed_at"},
+	{"validated_values", "validations", "value = NULL", "value IS NOT NULL AND created_at < ?1", "created_at"},
+	{"run_results", "workflow_runs", "result = NULL", "result IS NOT NULL AND state IN ('completed', 'failed_terminal', 'rejected') AND updated_at < ?1", "updated_at"},
+	{"ledgers", "ledgers", "", "(SELECT r.state IN ('completed', 'failed_terminal', 'rejected') AND r.updated_at < ?1 FROM workflow_runs r WHERE r.idempotency_key = ledgers.idempotency_key)", ""},
+	{"events", "events", "", "at < ?2", "at"},
+	{"sessions", "sessions", "", "expires_at < ?3", "expires_at"},
+	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000", ""},
 }
 
 func purgeWhere(where string) string {
@@ -28,8 +28,11 @@ func purgeWhere(where string) string {
 
 // purgeBatchSQL changes at most ?4 rows, found through the index; each batch is one
 // statement in autocommit, so the write lock is released between batches.
-func purgeBatchSQL(table, set, where string) string {
-	batch := `rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + where + ` LIMIT ?4)`
+func purgeBatchSQL(table, set, where, order string) string {
+	if order != "" {
+		order = ` ORDER BY ` + order
+	}
+	batch := `rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + where + order + ` LIMIT ?4)`
 	if set != "" {
 		return `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
 	}
@@ -50,7 +53,7 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 			out[st.kind] = n
 			continue
 		}
-		sql := purgeBatchSQL(st.table, st.set, where)
+		sql := purgeBatchSQL(st.table, st.set, where, st.order)
 		out[st.kind] = 0
 		for {
 			start := time.Now()
