@@ -608,16 +608,6 @@ type AuditCounts struct {
 	Runs   int64            // distinct run keys with an event (the system key "" excluded)
 }
 
-// AuditEventsParams pages through the events of one kind at or after Since, in (at, id)
-// order: the page after the event (AfterAt, AfterID); a zero AfterAt starts at Since.
-type AuditEventsParams struct {
-	Since   time.Time
-	Kind    string
-	AfterAt time.Time
-	AfterID int64
-	Limit   int
-}
-
 // GateWait is one decided approval: when it was requested and when a person decided.
 type GateWait struct {
 	RunKey     string
@@ -635,9 +625,9 @@ type GateWait struct {
 type AuditQueries interface {
 	// AuditCount counts the events at or after since by kind, and the runs they belong to.
 	AuditCount(ctx context.Context, since time.Time) (AuditCounts, error)
-	// AuditEvents returns events of p.Kind at or after p.Since after the cursor
-	// (p.AfterAt, p.AfterID), in (at, id) order, at most p.Limit.
-	AuditEvents(ctx context.Context, p AuditEventsParams) ([]Event, error)
+	// AuditEvents calls fn with each event of kinds at or after since, in no particular
+	// order, streaming them from one statement; an error from fn stops it.
+	AuditEvents(ctx context.Context, since time.Time, kinds []string, fn func(Event) error) error
 	// AuditGateWaits pairs every approval_decided event at or after since with the
 	// approval_requested event of the same run and approval_id, in id order.
 	AuditGateWaits(ctx context.Context, since time.Time) ([]GateWait, error)

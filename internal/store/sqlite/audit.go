@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
@@ -13,11 +14,10 @@ import (
 // TestSQLiteHotQueriesUseIndexes checks. The counts name theirs: without statistics
 // SQLite would rather read all of events_kind_at in kind order than sort the window.
 const (
-	auditCountSQL  = `SELECT kind, count(*) FROM events INDEXED BY events_at WHERE at >= ? GROUP BY kind`
-	auditRunsSQL   = `SELECT count(DISTINCT run_key) FROM events INDEXED BY events_at WHERE at >= ? AND run_key <> ''`
-	auditEventsSQL = `SELECT ` + eventColumns + ` FROM events
-		WHERE kind = ? AND (at, id) > (?, ?)
-		ORDER BY at, id LIMIT ?`
+	auditCountSQL = `SELECT kind, count(*) FROM events INDEXED BY events_at WHERE at >= ? GROUP BY kind`
+	auditRunsSQL  = `SELECT count(DISTINCT run_key) FROM events INDEXED BY events_at WHERE at >= ? AND run_key <> ''`
+	// auditEventsSQL is completed with one ? per kind and the closing parenthesis.
+	auditEventsSQL    = `SELECT ` + eventColumns + ` FROM events WHERE at >= ? AND kind IN (`
 	auditGateWaitsSQL = `
 		SELECT d.run_key, coalesce(json_extract(d.detail, '$.approval_id'), ''),
 		  coalesce(json_extract(d.detail, '$.decision'), ''),
@@ -55,16 +55,32 @@ func (q queries) AuditCount(ctx context.Context, since time.Time) (store.AuditCo
 	return out, nil
 }
 
-func (q queries) AuditEvents(ctx context.Context, p store.AuditEventsParams) ([]store.Event, error) {
-	after := p.AfterAt
-	if after.IsZero() {
-		after = p.Since // (at, id) > (since, 0): at >= since, as ids start at 1
+func (q queries) AuditEvents(ctx context.Context, since time.Time, kinds []string, fn func(store.Event) error) error {
+	if len(kinds) == 0 {
+		return nil
 	}
-	evs, err := selectAll(ctx, q.db, scanEvent, auditEventsSQL, p.Kind, after.UnixMicro(), p.AfterID, p.Limit)
+	args := []any{since.UnixMicro()}
+	for _, k := range kinds {
+		args = append(args, k)
+	}
+	rows, err := q.db.QueryContext(ctx, auditEventsSQL+strings.Repeat("?, ", len(kinds)-1)+"?)", args...)
 	if err != nil {
-		return nil, fmt.Errorf("list audit events: %w", err)
+		return fmt.Errorf("list audit events: %w", err)
 	}
-	return evs, nil
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return fmt.Errorf("list audit events: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list audit events: %w", err)
+	}
+	return nil
 }
 
 func (q queries) AuditGateWaits(ctx context.Context, since time.Time) ([]store.GateWait, error) {

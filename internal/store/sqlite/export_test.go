@@ -4,7 +4,7 @@ package sqlite
 // report's, the effect counts' and every purge statement (dry and batched), each with
 // how many arguments it takes.
 func HotStatementsForTest() map[string]int {
-	out := map[string]int{auditCountSQL: 1, auditRunsSQL: 1, auditEventsSQL: 4, auditGateWaitsSQL: 1,
+	out := map[string]int{auditCountSQL: 1, auditRunsSQL: 1, auditEventsSQL + "?, ?)": 3, auditGateWaitsSQL: 1,
 		`SELECT state, n FROM effect_counts WHERE n <> 0`: 0}
 	for _, st := range purgeStatements {
 		where := purgeWhere(st.where)
