@@ -29,20 +29,25 @@ func purgeWhere(where string) string {
 	return where + " AND $1::timestamptz IS NOT NULL AND $2::timestamptz IS NOT NULL AND $3::timestamptz IS NOT NULL"
 }
 
-// purgeBatchSQL changes at most $4 rows: the first in the index's order. The ORDER BY
-// keeps the index path in the generic plan PostgreSQL switches to after a few runs of a
-// prepared statement: without it, "LIMIT n of a third of the table" looks cheapest as a
-// sequential scan, which reads all history before reaching the old rows at its end. The
-// outer WHERE checks each row again, so a row changed since it was found is left as it is.
+// purgeBatchSQL changes at most $4 rows: the first in the index's order from $5, and
+// returns how many and the last one's position; the next batch starts there, so no batch
+// walks again over the index entries its predecessors left dead. The ORDER BY also keeps
+// the index path in the generic plan PostgreSQL switches to after a few runs of a prepared
+// statement: without it, "LIMIT n of a third of the table" looks cheapest as a sequential
+// scan, which reads all history before reaching the old rows at its end. The outer WHERE
+// checks each row again, so a row changed since it was found is left as it is.
 func purgeBatchSQL(table, set, where, order string) string {
+	from, returning, last := "", "NULL::timestamptz", "NULL::timestamptz"
 	if order != "" {
-		order = ` ORDER BY ` + order
+		from, returning, last = ` AND `+order+` >= $5 ORDER BY `+order, order, `max(o)`
 	}
-	batch := `ctid = ANY(ARRAY(SELECT ctid FROM ` + table + ` WHERE ` + where + order + ` LIMIT $4)) AND ` + where
+	batch := `ctid = ANY(ARRAY(SELECT ctid FROM ` + table + ` WHERE ` + where + from + ` LIMIT $4)) AND ` + where
+	change := `DELETE FROM ` + table + ` WHERE ` + batch
 	if set != "" {
-		return `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
+		change = `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
 	}
-	return `DELETE FROM ` + table + ` WHERE ` + batch
+	// $5 is echoed so that its type is known in the statements without an order.
+	return `WITH d AS (` + change + ` RETURNING ` + returning + ` AS o) SELECT count(*), ` + last + `, $5::timestamptz FROM d`
 }
 
 func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCounts, error) {
@@ -60,15 +65,20 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 		}
 		sql := purgeBatchSQL(st.table, st.set, where, st.order)
 		out[st.kind] = 0
+		from := time.Time{} // before every stored time
 		for {
 			start := time.Now()
-			tag, err := q.db.Exec(ctx, sql, p.PayloadsBefore, p.EventsBefore, p.Now, batch)
-			if err != nil {
+			var n int64
+			var last, echo *time.Time
+			if err := q.db.QueryRow(ctx, sql, p.PayloadsBefore, p.EventsBefore, p.Now, batch, from).Scan(&n, &last, &echo); err != nil {
 				return out, fmt.Errorf("purge %s: %w", st.kind, err)
 			}
-			out[st.kind] += tag.RowsAffected()
-			if tag.RowsAffected() < int64(batch) {
+			out[st.kind] += n
+			if n < int64(batch) {
 				break
+			}
+			if last != nil {
+				from = *last
 			}
 			if err := p.Between(ctx, time.Since(start)); err != nil {
 				return out, fmt.Errorf("purge %s: %w", st.kind, err)

@@ -9,7 +9,7 @@ func HotStatementsForTest() map[string]int {
 	for _, st := range purgeStatements {
 		where := purgeWhere(st.where)
 		out[`SELECT count(*) FROM `+st.table+` WHERE `+where] = 3
-		out[purgeBatchSQL(st.table, st.set, where, st.order)] = 4
+		out[purgeBatchSQL(st.table, st.set, where, st.order)] = 5
 	}
 	return out
 }

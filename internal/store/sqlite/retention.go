@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
@@ -26,13 +28,16 @@ func purgeWhere(where string) string {
 	return where + " AND ?1 IS NOT NULL AND ?2 IS NOT NULL AND ?3 IS NOT NULL"
 }
 
-// purgeBatchSQL changes at most ?4 rows, found through the index; each batch is one
-// statement in autocommit, so the write lock is released between batches.
+// purgeBatchSQL changes at most ?4 rows, the first in the index's order from ?5, and
+// returns their position: the next batch starts at the last, never walking again over
+// what its predecessors removed. Each batch is one statement in autocommit, so the write
+// lock is released between batches.
 func purgeBatchSQL(table, set, where, order string) string {
+	from, returning := ` AND ?5 IS NOT NULL`, `NULL`
 	if order != "" {
-		order = ` ORDER BY ` + order
+		from, returning = ` AND `+order+` >= ?5 ORDER BY `+order, order
 	}
-	batch := `rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + where + order + ` LIMIT ?4)`
+	batch := `rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + where + from + ` LIMIT ?4) RETURNING ` + returning
 	if set != "" {
 		return `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
 	}
@@ -55,16 +60,19 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 		}
 		sql := purgeBatchSQL(st.table, st.set, where, st.order)
 		out[st.kind] = 0
+		from := int64(math.MinInt64)
 		for {
 			start := time.Now()
-			res, err := q.db.ExecContext(ctx, sql, append(args, batch)...)
+			n, last, err := q.purgeBatch(ctx, sql, append(args, batch, from))
 			if err != nil {
 				return out, fmt.Errorf("purge %s: %w", st.kind, err)
 			}
-			n, _ := res.RowsAffected()
 			out[st.kind] += n
 			if n < int64(batch) {
 				break
+			}
+			if last.Valid {
+				from = last.Int64
 			}
 			if err := p.Between(ctx, time.Since(start)); err != nil {
 				return out, fmt.Errorf("purge %s: %w", st.kind, err)
@@ -72,6 +80,28 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 		}
 	}
 	return out, nil
+}
+
+// purgeBatch runs one batch: how many rows it changed, and the greatest position.
+func (q queries) purgeBatch(ctx context.Context, query string, args []any) (int64, sql.NullInt64, error) {
+	var n int64
+	var last sql.NullInt64
+	rows, err := q.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, last, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var at sql.NullInt64
+		if err := rows.Scan(&at); err != nil {
+			return 0, last, err
+		}
+		n++
+		if at.Valid && (!last.Valid || at.Int64 > last.Int64) {
+			last = at
+		}
+	}
+	return n, last, rows.Err()
 }
 
 // RenameEffectsForTest renames the effects table inside q's transaction, for the test
