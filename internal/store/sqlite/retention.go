@@ -3,9 +3,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -64,6 +68,14 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 		for {
 			start := time.Now()
 			n, last, err := q.purgeBatch(ctx, sql, append(args, batch, from))
+			if busy(err) {
+				// Writers kept the lock through the busy timeout: they go first; the
+				// purge is background work and tries the batch again after a pause.
+				if err := p.Between(ctx, time.Since(start)); err != nil {
+					return out, fmt.Errorf("purge %s: %w", st.kind, err)
+				}
+				continue
+			}
 			if err != nil {
 				return out, fmt.Errorf("purge %s: %w", st.kind, err)
 			}
@@ -80,6 +92,12 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 		}
 	}
 	return out, nil
+}
+
+// busy reports SQLITE_BUSY (the write lock stayed taken through the busy timeout).
+func busy(err error) bool {
+	var se *msqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // purgeBatch runs one batch: how many rows it changed, and the greatest position.

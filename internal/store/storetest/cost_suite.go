@@ -29,6 +29,7 @@ func RunCost(t *testing.T, b Backend) {
 	t.Run("EffectCountsReadNoEffect", func(t *testing.T) { testEffectCountsReadNoEffect(t, NewEffectsEnv(t, b, "")) })
 	t.Run("EffectCountsConcurrent", func(t *testing.T) { testEffectCountsConcurrent(t, NewEffectsEnv(t, b, "")) })
 	t.Run("PurgeBatches", func(t *testing.T) { testPurgeBatches(t, NewEffectsEnv(t, b, "")) })
+	t.Run("PurgeLetsClaimsThrough", func(t *testing.T) { testPurgeLetsClaimsThrough(t, NewEffectsEnv(t, b, "")) })
 }
 
 // FullEffectCounts counts the effects table itself: the truth the counters must match.
@@ -325,6 +326,58 @@ func testPurgeBatches(t *testing.T, e *EffectsEnv) {
 		t.Fatal(err)
 	}
 	equal(t, "events left", counts["events"], int64(kept+yields))
+}
+
+// PurgeLargeEvents is how many expired events testPurgeLetsClaimsThrough purges: enough
+// that one statement removing them all holds SQLite's write lock for seconds here.
+var PurgeLargeEvents = 100_000
+
+// testPurgeLetsClaimsThrough purges many expired events with the default batches and
+// pauses while claims go on: every claim succeeds, none waits long. (With one statement,
+// SQLite's write lock is held for the whole purge and claims wait for it, or fail with
+// SQLITE_BUSY past the busy timeout.)
+func testPurgeLetsClaimsThrough(t *testing.T, e *EffectsEnv) {
+	PlantEvents(t, e.Store, PurgeLargeEvents, e.Clock.Now().Add(-500*24*time.Hour))
+	now := e.Clock.Now()
+	done := make(chan store.PurgeCounts, 1)
+	errc := make(chan error, 1)
+	start := time.Now()
+	var purgeTook time.Duration
+	go func() {
+		c, err := e.Store.Purge(ctx, store.PurgeParams{PayloadsBefore: now.Add(-30 * 24 * time.Hour),
+			EventsBefore: now.Add(-400 * 24 * time.Hour), Now: now})
+		purgeTook = time.Since(start)
+		errc <- err
+		done <- c
+	}()
+	var slowest time.Duration
+	claims := 0
+	for {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := <-done
+			equal(t, "events purged", c["events"], int64(PurgeLargeEvents))
+			t.Logf("purge of %d events took %v; %d claims meanwhile, the slowest %v", PurgeLargeEvents, purgeTook, claims, slowest)
+			if claims < 3 {
+				t.Fatalf("only %d claims went through during a purge of %v", claims, purgeTook)
+			}
+			if slowest > time.Second {
+				t.Fatalf("a claim during the purge took %v", slowest)
+			}
+			return
+		default:
+		}
+		time.Sleep(5 * time.Millisecond) // a busy API's pace: 200 claims/s at most
+		claimStart := time.Now()
+		if _, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: fmt.Sprintf("during-%d", claims), PayloadHash: "h", Actor: "test"}); err != nil {
+			t.Fatalf("a claim during the purge: %v", err)
+		}
+		slowest = max(slowest, time.Since(claimStart))
+		claims++
+	}
 }
 
 // PlantEvents inserts n events of kind "planted" at the given time, in one statement.
