@@ -227,7 +227,7 @@ func measureScale(t *testing.T, envs []*scaleEnv, iters int) []scaleFigures {
 	// Purge of 10k expired events, planted before each timed purge; batches without the
 	// pause between them (the pause is for other writers, not work).
 	purges := make([][]float64, len(envs))
-	for range 5 {
+	for range 11 {
 		for k, s := range envs {
 			now := s.e.Clock.Now()
 			storetest.PlantEvents(t, s.st, 10_000, now.Add(-500*24*time.Hour))

@@ -22,11 +22,11 @@ END;
 
 -- Events by time (the report's window, the purge) and by kind (the report's details);
 -- SQLite's indexes end with the rowid, which is the event id.
-CREATE INDEX events_at ON events (at, kind, run_key);
-CREATE INDEX events_kind_at ON events (kind, at);
+CREATE INDEX IF NOT EXISTS events_at ON events (at, kind, run_key);
+CREATE INDEX IF NOT EXISTS events_kind_at ON events (kind, at);
 
-CREATE INDEX effects_payload_at ON effects (updated_at) WHERE payload IS NOT NULL;
-CREATE INDEX approvals_payload_at ON approvals (consumed_at) WHERE payload IS NOT NULL;
-CREATE INDEX validations_value_at ON validations (created_at) WHERE value IS NOT NULL;
-CREATE INDEX workflow_runs_result_at ON workflow_runs (updated_at) WHERE result IS NOT NULL;
-CREATE INDEX sessions_expires_at ON sessions (expires_at);
+CREATE INDEX IF NOT EXISTS effects_payload_at ON effects (updated_at) WHERE payload IS NOT NULL;
+CREATE INDEX IF NOT EXISTS approvals_payload_at ON approvals (consumed_at) WHERE payload IS NOT NULL;
+CREATE INDEX IF NOT EXISTS validations_value_at ON validations (created_at) WHERE value IS NOT NULL;
+CREATE INDEX IF NOT EXISTS workflow_runs_result_at ON workflow_runs (updated_at) WHERE result IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sessions_expires_at ON sessions (expires_at);
