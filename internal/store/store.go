@@ -620,7 +620,7 @@ type GateWait struct {
 
 // AuditQueries are the read-only statements of the audit report: its figures are
 // computed from the events table, the one record every step writes. They read the
-// window's events through indexes on (at) and (kind, at, id) (0008_cost.sql): their cost
+// window's events through indexes on (at) and (kind, at) (0008_cost.sql): their cost
 // follows the events of the window, not those kept before it.
 type AuditQueries interface {
 	// AuditCount counts the events at or after since by kind, and the runs they belong to.

@@ -44,8 +44,8 @@ INSERT INTO effect_counts (state, n) SELECT state, count(*) FROM effects GROUP B
 -- Events by time: the report reads only its window (index-only: kind and run_key are
 -- carried), and the purge finds expired events without reading the others.
 CREATE INDEX IF NOT EXISTS events_at ON events (at) INCLUDE (kind, run_key);
--- The report's detail events and gate waits, one kind at a time, paged by (at, id).
-CREATE INDEX IF NOT EXISTS events_kind_at ON events (kind, at, id);
+-- The report's detail events and gate waits: one range of the index per kind.
+CREATE INDEX IF NOT EXISTS events_kind_at ON events (kind, at);
 
 -- The purge's candidates, so a purge that removes nothing reads nothing. Each is partial
 -- on the column it clears: a purged row leaves its index.
