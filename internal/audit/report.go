@@ -92,9 +92,6 @@ type KillSwitch struct {
 	DisabledScopes []string `json:"disabled_scopes"`
 }
 
-// pageSize is how many events one read of the window returns.
-const pageSize = 1000
-
 // detailKinds are the events whose detail the report reads; the rest are only counted.
 var detailKinds = []string{"validation", "effect_failed", "effect_reconciled", "effect_resolved", "alert"}
 
@@ -120,35 +117,28 @@ func (s *Service) Report(ctx context.Context, since time.Time) (Report, error) {
 	r.Effects.Queued, r.Effects.Unknown, r.Effects.Failed = k["effect_queued"], k["effect_unknown"], k["effect_failed"]
 	r.Effects.Sent = k["effect_completed"] + k["effect_confirmed"]
 
-	after := int64(0)
-	for {
-		page, err := s.store.AuditEvents(ctx, store.AuditEventsParams{Since: since, Kinds: detailKinds, AfterID: after, Limit: pageSize})
-		if err != nil {
-			return Report{}, fmt.Errorf("report: %w", err)
-		}
-		for _, se := range page {
-			e := decode(se)
-			switch e.Kind {
-			case "validation":
-				if e.detail["valid"] != true {
-					r.ValidationsInvalid++
-				}
-			case "effect_failed":
-				if e.has("retry_cap") { // a retryable failure past max_attempts, not a refusal
-					r.RetryCapHits.Effects++
-				}
-			case "effect_reconciled", "effect_resolved":
-				if _, ok := sentBy(e); ok {
-					r.Effects.Sent++
-				}
-			case "alert":
-				r.Alerts[e.str("alert")]++
+	err = s.store.AuditEvents(ctx, since, detailKinds, func(se store.Event) error {
+		e := decode(se)
+		switch e.Kind {
+		case "validation":
+			if e.detail["valid"] != true {
+				r.ValidationsInvalid++
 			}
+		case "effect_failed":
+			if e.has("retry_cap") { // a retryable failure past max_attempts, not a refusal
+				r.RetryCapHits.Effects++
+			}
+		case "effect_reconciled", "effect_resolved":
+			if _, ok := sentBy(e); ok {
+				r.Effects.Sent++
+			}
+		case "alert":
+			r.Alerts[e.str("alert")]++
 		}
-		if len(page) < pageSize {
-			break
-		}
-		after = page[len(page)-1].ID
+		return nil
+	})
+	if err != nil {
+		return Report{}, fmt.Errorf("report: %w", err)
 	}
 	r.ValidationFailureRate = ratio(r.ValidationsInvalid, r.Validations)
 	r.RetryCapHits.Total = r.RetryCapHits.Runs + r.RetryCapHits.Effects

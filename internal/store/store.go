@@ -602,13 +602,48 @@ type PurgeParams struct {
 	// Now expires sessions and login intents.
 	Now    time.Time
 	DryRun bool
+	// Batch is the most rows one statement changes (0: PurgeBatch). Each batch is its own
+	// transaction, so a purge of millions of rows never holds a lock for long.
+	Batch int
+	// Yield runs between two batches with how long the last one took; it returns an
+	// error to stop. Nil: pause as long as the batch took (capped at a second), so the
+	// purge holds SQLite's write lock at most half of the time and never starves writers.
+	Yield func(ctx context.Context, took time.Duration) error
+}
+
+// PurgeBatch is the default batch of a purge: a few milliseconds of work.
+const PurgeBatch = 1000
+
+// BatchSize is p.Batch or its default.
+func (p PurgeParams) BatchSize() int {
+	if p.Batch > 0 {
+		return p.Batch
+	}
+	return PurgeBatch
+}
+
+// Between yields between two batches: p.Yield, or a pause as long as the batch took.
+func (p PurgeParams) Between(ctx context.Context, took time.Duration) error {
+	if p.Yield != nil {
+		return p.Yield(ctx, took)
+	}
+	t := time.NewTimer(min(max(took, time.Millisecond), time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // PurgeCounts is what a purge removed (or, dry, would remove), by kind.
 type PurgeCounts map[string]int64
 
 // RetentionQueries enforce retention. Every statement is set-based and idempotent, so
-// several instances may purge at once.
+// several instances may purge at once; each kind is removed in batches, found through an
+// index, so a purge that removes nothing reads nothing and one that removes millions
+// holds no lock for long.
 type RetentionQueries interface {
 	Purge(ctx context.Context, p PurgeParams) (PurgeCounts, error)
 }
@@ -617,14 +652,6 @@ type RetentionQueries interface {
 type AuditCounts struct {
 	ByKind map[string]int64 // events by kind
 	Runs   int64            // distinct run keys with an event (the system key "" excluded)
-}
-
-// AuditEventsParams pages through the events of some kinds at or after Since, by id.
-type AuditEventsParams struct {
-	Since   time.Time
-	Kinds   []string
-	AfterID int64
-	Limit   int
 }
 
 // GateWait is one decided approval: when it was requested and when a person decided.
@@ -638,14 +665,15 @@ type GateWait struct {
 }
 
 // AuditQueries are the read-only statements of the audit report: its figures are
-// computed from the events table, the one record every step writes. They scan the
-// window's events; the report is an operator's query, not a hot path.
+// computed from the events table, the one record every step writes. They read the
+// window's events through indexes on (at) and (kind, at) (0010_cost.sql): their cost
+// follows the events of the window, not those kept before it.
 type AuditQueries interface {
 	// AuditCount counts the events at or after since by kind, and the runs they belong to.
 	AuditCount(ctx context.Context, since time.Time) (AuditCounts, error)
-	// AuditEvents returns events of p.Kinds at or after p.Since with ID > p.AfterID, in id
-	// order, at most p.Limit.
-	AuditEvents(ctx context.Context, p AuditEventsParams) ([]Event, error)
+	// AuditEvents calls fn with each event of kinds at or after since, in no particular
+	// order, streaming them from one statement; an error from fn stops it.
+	AuditEvents(ctx context.Context, since time.Time, kinds []string, fn func(Event) error) error
 	// AuditGateWaits pairs every approval_decided event at or after since with the
 	// approval_requested event of the same run and approval_id, in id order.
 	AuditGateWaits(ctx context.Context, since time.Time) ([]GateWait, error)

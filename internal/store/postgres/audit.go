@@ -10,44 +10,54 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
+// AuditCount counts the window's events by kind and its distinct runs in one scan of
+// events_at (index-only: it carries kind and run_key); the grouping set () is the total.
 func (q queries) AuditCount(ctx context.Context, since time.Time) (store.AuditCounts, error) {
 	out := store.AuditCounts{ByKind: map[string]int64{}}
-	rows, err := q.db.Query(ctx, `SELECT kind, count(*) FROM events WHERE at >= $1 GROUP BY kind`, since)
+	rows, err := q.db.Query(ctx, `
+		SELECT coalesce(kind, ''), GROUPING(kind) = 1, count(*), count(DISTINCT run_key) FILTER (WHERE run_key <> '')
+		FROM events WHERE at >= $1 GROUP BY GROUPING SETS ((kind), ())`, since)
 	if err != nil {
 		return store.AuditCounts{}, fmt.Errorf("count events: %w", err)
 	}
-	counts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct {
-		kind string
-		n    int64
-	}, error) {
-		var c struct {
-			kind string
-			n    int64
+	var kind string
+	var total bool
+	var n, runs int64
+	_, err = pgx.ForEachRow(rows, []any{&kind, &total, &n, &runs}, func() error {
+		if total {
+			out.Runs = runs
+		} else {
+			out.ByKind[kind] = n
 		}
-		err := row.Scan(&c.kind, &c.n)
-		return c, err
+		return nil
 	})
 	if err != nil {
 		return store.AuditCounts{}, fmt.Errorf("count events: %w", err)
 	}
-	for _, c := range counts {
-		out.ByKind[c.kind] = c.n
-	}
-	err = q.db.QueryRow(ctx, `SELECT count(DISTINCT run_key) FROM events WHERE at >= $1 AND run_key <> ''`, since).Scan(&out.Runs)
-	if err != nil {
-		return store.AuditCounts{}, fmt.Errorf("count runs: %w", err)
-	}
 	return out, nil
 }
 
-func (q queries) AuditEvents(ctx context.Context, p store.AuditEventsParams) ([]store.Event, error) {
-	rows, err := q.db.Query(ctx, `
-		SELECT `+eventColumns+` FROM events
-		WHERE at >= $1 AND kind = ANY($2) AND id > $3 ORDER BY id LIMIT $4`, p.Since, p.Kinds, p.AfterID, p.Limit)
+// AuditEvents reads the window's events of some kinds from events_kind_at, one range of
+// the index per kind.
+func (q queries) AuditEvents(ctx context.Context, since time.Time, kinds []string, fn func(store.Event) error) error {
+	rows, err := q.db.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE kind = ANY($1) AND at >= $2`, kinds, since)
 	if err != nil {
-		return nil, fmt.Errorf("list audit events: %w", err)
+		return fmt.Errorf("list audit events: %w", err)
 	}
-	return pgx.CollectRows(rows, scanEvent)
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return fmt.Errorf("list audit events: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list audit events: %w", err)
+	}
+	return nil
 }
 
 func (q queries) AuditGateWaits(ctx context.Context, since time.Time) ([]store.GateWait, error) {

@@ -286,8 +286,36 @@ func (q queries) EffectExpiredLeases(ctx context.Context, now *time.Time, limit 
 		ORDER BY lease_expires_at LIMIT $2`, now, limit))
 }
 
+// compactEffectCountsSQL folds the deltas into effect_counts in one transaction, under a
+// lock that one compaction at a time can take (the others skip it: the read is exact
+// either way). The lock's second key is this schema's delta table.
+const compactEffectCountsSQL = `
+WITH lk AS (SELECT pg_try_advisory_xact_lock(hashtext('airlock.effect_counts'), 'effect_count_deltas'::regclass::oid::int) AS ok),
+d AS (DELETE FROM effect_count_deltas WHERE (SELECT ok FROM lk) RETURNING state, n)
+INSERT INTO effect_counts AS c (state, n)
+SELECT state, sum(n) FROM d GROUP BY state ORDER BY state
+ON CONFLICT (state) DO UPDATE SET n = c.n + EXCLUDED.n`
+
+// compactEffectCounts is run at each count (a scrape) and at each purge, so the deltas
+// a read adds up are those of a scrape interval, whatever the table's size.
+func (q queries) compactEffectCounts(ctx context.Context) error {
+	if _, err := q.db.Exec(ctx, compactEffectCountsSQL); err != nil {
+		return fmt.Errorf("compact effect counts: %w", err)
+	}
+	return nil
+}
+
+// EffectCountByState reads the counters the effects triggers keep (0010_cost.sql): the
+// compacted totals plus the deltas not yet folded in, in one snapshot.
 func (q queries) EffectCountByState(ctx context.Context) (map[store.EffectState]int, error) {
-	rows, err := q.db.Query(ctx, `SELECT state, count(*) FROM effects GROUP BY state`)
+	if err := q.compactEffectCounts(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := q.db.Query(ctx, `
+		SELECT state, sum(n)::bigint FROM (
+		  SELECT state, n FROM effect_counts
+		  UNION ALL SELECT state, n FROM effect_count_deltas) x
+		GROUP BY state HAVING sum(n) <> 0`)
 	if err != nil {
 		return nil, fmt.Errorf("count effects: %w", err)
 	}

@@ -246,8 +246,9 @@ func (q queries) EffectExpiredLeases(ctx context.Context, now *time.Time, limit 
 		WHERE state = 'sending' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, q.at(now), limit)
 }
 
+// EffectCountByState reads the counters the effects triggers keep (0010_cost.sql).
 func (q queries) EffectCountByState(ctx context.Context) (map[store.EffectState]int, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT state, count(*) FROM effects GROUP BY state`)
+	rows, err := q.db.QueryContext(ctx, `SELECT state, n FROM effect_counts WHERE n <> 0`)
 	if err != nil {
 		return nil, fmt.Errorf("count effects: %w", err)
 	}

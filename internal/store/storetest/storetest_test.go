@@ -50,3 +50,12 @@ func TestGatesConformance(t *testing.T) {
 		})
 	}
 }
+
+func TestCostConformance(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunCost(t, b)
+		})
+	}
+}

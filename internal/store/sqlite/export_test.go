@@ -1,0 +1,15 @@
+package sqlite
+
+// HotStatementsForTest are the statements whose cost must not grow with history: the
+// report's, the effect counts' and every purge statement (dry and batched), each with
+// how many arguments it takes.
+func HotStatementsForTest() map[string]int {
+	out := map[string]int{auditCountSQL: 1, auditRunsSQL: 1, auditEventsSQL + "?, ?)": 3, auditGateWaitsSQL: 1,
+		`SELECT state, n FROM effect_counts WHERE n <> 0`: 0}
+	for _, st := range purgeStatements {
+		where := purgeWhere(st.where)
+		out[`SELECT count(*) FROM `+st.table+` WHERE `+where] = 3
+		out[purgeBatchSQL(st.table, st.set, where, st.order)] = 5
+	}
+	return out
+}

@@ -1,0 +1,179 @@
+package storetest_test
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/retention"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
+	"github.com/airlockhq/airlock/internal/store/storetest"
+)
+
+// sqlRecorder is a pgx tracer that keeps every statement the store sends while on.
+type sqlRecorder struct {
+	mu    sync.Mutex
+	on    bool
+	stmts []recordedSQL
+	seen  map[string]bool
+}
+
+type recordedSQL struct {
+	sql  string
+	args []any
+	op   string
+}
+
+func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.on && !r.seen[d.SQL] {
+		r.seen[d.SQL] = true
+		r.stmts = append(r.stmts, recordedSQL{sql: d.SQL, args: d.Args, op: opName(ctx)})
+	}
+	return ctx
+}
+
+func (r *sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+type opKey struct{}
+
+func opName(ctx context.Context) string { s, _ := ctx.Value(opKey{}).(string); return s }
+
+// bigTables are those GenerateScale fills: a sequential scan of one is a cost that grows
+// with history.
+var bigTables = map[string]bool{"workflow_runs": true, "effects": true, "events": true, "validations": true, "approvals": true}
+
+var seqScan = regexp.MustCompile(`Seq Scan on (\w+)`)
+
+// TestHotQueriesUseIndexes runs every hot operation — claim, duplicate claim, queue,
+// dispatch, worker claim, heartbeat, transition, explain, report, purge (dry and real),
+// the effects-by-state count — on PostgreSQL with generated history and fresh
+// statistics, records every statement the store sent, and EXPLAINs each with the
+// arguments it was sent with: none may read a big table sequentially.
+func TestHotQueriesUseIndexes(t *testing.T) {
+	cfg := storetest.NewPostgresSchema(t)
+	rec := &sqlRecorder{seen: map[string]bool{}}
+	cfg.ConnConfig.Tracer = rec
+	ctx := context.Background()
+	st, err := postgres.OpenConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := storetest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
+	if err := storetest.GenerateScale(ctx, st.Pool(), storetest.Scale{Runs: 20000, Events: 100000, End: e.Clock.Now().Add(-8 * 24 * time.Hour)}, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	rec.on = true
+	rec.mu.Unlock()
+	op := func(name string, fn func(ctx context.Context) error) {
+		t.Helper()
+		if err := fn(context.WithValue(ctx, opKey{}, name)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	var claimed store.Run
+	op("claim", func(ctx context.Context) error {
+		res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "hot-1", PayloadHash: "h", Actor: "test"})
+		claimed = res.Run
+		return err
+	})
+	op("duplicate claim", func(ctx context.Context) error {
+		_, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "hot-1", PayloadHash: "h", Actor: "test"})
+		return err
+	})
+	op("heartbeat", func(ctx context.Context) error {
+		_, err := e.Runs.Heartbeat(ctx, runs.LeaseRequest{Key: "hot-1", Owner: claimed.LeaseOwner, Version: claimed.Version, Actor: "test"}, time.Minute)
+		return err
+	})
+	op("queue", func(ctx context.Context) error {
+		for _, action := range []string{"note", "task"} {
+			if _, _, _, err := e.Effects.Queue(ctx, effects.QueueRequest{Key: "hot-1", Owner: claimed.LeaseOwner, Version: claimed.Version,
+				ActionType: action, Target: "default", Payload: json.RawMessage(`{"n":1}`), Actor: "test"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	op("dispatch", func(ctx context.Context) error { _, err := e.Dispatcher.Tick(ctx); return err })
+	op("worker claim", func(ctx context.Context) error {
+		_, _, err := e.Effects.WorkerClaim(ctx, []string{"task"}, time.Minute, "worker")
+		return err
+	})
+	op("get", func(ctx context.Context) error {
+		if _, err := e.Runs.Get(ctx, "hot-1"); err != nil {
+			return err
+		}
+		_, err := e.Effects.List(ctx, store.EffectListParams{RunKey: "hot-1", Limit: 100})
+		return err
+	})
+	a := audit.New(st, e.Clock.Now)
+	op("explain", func(ctx context.Context) error {
+		for _, key := range []string{"hot-1", "gen-77"} {
+			if _, err := a.Explain(ctx, key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	op("report", func(ctx context.Context) error { _, err := a.ReportLast(ctx, 7*24*time.Hour); return err })
+	op("effect counts", func(ctx context.Context) error { _, err := st.EffectCountByState(ctx); return err })
+	op("purge", func(ctx context.Context) error {
+		for _, dry := range []bool{true, false} {
+			if _, err := retention.Purge(ctx, st, e.Policy, e.Clock.Now(), dry); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	rec.mu.Lock()
+	rec.on = false
+	stmts := rec.stmts
+	rec.mu.Unlock()
+
+	dml := regexp.MustCompile(`(?is)^\s*(select|insert|update|delete|with)\b`)
+	explained := 0
+	for _, s := range stmts {
+		if !dml.MatchString(s.sql) {
+			continue
+		}
+		rows, err := st.Pool().Query(ctx, "EXPLAIN "+s.sql, s.args...)
+		if err != nil {
+			t.Fatalf("explain (%s) %s: %v", s.op, s.sql, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		rows.Close()
+		explained++
+		for _, m := range seqScan.FindAllStringSubmatch(strings.Join(plan, "\n"), -1) {
+			if bigTables[m[1]] {
+				t.Errorf("%s: a sequential scan of %s:\n%s\n%s", s.op, m[1], strings.TrimSpace(s.sql), strings.Join(plan, "\n"))
+			}
+		}
+	}
+	if explained < 20 {
+		t.Fatalf("only %d statements explained: the recorder missed the operations", explained)
+	}
+	t.Logf("%d statements explained", explained)
+}
