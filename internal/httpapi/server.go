@@ -297,6 +297,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 		s.Log.Warn("not ready", "err", err)
 		return apiError(http.StatusServiceUnavailable, "unavailable", "the database schema is not current; run `airlock migrate`")
 	}
+	if err := s.Store.WriteCheck(ctx); err != nil {
+		s.Log.Warn("not ready: the database does not accept writes", "err", err)
+		return apiError(http.StatusServiceUnavailable, "unavailable", "the database answers but does not accept writes (read-only file or directory, read-only session or standby, full disk, or held locked); see the server log")
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "backend": s.Store.Backend()})
 	return nil
 }

@@ -22,7 +22,13 @@ var (
 	ErrNoMatch = errors.New("compare-and-set matched no row")
 	// ErrSchemaOutdated: the database has not been migrated to what this binary needs.
 	ErrSchemaOutdated = errors.New("database schema is not up to date")
+	// ErrRollback makes a backend's WriteCheck roll its transaction back.
+	ErrRollback = errors.New("rolled back on purpose")
 )
+
+// WriteCheckSQL is the write WriteCheck makes and rolls back: the newest migration's row
+// rewritten unchanged (both schemas have it, and nothing else writes it after start).
+const WriteCheckSQL = `UPDATE schema_migrations SET name = name WHERE version = (SELECT max(version) FROM schema_migrations)`
 
 // State is a run's state; the CHECK constraint in both schemas lists the same set.
 type State string
@@ -116,6 +122,9 @@ type Store interface {
 	// SchemaCurrent returns ErrSchemaOutdated when migrations are pending.
 	SchemaCurrent(ctx context.Context) error
 	Ping(ctx context.Context) error
+	// WriteCheck writes in a transaction it rolls back: a database that answers reads but
+	// refuses writes (a read-only file, a standby, a read-only session) fails it.
+	WriteCheck(ctx context.Context) error
 	Backend() string
 	Close() error
 }

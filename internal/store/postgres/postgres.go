@@ -94,6 +94,19 @@ func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (e
 	return nil
 }
 
+func (s *Store) WriteCheck(ctx context.Context) error {
+	err := s.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.(queries).db.Exec(ctx, store.WriteCheckSQL); err != nil {
+			return fmt.Errorf("write check: %w", err)
+		}
+		return store.ErrRollback
+	})
+	if errors.Is(err, store.ErrRollback) {
+		return nil
+	}
+	return err
+}
+
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := store.LoadMigrations(migrationFS, "migrations")
 	if err != nil {

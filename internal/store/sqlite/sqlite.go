@@ -10,7 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +53,9 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if sync != "FULL" && sync != "NORMAL" {
 		return nil, fmt.Errorf("sqlite synchronous must be FULL or NORMAL, not %q", opt.Synchronous)
 	}
+	if err := writable(path); err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -74,6 +80,40 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		now = time.Now
 	}
 	return &Store{queries: queries{db: db, now: now}, db: db}, nil
+}
+
+// writable refuses, before SQLite touches anything, a database this process may not
+// write: SQLite would open such a file read-only (every write then fails while reads
+// work) and create its -wal and -shm files with the file's read-only mode, which break
+// the next start even after the file is fixed.
+func writable(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		switch {
+		case err == nil:
+			f.Close()
+		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, fs.ErrPermission):
+			what := "the database file"
+			if p != path {
+				what = "SQLite's side file (left read-only by an earlier start? remove it while airlock is stopped, or fix its permissions)"
+			}
+			return fmt.Errorf("open sqlite %s: %s %s is read-only for this user: airlock writes to it; give the user write permission", path, what, p)
+		default:
+			return fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+	}
+	// SQLite creates and removes the -wal and -shm files beside the database.
+	dir := filepath.Dir(path)
+	probe, err := os.CreateTemp(dir, ".airlock-write-probe-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("open sqlite %s: the directory %s does not exist", path, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: the directory %s is read-only for this user: SQLite creates its -wal and -shm files there; give the user write permission", path, dir)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
 }
 
 func (s *Store) Backend() string                { return "sqlite" }
@@ -116,6 +156,19 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (out store.Claim
 		return err
 	})
 	return out, err
+}
+
+func (s *Store) WriteCheck(ctx context.Context) error {
+	err := s.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.(queries).db.ExecContext(ctx, store.WriteCheckSQL); err != nil {
+			return fmt.Errorf("write check: %w", err)
+		}
+		return store.ErrRollback
+	})
+	if errors.Is(err, store.ErrRollback) {
+		return nil
+	}
+	return err
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
