@@ -113,6 +113,13 @@ type Store interface {
 	// Transact runs fn in one transaction and commits if it returns nil; an error or a
 	// panic rolls everything back. On SQLite the transaction begins IMMEDIATE.
 	Transact(ctx context.Context, fn func(q Queries) error) error
+	// Within runs fn in one transaction and commits if it returns nil, like Transact, and
+	// every statement made through this store with fn's ctx joins that transaction: Store
+	// methods, Claim, and Transact, whose transaction becomes a savepoint (rolled back
+	// alone when its fn fails). The API runs a request that carries an Idempotency-Key in
+	// it, so the request's writes and its recorded reply commit together. fn must not use
+	// its ctx from other goroutines.
+	Within(ctx context.Context, fn func(ctx context.Context) error) error
 	// Claim is a whole claim, atomically: what ClaimSequence does, on PostgreSQL in one
 	// statement in autocommit (one round trip), on SQLite in one transaction.
 	Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error)
@@ -138,6 +145,7 @@ type Queries interface {
 	LedgerQueries
 	RetentionQueries
 	AuditQueries
+	ReplayQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -612,4 +620,51 @@ type AuditQueries interface {
 	// AuditGateWaits pairs every approval_decided event at or after since with the
 	// approval_requested event of the same run and approval_id, in id order.
 	AuditGateWaits(ctx context.Context, since time.Time) ([]GateWait, error)
+}
+
+// ReplayScope names one idempotency record: the API key (its id), the route pattern
+// ("POST /v1/runs/claim") and the client's Idempotency-Key.
+type ReplayScope struct {
+	APIKeyID string
+	Route    string
+	Key      string
+}
+
+// Replay is a row of replays: a mutating request made with an Idempotency-Key, in flight
+// (Done false) or answered (Done: Status and the sealed Response to replay).
+type Replay struct {
+	ReplayScope
+	RequestHash string // SHA-256 of the method, path and body
+	Attempt     string // the request that holds (or held) the record
+	Done        bool
+	Status      int
+	Response    []byte // sealed with a key derived from the raw API key: opaque here
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+// ReplayBeginParams start a request under an Idempotency-Key.
+type ReplayBeginParams struct {
+	ReplayScope
+	RequestHash string
+	Attempt     string
+	TTL         time.Duration // how long the record is kept
+	// StaleAfter: an in-flight record with the same request hash this old is taken over
+	// (its request died without finishing; at most one attempt can finish).
+	StaleAfter time.Duration
+	Now        *time.Time
+}
+
+// ReplayQueries are the statements of idempotent replays.
+type ReplayQueries interface {
+	// ReplayBegin records an in-flight request under p's scope and returns the record:
+	// Attempt == p.Attempt when this request holds it (new, expired, or stale and taken
+	// over), else the record another request holds or answered.
+	ReplayBegin(ctx context.Context, p ReplayBeginParams) (Replay, error)
+	// ReplayFinish stores the answer of the attempt that holds the in-flight record;
+	// ErrNoMatch when it no longer holds it.
+	ReplayFinish(ctx context.Context, s ReplayScope, attempt string, status int, response []byte) error
+	// ReplayAbandon deletes the record if attempt still holds it in flight, so the key may
+	// be used again; a no-op otherwise.
+	ReplayAbandon(ctx context.Context, s ReplayScope, attempt string) error
 }

@@ -50,7 +50,47 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return &Store{queries: queries{db: pool}, pool: pool}, nil
+	st := &Store{pool: pool}
+	st.queries = queries{db: joined{st}}
+	return st, nil
+}
+
+// txKey carries, in a Within's ctx, the transaction this store's statements join.
+type txKey struct{ s *Store }
+
+func (s *Store) bound(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{s}).(pgx.Tx)
+	return tx
+}
+
+// joined runs a statement in the transaction of a Within whose ctx it is given, else
+// on the pool (autocommit).
+type joined struct{ s *Store }
+
+func (j joined) on(ctx context.Context) dbtx {
+	if tx := j.s.bound(ctx); tx != nil {
+		return tx
+	}
+	return j.s.pool
+}
+
+func (j joined) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return j.on(ctx).Exec(ctx, sql, args...)
+}
+
+func (j joined) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return j.on(ctx).Query(ctx, sql, args...)
+}
+
+func (j joined) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return j.on(ctx).QueryRow(ctx, sql, args...)
+}
+
+func (s *Store) Within(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.bound(ctx) != nil {
+		return fn(ctx)
+	}
+	return s.transact(ctx, func(tx pgx.Tx) error { return fn(context.WithValue(ctx, txKey{s}, tx)) })
 }
 
 // redact drops a DSN (which may carry a password) from a parse error.
@@ -71,8 +111,18 @@ func (s *Store) Ping(ctx context.Context) error {
 // Pool exposes the pool for benchmarks that measure raw statements beside the store.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (err error) {
-	tx, err := s.pool.Begin(ctx)
+func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
+	return s.transact(ctx, func(tx pgx.Tx) error { return fn(queries{db: tx}) })
+}
+
+// transact runs fn in a transaction, or in a savepoint of the one ctx joins.
+func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err error) {
+	var tx pgx.Tx
+	if outer := s.bound(ctx); outer != nil {
+		tx, err = outer.Begin(ctx) // a savepoint
+	} else {
+		tx, err = s.pool.Begin(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -85,7 +135,7 @@ func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (e
 			_ = tx.Rollback(ctx)
 		}
 	}()
-	if err := fn(queries{db: tx}); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -305,7 +355,7 @@ SELECT ` + runColumns + `, false FROM refused`
 // Claim is the whole claim in one statement in autocommit: one round trip.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
 	var claimed bool
-	run, err := scanRun(s.pool.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
+	run, err := scanRun(s.db.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
 		micros(p.Lease), p.TriggerSource, p.WorkflowVersion, p.Actor, jsonArg(p.Meta), p.AlertAfter), &claimed)
 	if errors.Is(err, store.ErrNotFound) {
 		// The key was inserted by another transaction after this statement's snapshot:

@@ -18,6 +18,7 @@ var purgeStatements = []struct{ kind, table, set, where string }{
 	{"events", "events", "", "at < ?2"},
 	{"sessions", "sessions", "", "expires_at < ?3"},
 	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000"},
+	{"replays", "replays", "", "expires_at < ?3"},
 }
 
 func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCounts, error) {
