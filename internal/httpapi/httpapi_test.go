@@ -53,6 +53,7 @@ type harness struct {
 	logs                *syncBuffer
 	metrics             *metrics.Metrics
 	another             func(mod func(d *httpapi.Deps)) string
+	deps                httpapi.Deps
 }
 
 // newHarness serves the API and the pages; pageOpts, given the server's URL, configure
@@ -87,6 +88,7 @@ func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL st
 	}
 	deps := httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
 		Approvals: gate, Ledger: ledger.NewService(env.Store, env.Policy, env.Effects, gate, env.Alerts, env.Failures.Budget, env.Clock.Now), Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}
+	h.deps = deps
 	srv.Config.Handler = httpapi.New(deps)
 	srv.Start()
 	// another serves a second instance over the same database: its own pages, metrics and

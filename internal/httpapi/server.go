@@ -115,6 +115,9 @@ func New(d Deps) http.Handler {
 	for _, rt := range Routes {
 		s.traced[rt.Method+" "+rt.Pattern] = true
 		h := rt.h(s)
+		if rt.Scope != "" && rt.Method != http.MethodGet && strings.HasPrefix(rt.Pattern, "/v1/") {
+			h = s.idempotent(rt.Method+" "+rt.Pattern, h)
+		}
 		if rt.Scope != "" {
 			h = s.authenticated(rt.Scope, h)
 		}
@@ -152,7 +155,10 @@ func (s *server) authenticated(scope string, next handlerFunc) handlerFunc {
 		if !apikeys.Allows(key.Scopes, scope) {
 			return apiError(http.StatusForbidden, "forbidden", "this API key lacks the "+scope+" scope")
 		}
-		return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, key)))
+		ctx := context.WithValue(r.Context(), principalKey{}, key)
+		// The raw key seals this key's replayable answers (see idempotent); never logged.
+		ctx = context.WithValue(ctx, rawKeyKey{}, strings.TrimSpace(raw))
+		return next(w, r.WithContext(ctx))
 	}
 }
 
@@ -162,16 +168,19 @@ func (s *server) handle(h handlerFunc) http.Handler {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 		}
-		err := h(w, r)
-		if err == nil {
-			return
+		if err := h(w, r); err != nil {
+			s.render(w, r, err)
 		}
-		ae, known := toAPIError(err)
-		if !known {
-			s.Log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
-		}
-		writeJSON(w, ae.Status, ae)
 	})
+}
+
+// render answers a handler's error.
+func (s *server) render(w http.ResponseWriter, r *http.Request, err error) {
+	ae, known := toAPIError(err)
+	if !known {
+		s.Log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
+	}
+	writeJSON(w, ae.Status, ae)
 }
 
 type requestIDKey struct{}
