@@ -422,6 +422,21 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		if open := op.Security != nil && len(*op.Security) == 0; open != (rt.Scope == "") {
 			t.Errorf("%s: openapi security does not match scope %q", name, rt.Scope)
 		}
+		// Every mutating /v1 route takes an Idempotency-Key; no other does.
+		var params struct {
+			Parameters []struct {
+				Ref string `json:"$ref"`
+			} `json:"parameters"`
+		}
+		_ = json.Unmarshal(doc.Paths[rt.Pattern][strings.ToLower(rt.Method)], &params)
+		documented := slices.ContainsFunc(params.Parameters, func(p struct {
+			Ref string `json:"$ref"`
+		}) bool {
+			return p.Ref == "#/components/parameters/IdempotencyKey"
+		})
+		if takes := rt.Scope != "" && rt.Method != "GET" && strings.HasPrefix(rt.Pattern, "/v1/"); documented != takes {
+			t.Errorf("%s: Idempotency-Key documented %v, taken %v", name, documented, takes)
+		}
 	}
 	for _, name := range web.Patterns {
 		if !inDoc[name] {
@@ -437,7 +452,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	if codes == nil {
 		t.Fatal("no error enum in openapi.json")
 	}
-	for _, c := range []string{"payload_mismatch", "lease_lost", "version_conflict", "invalid_transition", "lease_lifetime_exceeded", "unauthenticated", "forbidden", "body_too_large"} {
+	for _, c := range []string{"payload_mismatch", "lease_lost", "version_conflict", "invalid_transition", "lease_lifetime_exceeded", "unauthenticated", "forbidden", "body_too_large",
+		"nul_character", "invalid_idempotency_key", "idempotency_key_reused", "request_in_progress"} {
 		if !strings.Contains(codes[1], `"`+c+`"`) {
 			t.Errorf("error code %s missing from openapi.json", c)
 		}
