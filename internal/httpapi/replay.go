@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -23,17 +24,20 @@ import (
 // is answered again on a retry with the same key, never run twice.
 const (
 	// replayTTL is how long an answer is kept for replay; retention purges it after.
-	replayTTL = 24 * time.Hour
-	// replayStale: a request in flight this long (its process died, or its database
-	// restarted mid-request) is taken over by a retry; at most one of them commits.
-	replayStale = time.Minute
-	maxIdemKey  = 255
+	replayTTL  = 24 * time.Hour
+	maxIdemKey = 255
 )
 
-// idempotent runs a mutating request that carries an Idempotency-Key once per key: it
-// records the request in flight, runs the handler and records its answer in one
-// transaction (store.Within) with every write the handler makes, and answers a retry of
-// the same request from the record. Without the header the route runs as it always did.
+var (
+	errReplay     = errors.New("answered before: replay")
+	errInProgress = errors.New("a request with this key is in progress")
+)
+
+// idempotent runs a mutating request that carries an Idempotency-Key once per key. In one
+// transaction (store.Within) it takes the key's lock, answers from the key's record if
+// there is one, else runs the handler and records its answer beside every write the
+// handler makes: either both commit or neither does. Without the header the route runs
+// as it always did.
 func (s *server) idempotent(route string, next handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		vals := r.Header.Values("Idempotency-Key")
@@ -59,35 +63,32 @@ func (s *server) idempotent(route string, next handlerFunc) handlerFunc {
 
 		ctx := r.Context()
 		sc := store.ReplayScope{APIKeyID: principal(ctx).ID, Route: route, Key: key}
-		attempt := randomHex(16)
-		rec, err := s.Store.ReplayBegin(ctx, store.ReplayBeginParams{ReplayScope: sc, RequestHash: hash,
-			Attempt: attempt, TTL: replayTTL, StaleAfter: replayStale})
-		if err != nil {
-			return err
+		inProgress := func() error {
+			w.Header().Set("Retry-After", "1")
+			return apiError(http.StatusConflict, "request_in_progress",
+				"a request with this Idempotency-Key is still in progress; retry with the same key to get its answer")
 		}
-		if rec.Attempt != attempt {
-			switch {
-			case rec.RequestHash != hash:
-				return apiError(http.StatusUnprocessableEntity, "idempotency_key_reused",
-					"this Idempotency-Key was used for a different request (method, path or body); use a new key for a new request")
-			case !rec.Done:
-				w.Header().Set("Retry-After", "1")
-				return apiError(http.StatusConflict, "request_in_progress",
-					"a request with this Idempotency-Key is still in progress; retry with the same key to get its answer")
-			}
-			return s.replay(w, r, sc, rec)
+		// This instance's requests in flight, refused at once; other instances' are
+		// refused by the store's lock (PostgreSQL) or waited for (SQLite's write lock).
+		flight := sc.APIKeyID + "\x1f" + sc.Route + "\x1f" + sc.Key
+		if _, busy := s.inflight.LoadOrStore(flight, struct{}{}); busy {
+			return inProgress()
 		}
+		defer s.inflight.Delete(flight)
 
-		// This request holds the key: its writes and its answer commit together.
 		out := &recorder{header: http.Header{}}
 		var after []func()
-		committed := false
-		defer func() {
-			if !committed { // failed or panicked: free the key unless an answer was committed
-				_ = s.Store.ReplayAbandon(context.WithoutCancel(ctx), sc, attempt)
-			}
-		}()
+		var rec store.Replay
 		err = s.Store.Within(ctx, func(ctx context.Context) error {
+			if ok, err := s.Store.ReplayLock(ctx, sc); err != nil || !ok {
+				return cmp.Or(err, errInProgress)
+			}
+			var err error
+			if rec, err = s.Store.ReplayGet(ctx, sc, nil); err == nil {
+				return errReplay // nothing to write
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
 			ctx = context.WithValue(ctx, afterCommitKey{}, &after)
 			if err := next(out, r.WithContext(ctx)); err != nil {
 				s.render(out, r, err)
@@ -95,26 +96,29 @@ func (s *server) idempotent(route string, next handlerFunc) handlerFunc {
 			if out.status == 0 {
 				out.status = http.StatusOK
 			}
-			// An outage is not an outcome, and a kill switch lifts: neither is repeated.
+			// An outage is not an outcome, and a kill switch lifts: neither is repeated;
+			// whatever the handler wrote commits as it would without the header.
 			if out.status >= 500 || out.status == http.StatusLocked {
-				return s.Store.ReplayAbandon(ctx, sc, attempt)
+				return nil
 			}
 			sealed, err := seal(rawAPIKey(ctx), sc, replayed{Status: out.status, Header: out.header, Body: out.body.Bytes()})
 			if err != nil {
 				return err
 			}
-			return s.Store.ReplayFinish(ctx, sc, attempt, out.status, sealed)
+			return s.Store.ReplayInsert(ctx, store.Replay{ReplayScope: sc, RequestHash: hash, Status: out.status, Response: sealed}, replayTTL, nil)
 		})
-		if errors.Is(err, store.ErrNoMatch) {
-			// A retry took the key over as stale; this attempt's writes are rolled back.
-			w.Header().Set("Retry-After", "1")
-			return apiError(http.StatusConflict, "request_in_progress",
-				"a retry with this Idempotency-Key took the request over; retry with the same key to get its answer")
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errReplay):
+			if rec.RequestHash != hash {
+				return apiError(http.StatusUnprocessableEntity, "idempotency_key_reused",
+					"this Idempotency-Key was used for a different request (method, path or body); use a new key for a new request")
+			}
+			return s.replay(w, r, sc, rec)
+		case errors.Is(err, errInProgress):
+			return inProgress()
+		case err != nil:
 			return err
 		}
-		committed = true
 		for _, f := range after {
 			f()
 		}

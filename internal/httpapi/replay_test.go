@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/store"
@@ -205,17 +206,19 @@ func TestIdempotencyAfterCommitAcknowledgementLost(t *testing.T) {
 	})
 }
 
-// blocking holds a request inside its transaction until released.
+// blocking holds a request inside its transaction, holding its key's lock, until
+// released.
 type blocking struct {
 	store.Store
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (b *blocking) Within(ctx context.Context, fn func(ctx context.Context) error) error {
+func (b *blocking) ReplayGet(ctx context.Context, sc store.ReplayScope, now *time.Time) (store.Replay, error) {
+	r, err := b.Store.ReplayGet(ctx, sc, now)
 	b.entered <- struct{}{}
 	<-b.release
-	return b.Store.Within(ctx, fn)
+	return r, err
 }
 
 func TestIdempotencyKeyRules(t *testing.T) {
@@ -243,11 +246,13 @@ func TestIdempotencyKeyRules(t *testing.T) {
 		for _, bad := range []string{strings.Repeat("x", 256), "has space", "tab\tkey", "é"} {
 			expect(t, send(h.url, h.runsKey, bad, "/v1/runs/claim", claim), 400, "invalid_idempotency_key")
 		}
-		// A duplicate while the first is in flight: 409 request_in_progress, then the answer.
+		// A duplicate while the first is in flight: 409 request_in_progress from the same
+		// instance, and from another one on PostgreSQL (the key's lock); on SQLite another
+		// instance waits for the write lock and gets the answer.
 		bl := &blocking{Store: h.env.Store, entered: make(chan struct{}, 1), release: make(chan struct{})}
 		base := h.another(func(d *httpapi.Deps) { d.Store = bl })
 		claim = `{"key":"rule-4","payload":{"n":1}}`
-		done := make(chan response, 1)
+		done := make(chan response, 2)
 		go func() {
 			r, err := h.send(base, "POST", "/v1/runs/claim", h.runsKey, "k-4", claim)
 			if err != nil {
@@ -256,15 +261,34 @@ func TestIdempotencyKeyRules(t *testing.T) {
 			done <- r
 		}()
 		<-bl.entered
-		busy := send(h.url, h.runsKey, "k-4", "/v1/runs/claim", claim)
+		busy := send(base, h.runsKey, "k-4", "/v1/runs/claim", claim)
 		expect(t, busy, 409, "request_in_progress")
 		if busy.header.Get("Retry-After") == "" {
 			t.Fatal("request_in_progress without Retry-After")
 		}
+		waited := make(chan response, 1)
+		if h.env.Store.Backend() == "postgres" {
+			expect(t, send(h.url, h.runsKey, "k-4", "/v1/runs/claim", claim), 409, "request_in_progress")
+		} else {
+			go func() {
+				r, err := h.send(h.url, "POST", "/v1/runs/claim", h.runsKey, "k-4", claim)
+				if err != nil {
+					t.Error(err)
+				}
+				waited <- r
+			}()
+			time.Sleep(100 * time.Millisecond)
+		}
 		close(bl.release)
 		orig := <-done
 		expect(t, orig, 201, "")
+		if h.env.Store.Backend() != "postgres" {
+			sameReply(t, "waited for the first", <-waited, orig.status, orig.raw)
+		}
 		sameReply(t, "after the first finished", send(h.url, h.runsKey, "k-4", "/v1/runs/claim", claim), orig.status, orig.raw)
+		if run := h.get("/v1/runs/rule-4"); run.body["duplicates"] != 0.0 || run.body["version"] != 1.0 {
+			t.Fatalf("ran twice: %s", run.raw)
+		}
 
 		// An approval link in an answer is replayed but not stored readable: the record is
 		// sealed with a key derived from the raw API key.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -57,6 +58,7 @@ type server struct {
 	promHandler http.Handler
 	mux         *http.ServeMux
 	traced      map[string]bool // the API's route patterns ("POST /v1/runs/claim")
+	inflight    sync.Map        // requests with an Idempotency-Key running here (see idempotent)
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error

@@ -630,41 +630,27 @@ type ReplayScope struct {
 	Key      string
 }
 
-// Replay is a row of replays: a mutating request made with an Idempotency-Key, in flight
-// (Done false) or answered (Done: Status and the sealed Response to replay).
+// Replay is a row of replays: the answer to a mutating request made with an
+// Idempotency-Key, written in the transaction of the request's own writes.
 type Replay struct {
 	ReplayScope
 	RequestHash string // SHA-256 of the method, path and body
-	Attempt     string // the request that holds (or held) the record
-	Done        bool
 	Status      int
 	Response    []byte // sealed with a key derived from the raw API key: opaque here
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
 }
 
-// ReplayBeginParams start a request under an Idempotency-Key.
-type ReplayBeginParams struct {
-	ReplayScope
-	RequestHash string
-	Attempt     string
-	TTL         time.Duration // how long the record is kept
-	// StaleAfter: an in-flight record with the same request hash this old is taken over
-	// (its request died without finishing; at most one attempt can finish).
-	StaleAfter time.Duration
-	Now        *time.Time
-}
-
-// ReplayQueries are the statements of idempotent replays.
+// ReplayQueries are the statements of idempotent replays; they run in a transaction.
 type ReplayQueries interface {
-	// ReplayBegin records an in-flight request under p's scope and returns the record:
-	// Attempt == p.Attempt when this request holds it (new, expired, or stale and taken
-	// over), else the record another request holds or answered.
-	ReplayBegin(ctx context.Context, p ReplayBeginParams) (Replay, error)
-	// ReplayFinish stores the answer of the attempt that holds the in-flight record;
-	// ErrNoMatch when it no longer holds it.
-	ReplayFinish(ctx context.Context, s ReplayScope, attempt string, status int, response []byte) error
-	// ReplayAbandon deletes the record if attempt still holds it in flight, so the key may
-	// be used again; a no-op otherwise.
-	ReplayAbandon(ctx context.Context, s ReplayScope, attempt string) error
+	// ReplayLock takes the scope's lock until the transaction ends, without waiting, and
+	// reports whether it got it: false while another transaction (another instance) runs
+	// a request with the same scope. PostgreSQL: a transaction-level advisory lock.
+	// SQLite: true (a write transaction already excludes every other).
+	ReplayLock(ctx context.Context, s ReplayScope) (bool, error)
+	// ReplayGet returns the scope's record unexpired at now; ErrNotFound if none.
+	ReplayGet(ctx context.Context, s ReplayScope, now *time.Time) (Replay, error)
+	// ReplayInsert records an answer kept for ttl, replacing an expired record of the
+	// scope; ErrNoMatch if an unexpired one exists.
+	ReplayInsert(ctx context.Context, r Replay, ttl time.Duration, now *time.Time) error
 }

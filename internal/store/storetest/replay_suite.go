@@ -83,70 +83,84 @@ func testWithin(t *testing.T, e *Env) {
 	equal(t, "events", kinds(t, e, "w1"), []string{"claimed", "kept"})
 }
 
-// The replay records behind Idempotency-Key: one attempt holds a record; others see it
-// in flight or answered; a record in flight too long is taken over and its old attempt
-// can no longer finish; expired records are reused and purged.
+// The replay records behind Idempotency-Key: written in the request's transaction (gone
+// if it rolls back), one per scope, read until they expire, then replaced and purged.
+// On PostgreSQL the scope's lock excludes a second transaction (instance) at once.
 func testReplayRecords(t *testing.T, e *Env) {
 	now := e.Clock.Now()
 	sc := store.ReplayScope{APIKeyID: "k", Route: "POST /v1/runs/claim", Key: "idem-1"}
-	begin := func(sc store.ReplayScope, hash, attempt string, at time.Time) store.Replay {
-		t.Helper()
-		r, err := e.Store.ReplayBegin(ctx, store.ReplayBeginParams{ReplayScope: sc, RequestHash: hash, Attempt: attempt,
-			TTL: 24 * time.Hour, StaleAfter: time.Minute, Now: &at})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+	rec := store.Replay{ReplayScope: sc, RequestHash: "h1", Status: 201, Response: []byte{0, 1, 2}}
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	get := func(sc store.ReplayScope, d time.Duration) (store.Replay, error) {
+		return e.Store.ReplayGet(ctx, sc, at(d))
 	}
-	r := begin(sc, "h1", "a", now)
-	equal(t, "holder", r.Attempt, "a")
-	equal(t, "done", r.Done, false)
-	equal(t, "expires", r.ExpiresAt.Sub(r.CreatedAt), 24*time.Hour)
-	r = begin(sc, "h1", "b", now.Add(time.Second))
-	equal(t, "holder while in flight", r.Attempt, "a")
-	wantErr(t, e.Store.ReplayFinish(ctx, sc, "b", 201, []byte("x")), store.ErrNoMatch)
-	if err := e.Store.ReplayFinish(ctx, sc, "a", 201, []byte{0, 1, 2}); err != nil {
-		t.Fatal(err)
-	}
-	wantErr(t, e.Store.ReplayFinish(ctx, sc, "a", 500, nil), store.ErrNoMatch)
-	if err := e.Store.ReplayAbandon(ctx, sc, "a"); err != nil { // answered: kept
-		t.Fatal(err)
-	}
-	r = begin(sc, "h1", "c", now.Add(time.Hour))
-	equal(t, "answered", []any{r.Attempt, r.Done, r.Status, r.Response, r.RequestHash}, []any{"a", true, 201, []byte{0, 1, 2}, "h1"})
-	r = begin(sc, "h2", "c", now.Add(time.Hour))
-	equal(t, "another body sees the record", []any{r.Attempt, r.RequestHash}, []any{"a", "h1"})
 
+	// Rolled back with the request: nothing recorded.
+	boom := errors.New("boom")
+	wantErr(t, e.Store.Within(ctx, func(ctx context.Context) error {
+		if err := e.Store.ReplayInsert(ctx, rec, 24*time.Hour, at(0)); err != nil {
+			return err
+		}
+		return boom
+	}), boom)
+	_, err := get(sc, 0)
+	wantErr(t, err, store.ErrNotFound)
+
+	if err := e.Store.Within(ctx, func(ctx context.Context) error {
+		ok, err := e.Store.ReplayLock(ctx, sc)
+		if err != nil || !ok {
+			t.Fatalf("lock: %v %v", ok, err)
+		}
+		if e.Store.Backend() == "postgres" {
+			// Another transaction does not get the scope's lock, and does not wait for it;
+			// another scope's it does.
+			for _, c := range []struct {
+				sc   store.ReplayScope
+				want bool
+			}{{sc, false}, {store.ReplayScope{APIKeyID: "k2", Route: sc.Route, Key: sc.Key}, true}} {
+				if err := e.Store.Within(context.Background(), func(ctx context.Context) error {
+					got, err := e.Store.ReplayLock(ctx, c.sc)
+					equal(t, "lock held elsewhere for "+c.sc.APIKeyID, got, c.want)
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return e.Store.ReplayInsert(ctx, rec, 24*time.Hour, at(0))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := get(sc, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "record", []any{r.RequestHash, r.Status, r.Response, r.ExpiresAt.Sub(r.CreatedAt)}, []any{"h1", 201, []byte{0, 1, 2}, 24 * time.Hour})
+	wantErr(t, e.Store.ReplayInsert(ctx, store.Replay{ReplayScope: sc, RequestHash: "h2", Status: 200, Response: []byte{9}}, time.Hour, at(time.Hour)), store.ErrNoMatch)
 	// Scopes are separate: another API key, route or key.
 	for _, other := range []store.ReplayScope{
 		{APIKeyID: "k2", Route: sc.Route, Key: sc.Key},
 		{APIKeyID: "k", Route: "POST /v1/runs/{key}/transition", Key: sc.Key},
 		{APIKeyID: "k", Route: sc.Route, Key: "idem-2"},
 	} {
-		equal(t, "holder of "+other.APIKeyID+" "+other.Route+" "+other.Key, begin(other, "h1", "d", now).Attempt, "d")
+		_, err := get(other, 0)
+		wantErr(t, err, store.ErrNotFound)
+		if err := e.Store.ReplayInsert(ctx, store.Replay{ReplayScope: other, RequestHash: "h", Status: 200, Response: []byte{1}}, time.Hour, at(0)); err != nil {
+			t.Fatal(err)
+		}
 	}
-
-	// In flight too long: taken over by the same request, never by another body.
-	s2 := store.ReplayScope{APIKeyID: "k", Route: sc.Route, Key: "idem-3"}
-	equal(t, "first", begin(s2, "h1", "e", now).Attempt, "e")
-	equal(t, "another body, stale", begin(s2, "h2", "f", now.Add(2*time.Minute)).Attempt, "e")
-	equal(t, "before stale", begin(s2, "h1", "f", now.Add(59*time.Second)).Attempt, "e")
-	equal(t, "stale", begin(s2, "h1", "f", now.Add(61*time.Second)).Attempt, "f")
-	wantErr(t, e.Store.ReplayFinish(ctx, s2, "e", 200, nil), store.ErrNoMatch)
-	if err := e.Store.ReplayAbandon(ctx, s2, "e"); err != nil {
+	// Expired: not read, replaced, and purged by retention.
+	_, err = get(sc, 24*time.Hour)
+	wantErr(t, err, store.ErrNotFound)
+	if err := e.Store.ReplayInsert(ctx, store.Replay{ReplayScope: sc, RequestHash: "h3", Status: 200, Response: []byte{3}}, 24*time.Hour, at(25*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "the old attempt cannot abandon it", begin(s2, "h1", "g", now.Add(62*time.Second)).Attempt, "f")
-	if err := e.Store.ReplayAbandon(ctx, s2, "f"); err != nil {
-		t.Fatal(err)
+	if r, err := get(sc, 25*time.Hour); err != nil || r.RequestHash != "h3" {
+		t.Fatalf("replaced: %+v %v", r, err)
 	}
-	equal(t, "abandoned: free again", begin(s2, "h2", "g", now.Add(63*time.Second)).Attempt, "g")
-
-	// Expired: reused, and purged by retention.
-	equal(t, "expired", begin(sc, "h9", "h", now.Add(25*time.Hour)).Attempt, "h")
-	counts, err := e.Store.Purge(ctx, store.PurgeParams{PayloadsBefore: now, EventsBefore: now, Now: now.Add(24*time.Hour + 2*time.Minute)})
+	counts, err := e.Store.Purge(ctx, store.PurgeParams{PayloadsBefore: now, EventsBefore: now, Now: now.Add(2 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "purged", counts["replays"], 4) // idem-3 and the three other scopes; idem-1 was renewed
+	equal(t, "purged", counts["replays"], 3) // the three other scopes; idem-1 was renewed
 }
