@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -146,6 +148,11 @@ func (h *harness) do(method, path, key, contentType, body string) response {
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	// AIRLOCK_TEST_IDEMPOTENCY_KEYS=1 runs every test with an Idempotency-Key on each
+	// mutating request: each route then runs inside store.Within.
+	if os.Getenv("AIRLOCK_TEST_IDEMPOTENCY_KEYS") != "" && method != "GET" && key != "" {
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("every-%d", time.Now().UnixNano()))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

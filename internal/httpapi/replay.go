@@ -96,9 +96,10 @@ func (s *server) idempotent(route string, next handlerFunc) handlerFunc {
 			if out.status == 0 {
 				out.status = http.StatusOK
 			}
-			// An outage is not an outcome, and a kill switch lifts: neither is repeated;
-			// whatever the handler wrote commits as it would without the header.
-			if out.status >= 500 || out.status == http.StatusLocked {
+			// An outage is not an outcome, and a kill switch lifts: neither is repeated; a
+			// malformed request started nothing and is refused the same way again.
+			// Whatever the handler wrote commits as it would without the header.
+			if !recorded(out.status) {
 				return nil
 			}
 			sealed, err := seal(rawAPIKey(ctx), sc, replayed{Status: out.status, Header: out.header, Body: out.body.Bytes()})
@@ -129,6 +130,18 @@ func (s *server) idempotent(route string, next handlerFunc) handlerFunc {
 		_, _ = w.Write(out.body.Bytes())
 		return nil
 	}
+}
+
+// recorded reports whether an answer with this status is kept for replay: outcomes are
+// (2xx, and refusals such as 409 version_conflict or 422), but not 5xx (an outage),
+// 423 (the kill switch, which lifts), nor 400, 413 and 415 (a malformed request: nothing
+// started, and the same request is refused the same way again).
+func recorded(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusLocked:
+		return false
+	}
+	return status < 500
 }
 
 // replay answers from a record: the original status, headers and body.
