@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -24,11 +25,40 @@ type Client struct {
 	BaseURL string // e.g. "http://127.0.0.1:8080", without a trailing /v1
 	APIKey  string // sent as Authorization: Bearer; needs the runs scope to act
 	HTTP    *http.Client
+	// Retries is how many times a request is sent again after a transport error (no
+	// answer), a 5xx answer or 409 request_in_progress, with growing pauses. A mutating
+	// request is retried with the same Idempotency-Key, so airlock answers a retry of a
+	// request that already committed from its record instead of running it again. New
+	// sets 2; the zero Client does not retry.
+	Retries int
 }
 
-// New returns a client of the server at baseURL with a 30-second request timeout.
+// New returns a client of the server at baseURL with a 30-second request timeout that
+// retries a failed request twice.
 func New(baseURL, apiKey string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), APIKey: apiKey, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), APIKey: apiKey, HTTP: &http.Client{Timeout: 30 * time.Second}, Retries: 2}
+}
+
+type idemKey struct{}
+
+// WithIdempotencyKey makes the mutating call made with ctx send key as its
+// Idempotency-Key instead of a fresh random one. Derive it from what identifies the step
+// (the run key and the step's name), and a process that restarts and repeats the step
+// gets the first answer back for 24 hours instead of running it again. One key per
+// logical request: airlock refuses the same key with a different body
+// (idempotency_key_reused).
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idemKey{}, key)
+}
+
+// idempotencyKey is the caller's key, or a new random one.
+func idempotencyKey(ctx context.Context) string {
+	if k, ok := ctx.Value(idemKey{}).(string); ok && k != "" {
+		return k
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // APIError is an error answer from airlock: {"error": code, "message": …}.
@@ -79,26 +109,72 @@ func HashInput(v any) (string, error) {
 }
 
 // do sends one request and decodes a 2xx answer into out (when non-nil). It returns the
-// status so callers can tell 200 from 201 or 202.
+// status so callers can tell 200 from 201 or 202. A mutating request carries an
+// Idempotency-Key, the same on each of its retries.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
-	var rd io.Reader
+	var payload []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return 0, fmt.Errorf("airlock: encode %s %s: %w", method, path, err)
 		}
-		rd = bytes.NewReader(b)
+		payload = b
+	}
+	idem := ""
+	if method != http.MethodGet {
+		idem = idempotencyKey(ctx)
+	}
+	for attempt := 0; ; attempt++ {
+		status, retryAfter, err := c.once(ctx, method, path, idem, payload, body != nil, out)
+		if status < 0 { // the request could not be built: nothing was sent
+			return 0, err
+		}
+		if err == nil || attempt >= c.Retries || !retryable(status, err) || ctx.Err() != nil {
+			return status, err
+		}
+		pause := time.Duration(200<<attempt) * time.Millisecond
+		if retryAfter > 0 {
+			pause = max(pause, retryAfter)
+		}
+		select {
+		case <-ctx.Done():
+			return status, err
+		case <-time.After(min(pause, 5*time.Second)):
+		}
+	}
+}
+
+// retryable: no answer at all, an outage, or the same request still running.
+func retryable(status int, err error) bool {
+	var ae *APIError
+	switch {
+	case status == 0:
+		return true
+	case errors.As(err, &ae) && ae.Code == "request_in_progress":
+		return true
+	}
+	return status == http.StatusInternalServerError || status == http.StatusBadGateway ||
+		status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
+}
+
+func (c *Client) once(ctx context.Context, method, path, idem string, payload []byte, hasBody bool, out any) (int, time.Duration, error) {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(payload)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
 	if err != nil {
-		return 0, fmt.Errorf("airlock: %w", err)
+		return -1, 0, fmt.Errorf("airlock: %w", err)
 	}
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	if idem != "" {
+		req.Header.Set("Idempotency-Key", idem)
 	}
 	hc := c.HTTP
 	if hc == nil {
@@ -106,22 +182,26 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("airlock: %s %s: %w", method, path, err)
+		return 0, 0, fmt.Errorf("airlock: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	var retryAfter time.Duration
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		retryAfter = time.Duration(s) * time.Second
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("airlock: %s %s: read answer: %w", method, path, err)
+		return 0, 0, fmt.Errorf("airlock: %s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, decodeError(resp.StatusCode, raw)
+		return resp.StatusCode, retryAfter, decodeError(resp.StatusCode, raw)
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("airlock: %s %s: decode answer: %w", method, path, err)
+			return resp.StatusCode, 0, fmt.Errorf("airlock: %s %s: decode answer: %w", method, path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, 0, nil
 }
 
 func decodeError(status int, raw []byte) error {

@@ -36,6 +36,12 @@
 //     candidates, the run started but has no ledger): exit without acting. An agent
 //     never restarts a run from scratch.
 //
+// Every mutating call sends an Idempotency-Key, and [Client.Retries] resends it
+// unchanged after a transport error, a 5xx or request_in_progress: airlock answers a
+// retry of a call that already committed from its record (a claim whose reply was lost
+// still returns its lease). [WithIdempotencyKey] pins the key, so a process that restarts
+// and repeats a step within 24 hours gets the first answer back.
+//
 // Errors from airlock are [*APIError] values carrying the API's stable code; test them
 // with [IsCode]. Input hashes given to [Client.Plan] must be stable: compute them with
 // [HashInput] from the effect's input, never from values that change between attempts.

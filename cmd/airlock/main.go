@@ -125,6 +125,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	} else if err := st.SchemaCurrent(ctx); err != nil {
 		return err
 	}
+	// A database that answers reads but refuses writes would fail every request but reads.
+	if err := st.WriteCheck(ctx); err != nil {
+		return fmt.Errorf("the database does not accept writes (read-only file, session or standby?): %w", err)
+	}
 	pol, err := loadPolicy(cfg)
 	if err != nil {
 		return err

@@ -17,7 +17,8 @@ import (
 )
 
 // decode reads one JSON object into v strictly: JSON content type, size limit, valid
-// UTF-8 throughout (no lone surrogate escapes either), no field twice in any object at
+// UTF-8 throughout (no lone surrogate escapes either), no NUL character in any string or
+// key, no field twice in any object at
 // any depth, field names exactly as documented (encoding/json alone would let "KEY" set
 // key), no unknown fields, no trailing data. Every route decodes its body here; each
 // failure has its own code.
@@ -113,6 +114,9 @@ func walkJSON(dec *json.Decoder, t reflect.Type, path string) error {
 	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
+		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
+			return nulError(strings.TrimSuffix(path, "."))
+		}
 		return nil
 	}
 	t = shape(t)
@@ -131,6 +135,9 @@ func walkJSON(dec *json.Decoder, t reflect.Type, path string) error {
 			}
 			key, _ := kt.(string)
 			name := path + key
+			if strings.ContainsRune(key, 0) {
+				return nulError(name)
+			}
 			if seen[key] {
 				return apiError(http.StatusBadRequest, "duplicate_field", fmt.Sprintf("%s appears twice; give each field once", quoteField(name)))
 			}
@@ -167,6 +174,12 @@ func walkJSON(dec *json.Decoder, t reflect.Type, path string) error {
 	}
 	_, err = dec.Token() // the closing delimiter
 	return err
+}
+
+// nulError refuses a NUL character (\u0000) in any string or object key: PostgreSQL
+// cannot store one in text or jsonb, so it is refused here, for every store alike.
+func nulError(name string) error {
+	return apiError(http.StatusBadRequest, "nul_character", fmt.Sprintf("%s holds a NUL character (\\u0000), which cannot be stored; remove it or encode the data (e.g. base64)", quoteField(name)))
 }
 
 func quoteField(name string) string {

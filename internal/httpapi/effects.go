@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -94,7 +95,8 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if a := sub.Approval; a != nil {
-		s.Approvals.Notify(r.Context(), *a, s.Log)
+		ctx, req := context.WithoutCancel(r.Context()), *a
+		afterCommit(r.Context(), func() { s.Approvals.Notify(ctx, req, s.Log) })
 		// The raw token is in this response (and the approvers' notification) only: only its hash is stored.
 		writeJSON(w, http.StatusAccepted, map[string]any{"approval_id": a.Approval.ID, "approve_url": a.URL,
 			"expires_at": a.Approval.ExpiresAt, "state": a.Run.State, "version": a.Run.Version})

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -53,6 +55,7 @@ type harness struct {
 	logs                *syncBuffer
 	metrics             *metrics.Metrics
 	another             func(mod func(d *httpapi.Deps)) string
+	deps                httpapi.Deps
 }
 
 // newHarness serves the API and the pages; pageOpts, given the server's URL, configure
@@ -98,6 +101,7 @@ func newHarnessWith(t *testing.T, b storetest.Backend, setup func(env *storetest
 	}
 	deps := httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
 		Approvals: gate, Ledger: ledger.NewService(env.Store, env.Policy, env.Effects, gate, env.Alerts, env.Failures.Budget, env.Clock.Now), Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}
+	h.deps = deps
 	srv.Config.Handler = httpapi.New(deps)
 	srv.Start()
 	// another serves a second instance over the same database: its own pages, metrics and
@@ -155,6 +159,11 @@ func (h *harness) do(method, path, key, contentType, body string) response {
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	// AIRLOCK_TEST_IDEMPOTENCY_KEYS=1 runs every test with an Idempotency-Key on each
+	// mutating request: each route then runs inside store.Within.
+	if os.Getenv("AIRLOCK_TEST_IDEMPOTENCY_KEYS") != "" && method != "GET" && key != "" {
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("every-%d", time.Now().UnixNano()))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -431,6 +440,21 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		if open := op.Security != nil && len(*op.Security) == 0; open != (rt.Scope == "") {
 			t.Errorf("%s: openapi security does not match scope %q", name, rt.Scope)
 		}
+		// Every mutating /v1 route takes an Idempotency-Key; no other does.
+		var params struct {
+			Parameters []struct {
+				Ref string `json:"$ref"`
+			} `json:"parameters"`
+		}
+		_ = json.Unmarshal(doc.Paths[rt.Pattern][strings.ToLower(rt.Method)], &params)
+		documented := slices.ContainsFunc(params.Parameters, func(p struct {
+			Ref string `json:"$ref"`
+		}) bool {
+			return p.Ref == "#/components/parameters/IdempotencyKey"
+		})
+		if takes := rt.Scope != "" && rt.Method != "GET" && strings.HasPrefix(rt.Pattern, "/v1/"); documented != takes {
+			t.Errorf("%s: Idempotency-Key documented %v, taken %v", name, documented, takes)
+		}
 	}
 	for _, name := range web.Patterns {
 		if !inDoc[name] {
@@ -446,7 +470,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	if codes == nil {
 		t.Fatal("no error enum in openapi.json")
 	}
-	for _, c := range []string{"payload_mismatch", "lease_lost", "version_conflict", "invalid_transition", "lease_lifetime_exceeded", "unauthenticated", "forbidden", "body_too_large"} {
+	for _, c := range []string{"payload_mismatch", "lease_lost", "version_conflict", "invalid_transition", "lease_lifetime_exceeded", "unauthenticated", "forbidden", "body_too_large",
+		"nul_character", "invalid_idempotency_key", "idempotency_key_reused", "request_in_progress"} {
 		if !strings.Contains(codes[1], `"`+c+`"`) {
 			t.Errorf("error code %s missing from openapi.json", c)
 		}

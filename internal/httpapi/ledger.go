@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -101,7 +102,8 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if a := res.Approval; a != nil {
-		s.Approvals.Notify(r.Context(), *a, s.Log)
+		ctx, req := context.WithoutCancel(r.Context()), *a
+		afterCommit(r.Context(), func() { s.Approvals.Notify(ctx, req, s.Log) })
 		writeJSON(w, http.StatusAccepted, map[string]any{"execute": false, "approval_id": a.Approval.ID, "approve_url": a.URL,
 			"expires_at": a.Approval.ExpiresAt, "state": a.Run.State, "version": a.Run.Version})
 		return nil

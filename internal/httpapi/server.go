@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -57,6 +58,7 @@ type server struct {
 	promHandler http.Handler
 	mux         *http.ServeMux
 	traced      map[string]bool // the API's route patterns ("POST /v1/runs/claim")
+	inflight    sync.Map        // requests with an Idempotency-Key running here (see idempotent)
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -117,6 +119,9 @@ func New(d Deps) http.Handler {
 	for _, rt := range Routes {
 		s.traced[rt.Method+" "+rt.Pattern] = true
 		h := rt.h(s)
+		if rt.Scope != "" && rt.Method != http.MethodGet && strings.HasPrefix(rt.Pattern, "/v1/") {
+			h = s.idempotent(rt.Method+" "+rt.Pattern, h)
+		}
 		if rt.Scope != "" {
 			h = s.authenticated(rt.Scope, h)
 		}
@@ -154,7 +159,10 @@ func (s *server) authenticated(scope string, next handlerFunc) handlerFunc {
 		if !apikeys.Allows(key.Scopes, scope) {
 			return apiError(http.StatusForbidden, "forbidden", "this API key lacks the "+scope+" scope")
 		}
-		return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, key)))
+		ctx := context.WithValue(r.Context(), principalKey{}, key)
+		// The raw key seals this key's replayable answers (see idempotent); never logged.
+		ctx = context.WithValue(ctx, rawKeyKey{}, strings.TrimSpace(raw))
+		return next(w, r.WithContext(ctx))
 	}
 }
 
@@ -164,16 +172,19 @@ func (s *server) handle(h handlerFunc) http.Handler {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 		}
-		err := h(w, r)
-		if err == nil {
-			return
+		if err := h(w, r); err != nil {
+			s.render(w, r, err)
 		}
-		ae, known := toAPIError(err)
-		if !known {
-			s.Log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
-		}
-		writeJSON(w, ae.Status, ae)
 	})
+}
+
+// render answers a handler's error.
+func (s *server) render(w http.ResponseWriter, r *http.Request, err error) {
+	ae, known := toAPIError(err)
+	if !known {
+		s.Log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
+	}
+	writeJSON(w, ae.Status, ae)
 }
 
 type requestIDKey struct{}
@@ -300,6 +311,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	if err := s.Store.SchemaCurrent(ctx); err != nil {
 		s.Log.Warn("not ready", "err", err)
 		return apiError(http.StatusServiceUnavailable, "unavailable", "the database schema is not current; run `airlock migrate`")
+	}
+	if err := s.Store.WriteCheck(ctx); err != nil {
+		s.Log.Warn("not ready: the database does not accept writes", "err", err)
+		return apiError(http.StatusServiceUnavailable, "unavailable", "the database answers but does not accept writes (read-only file or directory, read-only session or standby, full disk, or held locked); see the server log")
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "backend": s.Store.Backend()})
 	return nil

@@ -22,7 +22,13 @@ var (
 	ErrNoMatch = errors.New("compare-and-set matched no row")
 	// ErrSchemaOutdated: the database has not been migrated to what this binary needs.
 	ErrSchemaOutdated = errors.New("database schema is not up to date")
+	// ErrRollback makes a backend's WriteCheck roll its transaction back.
+	ErrRollback = errors.New("rolled back on purpose")
 )
+
+// WriteCheckSQL is the write WriteCheck makes and rolls back: the newest migration's row
+// rewritten unchanged (both schemas have it, and nothing else writes it after start).
+const WriteCheckSQL = `UPDATE schema_migrations SET name = name WHERE version = (SELECT max(version) FROM schema_migrations)`
 
 // State is a run's state; the CHECK constraint in both schemas lists the same set.
 type State string
@@ -116,9 +122,17 @@ type Store interface {
 	// once — it sets, rather than accumulates, anything it keeps outside itself, and does
 	// nothing outside the database that a rolled-back run would leave behind.
 	Transact(ctx context.Context, fn func(q Queries) error) error
+	// Within runs fn in one transaction and commits if it returns nil, like Transact, and
+	// every statement made through this store with fn's ctx joins that transaction: Store
+	// methods, Claim, and Transact, whose transaction becomes a savepoint (rolled back
+	// alone when its fn fails). The API runs a request that carries an Idempotency-Key in
+	// it, so the request's writes and its recorded reply commit together. fn must not use
+	// its ctx from other goroutines.
+	Within(ctx context.Context, fn func(ctx context.Context) error) error
 	// Claim is a whole claim: what ClaimSequence does, each change with its events. On
-	// PostgreSQL in autocommit: one statement (one round trip) when the claim takes the
-	// run, a second one to record a refusal; on SQLite in one transaction.
+	// PostgreSQL in autocommit (or in the transaction its ctx joins): one statement (one
+	// round trip) when the claim takes the run, a second one to record a refusal; on
+	// SQLite in one transaction.
 	Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error)
 	// Migrate applies the embedded migrations that have not run yet, safely when several
 	// processes start at once.
@@ -126,6 +140,9 @@ type Store interface {
 	// SchemaCurrent returns ErrSchemaOutdated when migrations are pending.
 	SchemaCurrent(ctx context.Context) error
 	Ping(ctx context.Context) error
+	// WriteCheck writes in a transaction it rolls back: a database that answers reads but
+	// refuses writes (a read-only file, a standby, a read-only session) fails it.
+	WriteCheck(ctx context.Context) error
 	Backend() string
 	Close() error
 }
@@ -140,6 +157,7 @@ type Queries interface {
 	LedgerQueries
 	RetentionQueries
 	AuditQueries
+	ReplayQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -699,4 +717,37 @@ func DecodeList(s string) ([]string, error) {
 		return nil, errors.New("stored list is not a JSON array")
 	}
 	return l, nil
+}
+
+// ReplayScope names one idempotency record: the API key (its id), the route pattern
+// ("POST /v1/runs/claim") and the client's Idempotency-Key.
+type ReplayScope struct {
+	APIKeyID string
+	Route    string
+	Key      string
+}
+
+// Replay is a row of replays: the answer to a mutating request made with an
+// Idempotency-Key, written in the transaction of the request's own writes.
+type Replay struct {
+	ReplayScope
+	RequestHash string // SHA-256 of the method, path and body
+	Status      int
+	Response    []byte // sealed with a key derived from the raw API key: opaque here
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+// ReplayQueries are the statements of idempotent replays; they run in a transaction.
+type ReplayQueries interface {
+	// ReplayLock takes the scope's lock until the transaction ends, without waiting, and
+	// reports whether it got it: false while another transaction (another instance) runs
+	// a request with the same scope. PostgreSQL: a transaction-level advisory lock.
+	// SQLite: true (a write transaction already excludes every other).
+	ReplayLock(ctx context.Context, s ReplayScope) (bool, error)
+	// ReplayGet returns the scope's record unexpired at now; ErrNotFound if none.
+	ReplayGet(ctx context.Context, s ReplayScope, now *time.Time) (Replay, error)
+	// ReplayInsert records an answer kept for ttl, replacing an expired record of the
+	// scope; ErrNoMatch if an unexpired one exists.
+	ReplayInsert(ctx context.Context, r Replay, ttl time.Duration, now *time.Time) error
 }

@@ -51,7 +51,47 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return &Store{queries: queries{db: pool}, pool: pool}, nil
+	st := &Store{pool: pool}
+	st.queries = queries{db: joined{st}}
+	return st, nil
+}
+
+// txKey carries, in a Within's ctx, the transaction this store's statements join.
+type txKey struct{ s *Store }
+
+func (s *Store) bound(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{s}).(pgx.Tx)
+	return tx
+}
+
+// joined runs a statement in the transaction of a Within whose ctx it is given, else
+// on the pool (autocommit).
+type joined struct{ s *Store }
+
+func (j joined) on(ctx context.Context) dbtx {
+	if tx := j.s.bound(ctx); tx != nil {
+		return tx
+	}
+	return j.s.pool
+}
+
+func (j joined) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return j.on(ctx).Exec(ctx, sql, args...)
+}
+
+func (j joined) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return j.on(ctx).Query(ctx, sql, args...)
+}
+
+func (j joined) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return j.on(ctx).QueryRow(ctx, sql, args...)
+}
+
+func (s *Store) Within(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.bound(ctx) != nil {
+		return fn(ctx)
+	}
+	return s.transact(ctx, func(tx pgx.Tx) error { return fn(context.WithValue(ctx, txKey{s}, tx)) })
 }
 
 // redact drops a DSN (which may carry a password) from a parse error.
@@ -82,9 +122,15 @@ const transactTries = 4
 // deadlock (40P01) or a serialization failure (40001), nothing of it was committed, and
 // fn runs again from the start in a new transaction, up to transactTries times with a
 // short jittered pause; fn must therefore keep no state across runs (store.Store says so).
+// Inside a Within, fn runs in a savepoint of that transaction instead, once: the whole
+// request is what may be retried (by its client, with its Idempotency-Key).
 func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
+	run := func(tx pgx.Tx) error { return fn(queries{db: tx}) }
+	if s.bound(ctx) != nil {
+		return s.transact(ctx, run)
+	}
 	for try := 1; ; try++ {
-		err := s.transactOnce(ctx, fn)
+		err := s.transact(ctx, run)
 		if err == nil || try == transactTries || !retryable(err) {
 			return err
 		}
@@ -104,8 +150,14 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
-func (s *Store) transactOnce(ctx context.Context, fn func(q store.Queries) error) (err error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+// transact runs fn in a READ COMMITTED transaction, or in a savepoint of the one ctx joins.
+func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err error) {
+	var tx pgx.Tx
+	if outer := s.bound(ctx); outer != nil {
+		tx, err = outer.Begin(ctx) // a savepoint
+	} else {
+		tx, err = s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	}
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -118,13 +170,26 @@ func (s *Store) transactOnce(ctx context.Context, fn func(q store.Queries) error
 			_ = tx.Rollback(ctx)
 		}
 	}()
-	if err := fn(queries{db: tx}); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+func (s *Store) WriteCheck(ctx context.Context) error {
+	err := s.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.(queries).db.Exec(ctx, store.WriteCheckSQL); err != nil {
+			return fmt.Errorf("write check: %w", err)
+		}
+		return store.ErrRollback
+	})
+	if errors.Is(err, store.ErrRollback) {
+		return nil
+	}
+	return err
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
@@ -341,7 +406,7 @@ SELECT ` + runColumns + ` FROM refused`
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
 	meta := jsonArg(p.Meta)
 	for range 16 {
-		run, err := scanRun(s.pool.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
+		run, err := scanRun(s.db.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
 			micros(p.Lease), p.TriggerSource, p.WorkflowVersion, p.Actor, meta, p.AlertAfter))
 		if err == nil {
 			out := store.ClaimOutcome{Run: run, Claimed: true}
@@ -354,7 +419,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutc
 		if p.Refusing != nil {
 			p.Refusing()
 		}
-		run, err = scanRun(s.pool.QueryRow(ctx, refuseRecordSQL, p.Key, p.PayloadHash, p.Now, p.Actor, meta))
+		run, err = scanRun(s.db.QueryRow(ctx, refuseRecordSQL, p.Key, p.PayloadHash, p.Now, p.Actor, meta))
 		if errors.Is(err, store.ErrNotFound) {
 			continue // claimable now: claim again
 		}

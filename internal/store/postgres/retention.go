@@ -21,6 +21,7 @@ var purgeStatements = []struct{ kind, table, set, where, order string }{
 	{"events", "events", "", "at < $2", "at"},
 	{"sessions", "sessions", "", "expires_at < $3", "expires_at"},
 	{"signin_throttle", "signin_throttle", "", "next_at < $3 AND updated_at < $3::timestamptz - interval '1 day'", ""},
+	{"replays", "replays", "", "expires_at < $3", ""},
 }
 
 // purgeWhere is a statement's clause naming all three parameters, so their types are

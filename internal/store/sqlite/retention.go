@@ -26,6 +26,7 @@ var purgeStatements = []struct{ kind, table, set, where, order string }{
 	{"events", "events", "", "at < ?2", "at"},
 	{"sessions", "sessions", "", "expires_at < ?3", "expires_at"},
 	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000", ""},
+	{"replays", "replays", "", "expires_at < ?3", ""},
 }
 
 func purgeWhere(where string) string {

@@ -10,7 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +53,9 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if sync != "FULL" && sync != "NORMAL" {
 		return nil, fmt.Errorf("sqlite synchronous must be FULL or NORMAL, not %q", opt.Synchronous)
 	}
+	if err := writable(path); err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -73,7 +79,87 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{queries: queries{db: db, now: now}, db: db}, nil
+	st := &Store{db: db}
+	st.queries = queries{db: joined{st}, now: now}
+	return st, nil
+}
+
+// bound is the transaction of a Within, carried in its ctx.
+type bound struct {
+	tx     *sql.Tx
+	depth  *int // savepoints open
+	closed *bool
+}
+
+type txKey struct{ s *Store }
+
+func (s *Store) bound(ctx context.Context) *bound {
+	b, _ := ctx.Value(txKey{s}).(*bound)
+	return b
+}
+
+// joined runs a statement in the transaction of a Within whose ctx it is given, else on
+// the pool (autocommit).
+type joined struct{ s *Store }
+
+func (j joined) on(ctx context.Context) dbtx {
+	if b := j.s.bound(ctx); b != nil {
+		return b.tx
+	}
+	return j.s.db
+}
+
+func (j joined) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return j.on(ctx).ExecContext(ctx, query, args...)
+}
+
+func (j joined) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return j.on(ctx).QueryContext(ctx, query, args...)
+}
+
+func (j joined) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return j.on(ctx).QueryRowContext(ctx, query, args...)
+}
+
+func (s *Store) Within(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.bound(ctx) != nil {
+		return fn(ctx)
+	}
+	return s.transact(ctx, func(b *bound) error { return fn(context.WithValue(ctx, txKey{s}, b)) })
+}
+
+// writable refuses, before SQLite touches anything, a database this process may not
+// write: SQLite would open such a file read-only (every write then fails while reads
+// work) and create its -wal and -shm files with the file's read-only mode, which break
+// the next start even after the file is fixed.
+func writable(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		switch {
+		case err == nil:
+			f.Close()
+		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, fs.ErrPermission):
+			what := "the database file"
+			if p != path {
+				what = "SQLite's side file (left read-only by an earlier start? remove it while airlock is stopped, or fix its permissions)"
+			}
+			return fmt.Errorf("open sqlite %s: %s %s is read-only for this user: airlock writes to it; give the user write permission", path, what, p)
+		default:
+			return fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+	}
+	// SQLite creates and removes the -wal and -shm files beside the database.
+	dir := filepath.Dir(path)
+	probe, err := os.CreateTemp(dir, ".airlock-write-probe-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("open sqlite %s: the directory %s does not exist", path, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: the directory %s is read-only for this user: SQLite creates its -wal and -shm files there; give the user write permission", path, dir)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
 }
 
 func (s *Store) Backend() string                { return "sqlite" }
@@ -83,14 +169,24 @@ func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 // DB exposes the handle for benchmarks that measure raw statements beside the store.
 func (s *Store) DB() *sql.DB { return s.db }
 
-func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (err error) {
+func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
+	return s.transact(ctx, func(b *bound) error { return fn(queries{db: b.tx, now: s.now}) })
+}
+
+// transact runs fn in a transaction, or in a savepoint of the one ctx joins.
+func (s *Store) transact(ctx context.Context, fn func(b *bound) error) (err error) {
+	if b := s.bound(ctx); b != nil {
+		return s.savepoint(ctx, b, fn)
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	b := &bound{tx: tx, depth: new(int), closed: new(bool)}
 	defer func() {
+		*b.closed = true
 		if p := recover(); p != nil {
 			_ = tx.Rollback()
 			panic(p)
@@ -99,11 +195,42 @@ func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) (e
 			_ = tx.Rollback()
 		}
 	}()
-	if err := fn(queries{db: tx, now: s.now}); err != nil {
+	if err := fn(b); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// savepoint runs fn in a savepoint of b: released when fn succeeds, rolled back alone
+// when it fails.
+func (s *Store) savepoint(ctx context.Context, b *bound, fn func(b *bound) error) (err error) {
+	if *b.closed {
+		return errors.New("savepoint: the transaction has ended")
+	}
+	*b.depth++
+	name := fmt.Sprintf("sp_%d", *b.depth)
+	defer func() { *b.depth-- }()
+	if _, err := b.tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	defer func() {
+		p := recover()
+		if p != nil || err != nil {
+			_, _ = b.tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO "+name)
+			_, _ = b.tx.ExecContext(context.WithoutCancel(ctx), "RELEASE "+name)
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
+	if err := fn(b); err != nil {
+		return err
+	}
+	if _, err := b.tx.ExecContext(ctx, "RELEASE "+name); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
 	}
 	return nil
 }
@@ -116,6 +243,19 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (out store.Claim
 		return err
 	})
 	return out, err
+}
+
+func (s *Store) WriteCheck(ctx context.Context) error {
+	err := s.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.(queries).db.ExecContext(ctx, store.WriteCheckSQL); err != nil {
+			return fmt.Errorf("write check: %w", err)
+		}
+		return store.ErrRollback
+	})
+	if errors.Is(err, store.ErrRollback) {
+		return nil
+	}
+	return err
 }
 
 func (s *Store) Migrate(ctx context.Context) error {

@@ -97,6 +97,8 @@ func Run(t *testing.T, b Backend) {
 		{"RefusalNeverReportsAClaimableRun", testRefusalNotClaimable},
 		{"ConcurrentClaimsManyKeys", testConcurrentClaimsManyKeys},
 		{"ConcurrentReclaimOfExpiredLease", testConcurrentReclaim},
+		{"WithinJoinsEveryStatement", testWithin},
+		{"ReplayRecords", testReplayRecords},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
