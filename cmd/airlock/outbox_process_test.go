@@ -430,7 +430,13 @@ func crashScenario(t *testing.T, env []string, crashAt, kind, httpSection string
 		}
 	}
 	arts := prov.Artifacts(pkey)
+	// Event pages show only what no older transaction still in flight (on this shared test
+	// server: any test's) could precede: the last events may take a moment to appear.
 	events := eventKinds(t, s2.URL, apiKey, key)
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(events, want.event) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		events = eventKinds(t, s2.URL, apiKey, key)
+	}
 	t.Logf("requests %d; artifacts %v; effect %+v; events %v", prov.Requests(pkey), arts, got, events)
 	if got.State != want.state {
 		t.Errorf("effect %s, want %s", got.State, want.state)
