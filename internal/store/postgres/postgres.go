@@ -557,7 +557,21 @@ const eventsAfter = `run_key = $1
 // committed events past the cursor wait behind an older transaction still in flight.
 const eventListSQL = `
 	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2),
-	horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+	-- The oldest transaction still in flight that has written to airlock's tables (it
+	-- holds a lock on one of this schema's relations): it may still add an event below
+	-- any later one. Transactions of other schemas or databases on the server (other
+	-- tenants, other tests) do not hold readers back; one that has not written yet has no
+	-- id, and gets a higher one when it does.
+	horizon AS (
+	  SELECT coalesce(min(x), pg_snapshot_xmax(pg_current_snapshot())) AS xmin
+	  FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+	  WHERE (x::text::bigint % 4294967296)::text IN (
+	    SELECT t.transactionid::text FROM pg_locks t
+	    JOIN pg_locks r ON r.virtualtransaction = t.virtualtransaction AND r.locktype = 'relation'
+	    JOIN pg_class c ON c.oid = r.relation
+	    WHERE t.locktype = 'transactionid'
+	      AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	      AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'events'::regclass))),
 	page AS (
 	  SELECT ` + eventColumns + `, xid FROM events
 	  WHERE ` + eventsAfter + ` AND xid < (SELECT xmin FROM horizon)
