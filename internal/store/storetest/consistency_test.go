@@ -8,15 +8,6 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-func TestConsistencyConformance(t *testing.T) {
-	for _, b := range storetest.Backends {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			storetest.RunConsistency(t, b)
-		})
-	}
-}
-
 // BenchmarkEventPages reads a run's 1,000 events 100 at a time, the way GET
 // /v1/runs/{key}/events and explain page through a timeline.
 func BenchmarkEventPages(b *testing.B) {

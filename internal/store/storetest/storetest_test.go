@@ -6,56 +6,20 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-func TestConformance(t *testing.T) {
+// onEachBackend runs one conformance suite on every backend, in parallel.
+func onEachBackend(t *testing.T, suite func(*testing.T, storetest.Backend)) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			storetest.Run(t, b)
+			suite(t, b)
 		})
 	}
 }
 
-func TestEffectsConformance(t *testing.T) {
-	for _, b := range storetest.Backends {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			storetest.RunEffects(t, b)
-		})
-	}
-}
-
-func TestFailuresConformance(t *testing.T) {
-	for _, b := range storetest.Backends {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			storetest.RunFailures(t, b)
-		})
-	}
-}
-
-func TestLedgerConformance(t *testing.T) {
-	for _, b := range storetest.Backends {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			storetest.RunLedger(t, b)
-		})
-	}
-}
-
-func TestGatesConformance(t *testing.T) {
-	for _, b := range storetest.Backends {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			storetest.RunGates(t, b)
-		})
-	}
-}
-
-func TestCostConformance(t *testing.T) {
-	for _, b := range storetest.Backends {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			storetest.RunCost(t, b)
-		})
-	}
-}
+func TestConformance(t *testing.T)            { onEachBackend(t, storetest.Run) }
+func TestEffectsConformance(t *testing.T)     { onEachBackend(t, storetest.RunEffects) }
+func TestFailuresConformance(t *testing.T)    { onEachBackend(t, storetest.RunFailures) }
+func TestLedgerConformance(t *testing.T)      { onEachBackend(t, storetest.RunLedger) }
+func TestGatesConformance(t *testing.T)       { onEachBackend(t, storetest.RunGates) }
+func TestCostConformance(t *testing.T)        { onEachBackend(t, storetest.RunCost) }
+func TestConsistencyConformance(t *testing.T) { onEachBackend(t, storetest.RunConsistency) }
