@@ -192,6 +192,13 @@ func newHarness(t *testing.T, backend string, env []string, seed uint64, d time.
   task:
     connector: worker
     gate: none
+  digest:
+    connector: http
+    gate: act_with_window
+    window: 10s
+    reversible: true
+    http: {url: %[1]s/digest, timeout: 1s}
+    approvers: {roles: [lead]}
   mail:
     connector: http
     gate: approve_before_act
@@ -535,7 +542,7 @@ func (h *harness) delivery(ctx context.Context, key string) {
 	}
 	modes := []string{"ok", "ok", "ok", "refuse", "timeout", "hang"}
 	for i := range h.intn(3) {
-		typ := []string{"note", "crm", "task"}[h.intn(3)]
+		typ := []string{"note", "crm", "task", "note", "crm", "task", "note", "digest"}[h.intn(8)] // digest: a cancel window
 		body := fmt.Sprintf(`{"lease_owner":%q,"version":%d,"action_type":%q,"target":"default","effect_id":"e%d","payload":{"mode":%q}}`,
 			c.Owner, c.Version, typ, i, modes[h.intn(len(modes))])
 		var q struct {
@@ -657,6 +664,21 @@ func (h *harness) gatedDelivery() {
 		c.Owner, c.Version, nonce)
 	if h.call("POST", "/v1/runs/"+key+"/effects", body, &a) != 202 {
 		return
+	}
+	if h.intn(3) == 0 {
+		// As if the 202 was lost: the same request again reissues the link (the first one
+		// dies); retried until an answer comes, or the only live link would be unknown.
+		for range 5 {
+			var b struct {
+				URL      string `json:"approve_url"`
+				Reissued bool   `json:"reissued"`
+			}
+			if st := h.call("POST", "/v1/runs/"+key+"/effects", body, &b); st == 202 && b.Reissued {
+				a.URL = b.URL
+				h.count("approval_link_reissued")
+				break
+			}
+		}
 	}
 	_, token, _ := strings.Cut(a.URL, "/approve/")
 	h.hmu.Lock()
@@ -1145,6 +1167,9 @@ func (h *harness) check() {
 			}
 		}
 	}
+
+	// 3b. Every change recorded in the runs', effects' and approvals' rows has its event.
+	h.checkEvents(append(slices.Clone(keys), h.short...))
 
 	// 4. Short leases: never two holders at once; nothing relying on a lapsed lease won.
 	h.checkLeases()

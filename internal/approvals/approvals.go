@@ -450,8 +450,19 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 	for _, a := range due {
 		if a.Mode == policy.GateActWithWindow || a.Mode == ModeReview {
 			// A closed window lets the effect go ahead; an unreviewed sample just closes.
-			if _, err := s.store.ApprovalExpire(ctx, a.ID, s.At()); err != nil && !errors.Is(err, store.ErrNoMatch) {
-				return fmt.Errorf("close cancel window %s: %w", a.ID, err)
+			// Either is a change, with its event.
+			kind, detail := "cancel_window_closed", map[string]any{"approval_id": a.ID, "effect_id": a.EffectID}
+			if a.Mode == ModeReview {
+				kind, detail = "auto_approval_review_expired", map[string]any{"review_id": a.ID, "effect_id": a.EffectID}
+			}
+			err := s.store.Transact(ctx, func(q store.Queries) error {
+				if _, err := q.ApprovalExpire(ctx, a.ID, s.At()); err != nil {
+					return err
+				}
+				return runs.Event(ctx, q, s.At(), a.RunKey, kind, 0, "airlock", nil, detail)
+			})
+			if err != nil && !errors.Is(err, store.ErrNoMatch) {
+				return fmt.Errorf("close %s %s: %w", a.Mode, a.ID, err)
 			}
 			continue
 		}

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -192,6 +193,28 @@ func TestResentWindowRequestGetsAFreshCancelLink(t *testing.T) {
 		h.tick()
 		if h.env.Provider.Total() != 0 {
 			t.Fatal("a cancelled effect was sent")
+		}
+	})
+}
+
+// Every change has its event: a cancel window that closes unused (the approval row is
+// consumed as expired) says so on the run's timeline.
+func TestClosedWindowHasItsEvent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		owner, v := h.claim("wc-1")
+		r := h.post("/v1/runs/wc-1/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"digest","target":"default","payload":{"week":48}}`, owner, v))
+		expect(t, r, 201, "")
+		h.env.Clock.Advance(11 * time.Minute)
+		if err := h.env.Approvals.ExpireDue(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		aps, err := h.env.Store.ApprovalsByRun(context.Background(), "wc-1")
+		if err != nil || len(aps) != 1 || aps[0].Decision != "expired" {
+			t.Fatalf("window approval: %+v %v", aps, err)
+		}
+		evs := h.get("/v1/runs/wc-1/events").raw
+		if !strings.Contains(evs, `"cancel_window_closed"`) || !strings.Contains(evs, aps[0].ID) {
+			t.Fatalf("no cancel_window_closed event naming the approval:\n%s", evs)
 		}
 	})
 }
