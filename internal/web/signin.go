@@ -195,7 +195,14 @@ var dummyHash = sync.OnceValue(func() []byte {
 })
 
 func (w *Web) login(rw http.ResponseWriter, r *http.Request) {
-	name, password := r.PostFormValue("username"), r.PostFormValue("password")
+	form, bad := postForm(r, formField{name: "username", label: "user name", max: 200},
+		formField{name: "password", label: "password", max: 1024})
+	if bad != "" {
+		w.observe("refused")
+		w.loginError(rw, r, http.StatusBadRequest, bad)
+		return
+	}
+	name, password := form["username"], form["password"]
 	ctx := r.Context()
 	keys := w.throttleKeys(r, name)
 	u, err := w.store.UserByName(ctx, name)

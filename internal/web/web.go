@@ -360,7 +360,13 @@ func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action str
 		w.askLogin(rw, r, th)
 		return
 	}
-	decision, reason := r.PostFormValue("decision"), strings.TrimSpace(r.PostFormValue("reason"))
+	form, bad := postForm(r, formField{name: "decision", label: "decision", max: 20},
+		formField{name: "reason", label: "reason", max: 2000, multiline: true})
+	if bad != "" {
+		w.render(rw, http.StatusBadRequest, "neutral.html", page{Title: "Not sent", Message: bad + " Nothing was decided.", Person: who})
+		return
+	}
+	decision, reason := form["decision"], strings.TrimSpace(form["reason"])
 	if decision == approvals.Reject && reason == "" {
 		w.show(rw, r, th, action, who, http.StatusUnprocessableEntity, "Say why you reject it.")
 		return
