@@ -385,14 +385,22 @@ func testPurgeLetsClaimsThrough(t *testing.T, e *EffectsEnv) {
 }
 
 // PlantEvents inserts n events of kind "planted" at the given time, in one statement.
+// plantedDetail is a planted event's detail, the size of a real event's (a few hundred
+// bytes). A tiny row would fit into the slack that every page of generated history keeps,
+// so 10,000 planted rows would land on 10,000 pages, one each: deleting them then dirties
+// (and, after a checkpoint, logs a full image of) 10,000 pages instead of ~200 — 83 MB of
+// WAL instead of 1.6 MB — which is not how expired events lie (they were appended in time
+// order, many to a page).
+var plantedDetail = `{"note": "` + strings.Repeat("x", 300) + `"}`
+
 func PlantEvents(t testing.TB, st store.Store, n int, at time.Time) {
 	t.Helper()
 	switch st.(type) {
 	case *postgres.Store:
 		ExecRaw(t, st, `INSERT INTO events (run_key, at, kind, detail)
-			SELECT 'planted-' || i, $1::timestamptz, 'planted', '{}'::jsonb FROM generate_series(1, $2::int) i`, at, n)
+			SELECT 'planted-' || i, $1::timestamptz, 'planted', $3::jsonb FROM generate_series(1, $2::int) i`, at, n, plantedDetail)
 	default:
 		ExecRaw(t, st, `WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?2)
-			INSERT INTO events (run_key, at, kind, detail) SELECT 'planted-' || i, ?1, 'planted', '{}' FROM s`, at.UnixMicro(), n)
+			INSERT INTO events (run_key, at, kind, detail) SELECT 'planted-' || i, ?1, 'planted', ?3 FROM s`, at.UnixMicro(), n, plantedDetail)
 	}
 }
