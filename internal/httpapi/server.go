@@ -81,6 +81,7 @@ var Routes = []Route{
 	{"POST", "/v1/runs/{key}/failures", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.failure }},
 	{"POST", "/v1/runs/{key}/usage", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.usage }},
 	{"POST", "/v1/runs/{key}/replace", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.replace }},
+	{"POST", "/v1/runs/{key}/unpark", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.unpark }},
 	{"PUT", "/v1/runs/{key}/ledger", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.putLedger }},
 	{"GET", "/v1/runs/{key}/ledger", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getLedger }},
 	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/plan", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.plan }},
