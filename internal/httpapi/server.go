@@ -128,6 +128,12 @@ func New(d Deps) http.Handler {
 		}
 		mux.Handle(rt.Method+" "+rt.Pattern, s.handle(h))
 	}
+	// The operator console on every server: the same services the routes above use.
+	aud := d.Audit
+	if aud == nil {
+		aud = audit.New(d.Store, d.Web.Now)
+	}
+	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy()})
 	d.Web.Register(mux)
 	return s.observe(s.jsonFallback(mux))
 }
