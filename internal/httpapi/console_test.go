@@ -257,4 +257,3 @@ func (h *harness) approvalID(key string) string {
 	}
 	return aps[len(aps)-1].ID
 }
-
