@@ -194,7 +194,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		step("fill the kill switch form", chromedp.Do(ctx,
 			chromedp.SendKeys(chromedp.CSS(`form[action="/console/kill-switch"]:has(input[value="global"]) input[name="reason"]`), "incident 42"),
 		))
-		resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//form[.//input[@value="global"]]//button[starts-with(normalize-space(), "Stop sending")]`))
+		resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//form[.//input[@value="global"]]//button[normalize-space()="Stop sending everything"]`))
 		step("stop sending", err)
 		status(resp, 200, "/console/kill-switch")
 		if ok, _ := h.env.Effects.Enabled(context.Background(), ""); ok {

@@ -116,6 +116,7 @@ type cpage struct {
 
 var consoleFuncs = template.FuncMap{
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") },
+	"stampsec": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
 	"stampp": func(t *time.Time) string {
 		if t == nil {
 			return "–"
@@ -142,15 +143,6 @@ var consoleFuncs = template.FuncMap{
 			Now  time.Time
 			CSRF string
 		}{e, now, csrf}
-	},
-	"switchRow": func(label, scope string, s *store.KillSwitch, global, admin bool, csrf string) any {
-		return struct {
-			Label, Scope string
-			S            *store.KillSwitch
-			Global       bool
-			Admin        bool
-			CSRF         string
-		}{label, scope, s, global, admin, csrf}
 	},
 	"secs": func(f *float64) string {
 		if f == nil {
