@@ -115,7 +115,7 @@ type cpage struct {
 }
 
 var consoleFuncs = template.FuncMap{
-	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") },
+	"stamp":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") },
 	"stampsec": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
 	"stampp": func(t *time.Time) string {
 		if t == nil {
