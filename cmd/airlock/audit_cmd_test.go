@@ -159,7 +159,7 @@ func TestUnparkCommand(t *testing.T) {
 		t.Fatalf("unpark twice: %v %s", err, stderr)
 	}
 	out, _, err = airlock(t, env, "explain", "k-9")
-	if err != nil || !strings.Contains(out, "run_unparked") || !strings.Contains(out, "cli:") || !strings.Contains(out, "sent by hand") {
+	if err != nil || !strings.Contains(out, "failed_terminal at") || !strings.Contains(out, "(unparked by cli:") || !strings.Contains(out, "run_unparked") || !strings.Contains(out, "cli:") || !strings.Contains(out, "sent by hand") {
 		t.Fatalf("explain after unpark: %v\n%s", err, out)
 	}
 }

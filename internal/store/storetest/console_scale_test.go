@@ -49,14 +49,20 @@ func TestConsoleScale(t *testing.T) {
 	}{
 		{"parked runs", `SELECT idempotency_key FROM workflow_runs WHERE state = 'awaiting_human' AND park_reason IN ('unknown_commit', 'input_mismatch')
 			ORDER BY updated_at DESC, idempotency_key DESC LIMIT 51`,
-			func(st store.Store) (int, error) { r, err := st.RunsParked(ctx, store.Cursor{}, 51); return len(r), err }},
+			func(st store.Store) (int, error) {
+				r, err := st.RunsParked(ctx, store.Cursor{}, 51)
+				return len(r), err
+			}},
 		{"unknown effects", `SELECT id FROM effects WHERE state IN ('unknown', 'failed') AND state = 'unknown' ORDER BY state, updated_at, id LIMIT 51`,
 			func(st store.Store) (int, error) {
 				r, err := st.EffectsInState(ctx, store.EffectUnknown, store.Cursor{}, 51)
 				return len(r), err
 			}},
 		{"pending approvals", `SELECT id FROM approvals WHERE consumed_at IS NULL AND mode <> 'review' AND expires_at > now() ORDER BY created_at DESC, id DESC LIMIT 100`,
-			func(st store.Store) (int, error) { r, err := st.ApprovalsPending(ctx, store.Cursor{}, &now, 100); return len(r), err }},
+			func(st store.Store) (int, error) {
+				r, err := st.ApprovalsPending(ctx, store.Cursor{}, &now, 100)
+				return len(r), err
+			}},
 	}
 	fmt.Printf("\nconsole lists: PostgreSQL, %d finished runs / %d sent effects / %d decided approvals of history vs empty (median of 200, first page)\n", runsN, runsN, runsN/100)
 	for _, op := range ops {
