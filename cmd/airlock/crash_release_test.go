@@ -13,3 +13,12 @@ func TestCrashHookNotInReleaseBuilds(t *testing.T) {
 		t.Fatal("AIRLOCK_TEST_CRASH_AT is live in a release build")
 	}
 }
+
+// TestClockOffsetNotInReleaseBuilds: AIRLOCK_TEST_CLOCK_OFFSET skews nothing in a release
+// build.
+func TestClockOffsetNotInReleaseBuilds(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_CLOCK_OFFSET", "1h")
+	if now, d, err := testClock(); now != nil || d != 0 || err != nil {
+		t.Fatal("AIRLOCK_TEST_CLOCK_OFFSET is live in a release build")
+	}
+}

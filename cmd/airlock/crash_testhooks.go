@@ -3,8 +3,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // crashHook returns the test-only crash point from AIRLOCK_TEST_CRASH_AT: the process
@@ -21,4 +24,19 @@ func crashHook() func(string) {
 			select {}
 		}
 	}
+}
+
+// testClock returns the process clock shifted by AIRLOCK_TEST_CLOCK_OFFSET (a signed Go
+// duration, e.g. -3s or +1h30m) and the offset: the harness gives its instances skewed
+// clocks with it. nil when unset. Test builds only, like the crash hook.
+func testClock() (func() time.Time, time.Duration, error) {
+	v := os.Getenv("AIRLOCK_TEST_CLOCK_OFFSET")
+	if v == "" {
+		return nil, 0, nil
+	}
+	d, err := time.ParseDuration(strings.TrimPrefix(v, "+"))
+	if err != nil {
+		return nil, 0, fmt.Errorf("AIRLOCK_TEST_CLOCK_OFFSET: %w", err)
+	}
+	return func() time.Time { return time.Now().Add(d) }, d, nil
 }

@@ -149,6 +149,10 @@ type harness struct {
 
 	imu   sync.Mutex
 	insts []*serveProc // nil while down
+	// skews are the instances' clock offsets (AIRLOCK_TEST_CLOCK_OFFSET), by slot; skewOf
+	// by URL, for replies whose timestamps an instance's own clock wrote (SQLite).
+	skews  []time.Duration
+	skewOf map[string]time.Duration
 
 	hmu       sync.Mutex
 	history   []porcupine.Operation
@@ -218,12 +222,23 @@ dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
 	if _, stderr, err := airlock(t, append(slices.Clone(h.env), "AIRLOCK_USER_PASSWORD=harness-lead-pw"), "user", "add", fmt.Sprintf("lead%d", seed), "--role", "lead"); err != nil {
 		t.Fatalf("user add: %v\n%s", err, stderr)
 	}
-	n := 2
+	// Skewed clocks: PostgreSQL instances 3 s behind, 3 s ahead and on time (and, after
+	// some restarts, 10 s off: longer than every lease); they decide by the database's
+	// clock, so the invariants must hold. SQLite processes on one file share their host's
+	// clock, so they are not skewed unless AIRLOCK_HARNESS_SQLITE_SKEW is set (which shows
+	// what a lease is worth when two deciding clocks disagree).
+	h.skews = []time.Duration{-3 * time.Second, 3 * time.Second}
 	if backend == "postgres" {
-		n = 3
+		h.skews = append(h.skews, 0)
+	} else if os.Getenv("AIRLOCK_HARNESS_SQLITE_SKEW") == "" {
+		h.skews = []time.Duration{0, 0}
 	}
-	for range n {
-		h.insts = append(h.insts, startServe(t, h.env))
+	if os.Getenv("AIRLOCK_HARNESS_SKEW") == "0" {
+		clear(h.skews)
+	}
+	h.skewOf = map[string]time.Duration{}
+	for i := range h.skews {
+		h.insts = append(h.insts, h.start(i))
 	}
 	for range 4 {
 		h.moreKeys()
@@ -232,6 +247,18 @@ dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
 		h.short = append(h.short, fmt.Sprintf("s%d-short%d", seed, i))
 	}
 	return h
+}
+
+// start starts the instance of slot i with its clock offset; the caller holds imu or is
+// alone.
+func (h *harness) start(i int) *serveProc {
+	env := h.env
+	if d := h.skews[i]; d != 0 {
+		env = append(slices.Clone(env), "AIRLOCK_TEST_CLOCK_OFFSET="+d.String())
+	}
+	s := startServe(h.t, env)
+	h.skewOf[s.URL] = h.skews[i]
+	return s
 }
 
 // liveKey picks one of the 24 newest keys: new keys keep coming, so deliveries keep
@@ -283,6 +310,12 @@ func (h *harness) intn(n int) int {
 
 // url returns a live instance's base URL.
 func (h *harness) url() string {
+	u, _ := h.pick()
+	return u
+}
+
+// pick returns a live instance's base URL and its clock offset.
+func (h *harness) pick() (string, time.Duration) {
 	for {
 		h.imu.Lock()
 		var live []*serveProc
@@ -291,26 +324,40 @@ func (h *harness) url() string {
 				live = append(live, s)
 			}
 		}
-		h.imu.Unlock()
 		if len(live) > 0 {
-			return live[h.intn(len(live))].URL
+			u := live[h.intn(len(live))].URL
+			d := h.skewOf[u]
+			h.imu.Unlock()
+			return u, d
 		}
+		h.imu.Unlock()
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // call is one API request; status 0 means no reply (the outcome is unknown).
 func (h *harness) call(method, path, body string, out any) int {
+	st, _ := h.callAt(method, path, body, out)
+	return st
+}
+
+// callAt is call that also tells how far ahead of real time the answering instance
+// stamps times it decides (0 on PostgreSQL, where the database's clock decides).
+func (h *harness) callAt(method, path, body string, out any) (int, time.Duration) {
 	for try := 0; ; try++ {
-		status, err := apiJSON(method, h.url()+path, h.key, body, out)
+		u, skew := h.pick()
+		if h.backend == "postgres" {
+			skew = 0
+		}
+		status, err := apiJSON(method, u+path, h.key, body, out)
 		if err != nil && status == 0 {
 			if method == "GET" && try < 5 { // a read is safe to repeat, on another instance
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			return 0
+			return 0, skew
 		}
-		return status
+		return status, skew
 	}
 }
 
@@ -547,9 +594,11 @@ func (h *harness) shortDelivery(key string) {
 		Version int64     `json:"version"`
 		Expires time.Time `json:"lease_expires_at"`
 	}
-	if h.call("POST", "/v1/runs/claim", `{"key":"`+key+`","payload_hash":"h-`+key+`","lease_seconds":1}`, &c) != 201 || !c.Claimed {
+	st, skew := h.callAt("POST", "/v1/runs/claim", `{"key":"`+key+`","payload_hash":"h-`+key+`","lease_seconds":1}`, &c)
+	if st != 201 || !c.Claimed {
 		return
 	}
+	c.Expires = c.Expires.Add(-skew) // in real time
 	sp := &leaseSpan{owner: c.Owner, grant: c.Expires.Add(-time.Second), expiry: c.Expires}
 	h.hmu.Lock()
 	h.spans[key] = append(h.spans[key], sp)
@@ -560,7 +609,8 @@ func (h *harness) shortDelivery(key string) {
 			Expires time.Time `json:"lease_expires_at"`
 		}
 		call := time.Now()
-		st := h.call("POST", "/v1/runs/"+key+"/heartbeat", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"lease_seconds":1}`, c.Owner, c.Version), &hb)
+		st, skew := h.callAt("POST", "/v1/runs/"+key+"/heartbeat", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"lease_seconds":1}`, c.Owner, c.Version), &hb)
+		hb.Expires = hb.Expires.Add(-skew)
 		h.hmu.Lock()
 		if st == 200 {
 			if call.After(sp.expiry.Add(harnessClockTolerance)) {
@@ -573,7 +623,7 @@ func (h *harness) shortDelivery(key string) {
 	time.Sleep(time.Duration(h.intn(1200)) * time.Millisecond)
 	call := time.Now()
 	to := []string{"completed", "failed_retryable"}[h.intn(2)]
-	st := h.call("POST", "/v1/runs/"+key+"/transition", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"to":%q}`, c.Owner, c.Version, to), nil)
+	st = h.call("POST", "/v1/runs/"+key+"/transition", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"to":%q}`, c.Owner, c.Version, to), nil)
 	h.hmu.Lock()
 	defer h.hmu.Unlock()
 	if st == 200 || st == 0 || st >= 500 {
@@ -817,8 +867,20 @@ func (h *harness) fault() {
 			env = append(slices.Clone(env), "AIRLOCK_TEST_CRASH_AT="+point)
 			h.count("armed_" + point)
 		}
+		h.imu.Lock()
+		if h.backend == "postgres" && os.Getenv("AIRLOCK_HARNESS_SKEW") != "0" {
+			// Restarted with another clock: sometimes further off than any lease is long.
+			h.skews[i] = []time.Duration{-3 * time.Second, 3 * time.Second, -10 * time.Second, 10 * time.Second}[h.intn(4)]
+			h.count(fmt.Sprintf("skew_%s", h.skews[i]))
+		}
+		d := h.skews[i]
+		h.imu.Unlock()
+		if d != 0 {
+			env = append(slices.Clone(env), "AIRLOCK_TEST_CLOCK_OFFSET="+d.String())
+		}
 		n := startServe(h.t, env)
 		h.imu.Lock()
+		h.skewOf[n.URL] = d
 		h.insts[i] = n
 		h.imu.Unlock()
 	case f == 2: // kill switch off for a moment
@@ -864,7 +926,7 @@ func (h *harness) crashed() {
 		select {
 		case <-s.done:
 			h.kills.Add(1)
-			h.insts[i] = startServe(h.t, h.env)
+			h.insts[i] = h.start(i)
 		default:
 		}
 	}
@@ -996,8 +1058,8 @@ func (h *harness) check() {
 	for _, g := range h.gated {
 		decided[cmp.Or(g.decided, "undecided")]++
 	}
-	t.Logf("seed %d: %d run operations, %d provider requests, %d instance deaths, gated %v; faults %s", h.seed, len(h.history), sends,
-		h.kills.Load(), decided, strings.Join(faults, " "))
+	t.Logf("seed %d: %d run operations, %d provider requests, %d instance deaths, gated %v; clock offsets %v; faults %s", h.seed, len(h.history), sends,
+		h.kills.Load(), decided, h.skews, strings.Join(faults, " "))
 
 	// 1. No non-idempotent effect reached its provider twice.
 	h.prov.mu.Lock()

@@ -81,11 +81,17 @@ func loadConfig(cmd *cobra.Command) (config.Config, error) {
 }
 
 func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
+	return openStoreAt(ctx, cfg, nil)
+}
+
+// openStoreAt opens the store with now as the process clock (nil: time.Now). PostgreSQL
+// decides by its own clock; SQLite's clock is the process's.
+func openStoreAt(ctx context.Context, cfg config.Config, now func() time.Time) (store.Store, error) {
 	backend, target := cfg.Backend()
 	if backend == "postgres" {
 		return postgres.Open(ctx, target)
 	}
-	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous})
+	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous, Now: now})
 }
 
 func newLogger(cfg config.Config) *slog.Logger {
@@ -113,7 +119,16 @@ requests in flight, then exits.`,
 }
 
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	st, err := openStore(ctx, cfg)
+	// The process clock: time.Now, or in a test build a skewed one (AIRLOCK_TEST_CLOCK_OFFSET).
+	// Only services' nil clocks are ever wired here: PostgreSQL decides by its own clock.
+	now, skew, err := testClock()
+	if err != nil {
+		return err
+	}
+	if skew != 0 {
+		log.Warn("test build: the process clock is skewed", "offset", skew.String())
+	}
+	st, err := openStoreAt(ctx, cfg, now)
 	if err != nil {
 		return err
 	}
@@ -168,7 +183,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer stopTracing(context.Background())
 	api := httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work,
 		Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes,
-		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, nil), Tracer: tracer})
+		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -52,6 +52,8 @@ var (
 	ErrSelfApproval       = errors.New("separation of duties: the requester cannot approve their own action")
 	ErrDecisionNotAllowed = errors.New("that decision is not allowed for this approval")
 	ErrTooLate            = errors.New("too late: the effect is already being sent or was sent")
+	ErrNotPending         = errors.New("the approval is no longer pending: it was decided, withdrawn or expired")
+	ErrNoLink             = errors.New("a review has no link: decide it with POST /v1/reviews/{id}")
 )
 
 // tokenBytes is 256 bits from crypto/rand.
@@ -147,6 +149,8 @@ type Requested struct {
 	Token    string
 	URL      string
 	Run      store.Run
+	// Reissued is true when this is a fresh link for an approval that already existed.
+	Reissued bool
 }
 
 // Request opens an approval inside the caller's transaction, in which run is held under
@@ -234,6 +238,60 @@ func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a 
 		return Requested{}, err
 	}
 	return Requested{Approval: ap, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: run}, nil
+}
+
+// Reissue gives a pending approval (or an open cancel window) a fresh link, in its own
+// transaction: see ReissueIn.
+func (s *Service) Reissue(ctx context.Context, id, actor string) (Requested, error) {
+	var out Requested
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		var err error
+		out, err = s.ReissueIn(ctx, q, id, actor)
+		return err
+	})
+	if err != nil {
+		return Requested{}, fmt.Errorf("reissue approval %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// ReissueIn gives a pending approval a fresh link inside q's transaction: a new raw token
+// (returned once, only its hash stored) replaces the old one in one statement, so the old
+// link stops working at once and of two concurrent reissues only the later link lives.
+// The event approval_link_reissued names the actor, never the token. ErrNotFound for an
+// unknown id, ErrNoLink for a review, ErrNotPending once decided, withdrawn or expired.
+func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor string) (Requested, error) {
+	cur, err := q.ApprovalByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Requested{}, ErrNotFound
+	}
+	if err != nil {
+		return Requested{}, err
+	}
+	if cur.Mode == ModeReview {
+		return Requested{}, ErrNoLink
+	}
+	raw, hash, err := NewToken()
+	if err != nil {
+		return Requested{}, err
+	}
+	a, err := q.ApprovalRekey(ctx, id, hash, s.At())
+	if errors.Is(err, store.ErrNoMatch) {
+		return Requested{}, ErrNotPending
+	}
+	if err != nil {
+		return Requested{}, err
+	}
+	run, err := q.RunGet(ctx, a.RunKey)
+	if err != nil {
+		return Requested{}, err
+	}
+	if err := runs.Event(ctx, q, s.At(), a.RunKey, "approval_link_reissued", run.Version, actor, nil, map[string]any{
+		"approval_id": a.ID, "mode": a.Mode, "effect_id": a.EffectID, "expires_at": a.ExpiresAt,
+	}); err != nil {
+		return Requested{}, err
+	}
+	return Requested{Approval: a, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: run, Reissued: true}, nil
 }
 
 // May reports whether who may decide a: by role or subject, and never their own request

@@ -118,6 +118,8 @@ func Summary(se store.Event) string {
 		return fmt.Sprintf("auto-approval declined (%s): a person decides", e.str("reason"))
 	case "auto_approval_reviewed":
 		return with(fmt.Sprintf("auto-approval of %s reviewed: %s", id, e.str("decision")), "note", "; note: ")
+	case "approval_link_reissued":
+		return fmt.Sprintf("a fresh %s link for effect %s (the old link no longer works); expires %s", e.str("mode"), id, at("expires_at"))
 	case "cancel_window_opened":
 		return fmt.Sprintf("effect %s may be cancelled until %s", id, at("not_before"))
 	case "ledger_saved":

@@ -219,6 +219,16 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 		now := s.At()
 		run, err = q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
+			if a.Gate != policy.GateNone {
+				// The same request again after its 202 was lost: answer with the pending approval.
+				r, err := s.pendingApproval(ctx, q, req, validated, hash, gate)
+				if err != nil || r != nil {
+					if r != nil {
+						sub.Approval, run = r, r.Run
+					}
+					return err
+				}
+			}
 			return runs.Diagnose(ctx, q, s.Now, 0, runs.LeaseRequest{Key: req.Key, Owner: req.Owner, Version: req.Version})
 		}
 		if err != nil {
@@ -308,6 +318,12 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 			if e.PayloadHash != hash || e.ActionType != req.ActionType || e.Target != req.Target {
 				return fmt.Errorf("%w: %s", ErrEffectMismatch, req.EffectID)
 			}
+			if a.Gate == policy.GateActWithWindow && e.State == store.EffectPending {
+				// The same request again: a fresh cancel link while the window is open.
+				w, err := s.openWindow(ctx, q, e, req.Actor, gate)
+				sub.Approval = w
+				return err
+			}
 			return nil
 		}
 		if _, err := q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
@@ -358,6 +374,89 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 		s.Wake()
 	}
 	return sub, nil
+}
+
+// pendingApproval answers the same effect request sent again after its approval was
+// opened (the 202 lost on the way): when the run waits in awaiting_human on an approval
+// its request opened — same lease owner, the version that request produced, same effect
+// id — it reissues that approval's link (the old one stops working) if the payload is the
+// same, and refuses with ErrEffectMismatch if it differs. nil, nil: not such a request
+// (the caller diagnoses it as usual).
+func (s *Service) pendingApproval(ctx context.Context, q store.Queries, req QueueRequest, validated bool, hash string, gate *approvals.Service) (*approvals.Requested, error) {
+	cur, err := q.RunGet(ctx, req.Key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cur.State != store.StateAwaitingHuman || cur.LeaseOwner != req.Owner || cur.Version != req.Version+1 {
+		return nil, nil
+	}
+	all, err := q.ApprovalsByRun(ctx, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	var open *store.Approval
+	for i, ap := range all {
+		if ap.ConsumedAt == nil && slices.Contains(ap.AllowedDecisions, approvals.Approve) {
+			open = &all[i]
+		}
+	}
+	if open == nil || open.EffectID != req.EffectID {
+		return nil, nil
+	}
+	if validated {
+		v, err := q.ValidationLatestValid(ctx, req.Key, req.ActionType)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if hash, err = runs.HashPayload(v.Value); err != nil {
+			return nil, err
+		}
+		if len(req.Payload) > 0 {
+			if h, err := runs.HashPayload(req.Payload); err != nil || h != hash {
+				return nil, fmt.Errorf("%w: %s", ErrEffectMismatch, req.EffectID)
+			}
+		}
+	}
+	if open.PayloadHash != hash || open.ActionType != req.ActionType || open.Target != req.Target {
+		return nil, fmt.Errorf("%w: %s", ErrEffectMismatch, req.EffectID)
+	}
+	r, err := gate.ReissueIn(ctx, q, open.ID, req.Actor)
+	if errors.Is(err, approvals.ErrNotPending) {
+		return nil, nil // expired meanwhile: the usual answer
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// openWindow reissues the cancel link of e's open act_with_window approval; nil, nil when
+// the window is closed.
+func (s *Service) openWindow(ctx context.Context, q store.Queries, e store.Effect, actor string, gate *approvals.Service) (*approvals.Requested, error) {
+	all, err := q.ApprovalsByRun(ctx, e.RunKey)
+	if err != nil {
+		return nil, err
+	}
+	for _, ap := range all {
+		if ap.ConsumedAt != nil || ap.EffectID != e.EffectID || !slices.Equal(ap.AllowedDecisions, []string{approvals.Cancel}) {
+			continue
+		}
+		r, err := gate.ReissueIn(ctx, q, ap.ID, actor)
+		if errors.Is(err, approvals.ErrNotPending) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &r, nil
+	}
+	return nil, nil
 }
 
 // Get returns one effect.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -89,17 +90,23 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if a := sub.Approval; a != nil && a.Approval.Mode == policy.GateActWithWindow {
-		// Queued, but held until the window closes; the cancel link is in this response only.
-		writeJSON(w, http.StatusCreated, map[string]any{"created": sub.Created, "version": sub.Run.Version,
-			"effect": viewEffect(sub.Effect), "cancel_url": a.URL, "not_before": sub.Effect.NotBefore})
+		// Queued, but held until the window closes; the cancel link is in this response only
+		// (the same request again gets a fresh one, and the previous link stops working).
+		status := http.StatusCreated
+		if !sub.Created {
+			status = http.StatusOK
+		}
+		writeJSON(w, status, map[string]any{"created": sub.Created, "version": sub.Run.Version,
+			"effect": viewEffect(sub.Effect), "cancel_url": a.URL, "not_before": sub.Effect.NotBefore, "reissued": a.Reissued})
 		return nil
 	}
 	if a := sub.Approval; a != nil {
 		ctx, req := context.WithoutCancel(r.Context()), *a
 		afterCommit(r.Context(), func() { s.Approvals.Notify(ctx, req, s.Log) })
-		// The raw token is in this response (and the approvers' notification) only: only its hash is stored.
+		// The raw token is in this response (and the approvers' notification) only: only its
+		// hash is stored. The same request again reissues it: a fresh link, the old one dead.
 		writeJSON(w, http.StatusAccepted, map[string]any{"approval_id": a.Approval.ID, "approve_url": a.URL,
-			"expires_at": a.Approval.ExpiresAt, "state": a.Run.State, "version": a.Run.Version})
+			"expires_at": a.Approval.ExpiresAt, "state": a.Run.State, "version": a.Run.Version, "reissued": a.Reissued})
 		return nil
 	}
 	status := http.StatusCreated
@@ -107,6 +114,34 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusOK
 	}
 	writeJSON(w, status, map[string]any{"created": sub.Created, "version": sub.Run.Version, "effect": viewEffect(sub.Effect)})
+	return nil
+}
+
+// reissueApproval gives a pending approval or an open cancel window a fresh link (the
+// console's "resend link"): the old link stops working; approvers are notified again.
+func (s *server) reissueApproval(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	re, err := s.Approvals.Reissue(r.Context(), id, actor(r))
+	switch {
+	case errors.Is(err, approvals.ErrNotFound):
+		return apiError(http.StatusNotFound, "approval_not_found", "no approval has this id")
+	case errors.Is(err, approvals.ErrNotPending):
+		return apiError(http.StatusConflict, "approval_not_pending", approvals.ErrNotPending.Error())
+	case errors.Is(err, approvals.ErrNoLink):
+		return apiError(http.StatusConflict, "no_link", approvals.ErrNoLink.Error())
+	case err != nil:
+		return err
+	}
+	out := map[string]any{"approval_id": re.Approval.ID, "key": re.Approval.RunKey, "mode": re.Approval.Mode,
+		"effect_id": re.Approval.EffectID, "expires_at": re.Approval.ExpiresAt, "reissued": true}
+	if slices.Contains(re.Approval.AllowedDecisions, approvals.Approve) {
+		ctx := context.WithoutCancel(r.Context())
+		afterCommit(r.Context(), func() { s.Approvals.Notify(ctx, re, s.Log) })
+		out["approve_url"] = re.URL
+	} else {
+		out["cancel_url"] = re.URL
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -576,6 +576,10 @@ type ApprovalQueries interface {
 	// ApprovalExpire consumes an expired approval with decision "expired"; ErrNoMatch if
 	// it was decided or expired meanwhile.
 	ApprovalExpire(ctx context.Context, id string, now *time.Time) (Approval, error)
+	// ApprovalRekey replaces the token hash of an open (unconsumed, unexpired at now)
+	// approval: the old link stops working in the same statement. ErrNoMatch if it is
+	// not open.
+	ApprovalRekey(ctx context.Context, id, tokenHash string, now *time.Time) (Approval, error)
 	RunSetState(ctx context.Context, p RunSetStateParams) (Run, error)
 }
 

@@ -148,6 +148,17 @@ func (q queries) ApprovalExpire(ctx context.Context, id string, now *time.Time) 
 	return a, err
 }
 
+func (q queries) ApprovalRekey(ctx context.Context, id, tokenHash string, now *time.Time) (store.Approval, error) {
+	a, err := scanApproval(q.db.QueryRowContext(ctx, `
+		UPDATE approvals SET token_hash = ?2
+		WHERE id = ?1 AND consumed_at IS NULL AND expires_at > ?3
+		RETURNING `+approvalColumns, id, tokenHash, q.at(now)))
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Approval{}, store.ErrNoMatch
+	}
+	return a, err
+}
+
 func (q queries) RunSetState(ctx context.Context, p store.RunSetStateParams) (store.Run, error) {
 	return noMatch(scanRun(q.db.QueryRowContext(ctx, `
 		UPDATE workflow_runs

@@ -30,6 +30,7 @@ func RunGates(t *testing.T, b Backend) {
 		{"EvidenceRecordedNotRequested", testGateEvidence},
 		{"CancelOnlyWindowSettlesApproved", testGateCancel},
 		{"LedgerUnknownIsAPersons", testGateLedgerUnknown},
+		{"ReissueReplacesTheLink", testGateReissue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
@@ -187,4 +188,57 @@ func testGateLedgerUnknown(t *testing.T, e *EffectsEnv) {
 	}
 	eff, _ := e.Store.EffectByRunEffectID(ctx, "ag", "d1")
 	equal(t, "still unknown", eff.State, store.EffectUnknown)
+}
+
+// testGateReissue: a reissued link replaces the old one in one statement; a decided or
+// expired approval is not reissued (issue 15 item 10).
+func testGateReissue(t *testing.T, e *EffectsEnv) {
+	r := claimRun(t, e, "re")
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "re", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
+		Target: "default", Payload: json.RawMessage(`{"text":"hi"}`), Actor: "apikey:n8n"}, e.Approvals)
+	if err != nil || sub.Approval == nil {
+		t.Fatalf("submit: %+v %v", sub, err)
+	}
+	old := approvals.HashToken(sub.Approval.Token)
+	re, err := e.Approvals.Reissue(ctx, sub.Approval.Approval.ID, "apikey:ops")
+	if err != nil || re.Token == "" || re.Token == sub.Approval.Token || !re.Reissued {
+		t.Fatalf("reissue: %+v %v", re, err)
+	}
+	if _, err := e.Store.ApprovalByTokenHash(ctx, old); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the old hash still finds the approval: %v", err)
+	}
+	a, err := e.Store.ApprovalByTokenHash(ctx, approvals.HashToken(re.Token))
+	if err != nil || a.ID != sub.Approval.Approval.ID || strings.Contains(a.TokenHash, re.Token) {
+		t.Fatalf("by the new hash: %+v %v", a, err)
+	}
+	if _, err := e.Approvals.Reissue(ctx, "nope", "apikey:ops"); !errors.Is(err, approvals.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	// Expired (by the store's clock: its own `now` on PostgreSQL when no time is injected).
+	past := a.ExpiresAt.Add(1)
+	if _, err := e.Store.ApprovalRekey(ctx, a.ID, "x", &past); !errors.Is(err, store.ErrNoMatch) {
+		t.Fatalf("rekey of an expired approval: %v", err)
+	}
+	if _, err := e.Approvals.Decide(ctx, approvals.HashToken(re.Token), approvals.Approve, "", approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Approvals.Reissue(ctx, a.ID, "apikey:ops"); !errors.Is(err, approvals.ErrNotPending) {
+		t.Fatalf("reissue of a decided approval: %v", err)
+	}
+	evs, err := e.Store.EventList(ctx, "re", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Kind == "approval_link_reissued" {
+			n++
+			if ev.Actor != "apikey:ops" || strings.Contains(string(ev.Detail), re.Token) {
+				t.Fatalf("event: %+v", ev)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d reissue events, want 1", n)
+	}
 }
