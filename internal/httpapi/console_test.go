@@ -96,6 +96,7 @@ func TestConsoleRoles(t *testing.T) {
 		h.addUser("sre", "sre")
 		h.addUser("guest", "visitor")
 		h.propose("ticket-7", "")
+		oldLink := h.propose("ticket-8", "")
 		eid := h.unknownEffect("job-1")
 		h.parked("job-2")
 
@@ -232,6 +233,33 @@ func TestConsoleRoles(t *testing.T) {
 		}
 		if page := get(lead, "/console", 200); strings.Contains(page, "ticket-7") {
 			t.Fatalf("a decided approval is still waiting:\n%s", page)
+		}
+
+		// Re-issuing a link: not by someone who may not decide it (with their own token);
+		// by the approver, who gets a new link once; the old one dies.
+		guestTok := formToken(t, get(guest, "/console/kill-switch", 403))
+		post(guest, "/console/approvals/"+h.approvalID("ticket-8")+"/reissue", url.Values{"csrf": {guestTok}}, 403)
+		post(ops, "/console/approvals/"+h.approvalID("ticket-8")+"/reissue", url.Values{"csrf": {opsTok}}, 403)
+		if code, _, _ := lead.do("GET", oldLink, nil, nil); code != 200 {
+			t.Fatalf("a refused reissue killed the link: %d", code)
+		}
+		card8 := get(lead, "/console/approvals/"+h.approvalID("ticket-8"), 200)
+		if !strings.Contains(card8, "Re-issue the link") {
+			t.Fatalf("the card offers no reissue:\n%s", card8)
+		}
+		page = post(lead, "/console/approvals/"+h.approvalID("ticket-8")+"/reissue", url.Values{"csrf": {formToken(t, card8)}}, 200)
+		newLink := regexp.MustCompile(`http://[^<"]*/approve/[A-Za-z0-9_-]{43}`).FindString(page)
+		if newLink == "" || newLink == oldLink {
+			t.Fatalf("the reissue page shows no new link:\n%s", page)
+		}
+		if code, _, _ := lead.do("GET", oldLink, nil, nil); code != 404 {
+			t.Fatalf("the old link after reissue: %d", code)
+		}
+		if code, _, _ := lead.do("GET", newLink, nil, nil); code != 200 {
+			t.Fatalf("the new link: %d", code)
+		}
+		if e := h.lastEvent("ticket-8", "approval_link_reissued"); e.Actor != "console:lead" {
+			t.Fatalf("reissue event: %+v", e)
 		}
 
 		// The run page answers explain's four questions.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -40,7 +41,7 @@ func (w *Web) EnableConsole(c Console) {
 }
 
 // ConsolePatterns lists the console's routes (the OpenAPI test documents them).
-var ConsolePatterns = []string{"GET /console", "GET /console/approvals/{id}", "POST /console/approvals/{id}",
+var ConsolePatterns = []string{"GET /console", "GET /console/approvals/{id}", "POST /console/approvals/{id}", "POST /console/approvals/{id}/reissue",
 	"GET /console/effects", "POST /console/effects/{id}/resolve", "GET /console/parked", "POST /console/runs/{key}/unpark",
 	"GET /console/runs", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
 
@@ -261,6 +262,7 @@ func (w *Web) registerConsole(mux *http.ServeMux) {
 	mux.Handle("GET /console", w.cget(levelPerson, w.consoleWaiting))
 	mux.Handle("GET /console/approvals/{id}", w.cget(levelPerson, w.consoleApproval))
 	mux.Handle("POST /console/approvals/{id}", w.cpost(levelPerson, w.consoleDecide))
+	mux.Handle("POST /console/approvals/{id}/reissue", w.cpost(levelPerson, w.consoleReissue))
 	mux.Handle("GET /console/effects", w.cget(levelOperator, w.consoleEffects))
 	mux.Handle("POST /console/effects/{id}/resolve", w.cpost(levelOperator, w.consoleResolve))
 	mux.Handle("GET /console/parked", w.cget(levelOperator, w.consoleParked))
@@ -363,6 +365,43 @@ func (w *Web) consoleDecide(rw http.ResponseWriter, r *http.Request, v viewer) {
 		return
 	}
 	w.decideHash(rw, r, a.TokenHash, "/console/approvals/"+a.ID)
+}
+
+type reissuedPage struct {
+	cpage
+	Approval store.Approval
+	URL      string
+}
+
+// consoleReissue gives a pending approval a fresh link through the API's operation
+// (approvals.Service.Reissue: the old link dies at once, only the new token's hash is
+// stored, event approval_link_reissued). Only one who may decide the approval may.
+// The new link is shown once, on this page.
+func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) {
+	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
+	if err != nil {
+		w.neutral(rw, v.Person)
+		return
+	}
+	if err := approvals.May(a, *v.Person); err != nil {
+		w.notApprover(rw, v.Person, err)
+		return
+	}
+	re, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
+	switch {
+	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
+		msg := err.Error()
+		w.cmessage(rw, r, v, http.StatusConflict, "No new link", strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", "/console")
+		return
+	case err != nil:
+		w.log.Error("console: reissue", "err", err)
+		w.cmessage(rw, r, v, http.StatusInternalServerError, "No new link", "Something went wrong; nothing was changed. The log has the details.", "/console")
+		return
+	}
+	if slices.Contains(re.Approval.AllowedDecisions, approvals.Approve) {
+		w.approvals.Notify(context.WithoutCancel(r.Context()), re, w.log)
+	}
+	w.crender(rw, http.StatusOK, "console_reissued.html", reissuedPage{cpage: w.page(r, v, "New approval link", "waiting"), Approval: re.Approval, URL: re.URL})
 }
 
 // ---- 2. Unknown and failed effects ----
