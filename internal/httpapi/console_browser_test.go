@@ -142,6 +142,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		if run := h.get("/v1/runs/ticket-7"); run.body["state"] != "approved" {
 			t.Fatalf("after approving in the console: %s", run.raw)
 		}
+		// A fresh link for the other one: shown once, the old one dead.
+		open("/console/approvals/"+h.approvalID("ticket-8"), 200)
+		resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//button[normalize-space()="Re-issue the link"]`))
+		step("reissue", err)
+		status(resp, 200, "/console/approvals/"+h.approvalID("ticket-8")+"/reissue")
+		if b := body(); !strings.Contains(b, "New approval link") || !strings.Contains(b, h.url+"/approve/") {
+			t.Fatalf("after reissuing:\n%s", b)
+		}
+		shoot("reissued")
 		signOut()
 
 		// The operator: resolve the unknown effect, unpark the run; no kill switch button.
