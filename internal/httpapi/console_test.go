@@ -162,10 +162,11 @@ func TestConsoleRoles(t *testing.T) {
 			t.Fatalf("an admin is not offered the kill switch:\n%s", ks)
 		}
 
-		// Forged posts: the approver, with their own valid token, cannot resolve or unpark;
-		// the operator, with theirs, cannot flip the kill switch.
-		leadTok := formToken(t, get(lead, "/console/approvals/"+h.approvalID("ticket-7"), 200))
-		opsTok := formToken(t, effPage)
+		// An approval's card is only for those who may decide it, in the console too.
+		if body := get(ops, "/console/approvals/"+h.approvalID("ticket-7"), 403); strings.Contains(body, "Your refund") {
+			t.Fatalf("an operator sees the draft:\n%s", body)
+		}
+		// A note with a NUL (PostgreSQL cannot store it) is refused, not a 500.
 		post := func(b *browser, path string, form url.Values, want int) string {
 			t.Helper()
 			code, body, _ := b.do("POST", h.url+path, form, nil)
@@ -174,6 +175,12 @@ func TestConsoleRoles(t *testing.T) {
 			}
 			return body
 		}
+		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {formToken(t, effPage)}, "outcome": {"abandon"}, "note": {"a\x00b"}}, 422)
+
+		// Forged posts: the approver, with their own valid token, cannot resolve or unpark;
+		// the operator, with theirs, cannot flip the kill switch.
+		leadTok := formToken(t, get(lead, "/console/approvals/"+h.approvalID("ticket-7"), 200))
+		opsTok := formToken(t, effPage)
 		post(lead, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {leadTok}, "outcome": {"abandon"}, "note": {"forged"}}, 403)
 		post(lead, "/console/runs/job-2/unpark", url.Values{"csrf": {leadTok}, "to": {"failed_terminal"}, "reason": {"forged"}}, 403)
 		post(ops, "/console/kill-switch", url.Values{"csrf": {opsTok}, "scope": {"global"}, "enabled": {"false"}, "reason": {"forged"}}, 403)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/audit"
@@ -294,6 +295,8 @@ func formReason(r *http.Request, field string) (string, string) {
 		return "", "Say why (the " + field + " is required and is recorded with your name)."
 	case len(s) > maxReason:
 		return "", fmt.Sprintf("The %s is longer than %d characters.", field, maxReason)
+	case strings.ContainsFunc(s, func(c rune) bool { return c < 0x20 || c == 0x7f }) || !utf8.ValidString(s):
+		return "", "The " + field + " holds control characters."
 	}
 	return s, ""
 }
