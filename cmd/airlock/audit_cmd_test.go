@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
@@ -115,5 +116,50 @@ func TestExplainAndReportCommands(t *testing.T) {
 	}
 	if _, stderr, err := airlock(t, env, "report", "--since", "a week"); err == nil || !strings.Contains(stderr, "--since") {
 		t.Fatalf("a bad --since: %v %s", err, stderr)
+	}
+}
+
+// TestUnparkCommand: `airlock runs unpark` gives a parked run its way out through the
+// same operation as the API and the console, recorded with the operator and reason.
+func TestUnparkCommand(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "unpark.db")
+	file := storetest.Backend{Name: "sqlite", Open: func(t testing.TB, c *storetest.Clock) store.Store {
+		st, err := sqlite.Open(ctx, path, sqlite.Options{Now: c.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		if err := st.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}}
+	e := storetest.NewEffectsEnv(t, file, "")
+	res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "k-9", PayloadHash: "h9", Actor: "apikey:n8n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Failures.Failure(ctx, failures.FailureRequest{LeaseRequest: runs.LeaseRequest{Key: "k-9", Owner: res.Run.LeaseOwner,
+		Version: res.Run.Version, Actor: "apikey:n8n"}, Class: "unknown_commit"}); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"AIRLOCK_DATABASE_URL=" + path}
+	if _, stderr, err := airlock(t, env, "runs", "unpark", "k-9", "--to", "failed_terminal"); err == nil || !strings.Contains(stderr, "reason") {
+		t.Fatalf("unpark without a reason: %v %s", err, stderr)
+	}
+	out, stderr, err := airlock(t, env, "runs", "unpark", "k-9", "--to", "failed_terminal", "--reason", "sent by hand")
+	if err != nil || !strings.Contains(out, "k-9 is failed_terminal") {
+		t.Fatalf("unpark: %v %q %s", err, out, stderr)
+	}
+	if r, err := e.Store.RunGet(ctx, "k-9"); err != nil || r.State != store.StateFailedTerminal {
+		t.Fatalf("after unpark: %+v %v", r, err)
+	}
+	if _, stderr, err := airlock(t, env, "runs", "unpark", "k-9", "--to", "failed_terminal", "--reason", "again"); err == nil || !strings.Contains(stderr, "not parked") {
+		t.Fatalf("unpark twice: %v %s", err, stderr)
+	}
+	out, _, err = airlock(t, env, "explain", "k-9")
+	if err != nil || !strings.Contains(out, "failed_terminal at") || !strings.Contains(out, "(unparked by cli:") || !strings.Contains(out, "run_unparked") || !strings.Contains(out, "cli:") || !strings.Contains(out, "sent by hand") {
+		t.Fatalf("explain after unpark: %v\n%s", err, out)
 	}
 }

@@ -218,7 +218,33 @@ own state. Your name and reason are recorded on the old run.
 	replace.Flags().StringVar(&newKey, "new-key", "", "the new key, issued upstream (required)")
 	replace.Flags().StringVar(&reason, "reason", "", "why (required; recorded with your name)")
 	_ = replace.MarkFlagRequired("new-key")
-	cmd.AddCommand(replace)
+	var to, unparkReason string
+	unpark := &cobra.Command{
+		Use:   "unpark KEY --to failed_terminal|failed_retryable --reason TEXT",
+		Short: "Give a run parked for unknown_commit or input_mismatch a way out",
+		Long: `unpark moves a run parked in awaiting_human for unknown_commit or input_mismatch, which
+no delivery can reclaim, to failed_terminal (given up; its pending effects are cancelled)
+or to failed_retryable (the next delivery with the same payload reclaims it). Check the
+provider first. Your name and reason are recorded on the run (event run_unparked). The
+API's POST /v1/runs/{key}/unpark and the console do the same.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
+				svc := failures.NewService(st, pol, metrics.Alerter{Log: operatorLog(), Metrics: metrics.New()}, nil)
+				r, err := svc.Unpark(cmd.Context(), args[0], store.State(to), unparkReason, cliActor())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s is %s (version %d)\n", r.Key, r.State, r.Version)
+				return nil
+			})
+		},
+	}
+	unpark.Flags().StringVar(&to, "to", "", "failed_terminal or failed_retryable (required)")
+	unpark.Flags().StringVar(&unparkReason, "reason", "", "why (required; recorded with your name)")
+	_ = unpark.MarkFlagRequired("to")
+	_ = unpark.MarkFlagRequired("reason")
+	cmd.AddCommand(replace, unpark)
 	return cmd
 }
 

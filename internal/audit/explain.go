@@ -329,6 +329,10 @@ func processed(run store.Run, evs []event, now time.Time) Processed {
 			if e.str("to") == string(run.State) && terminal(run.State) {
 				p.FinishedAt, p.Reason = utc(&e.At), e.str("decision")
 			}
+		case "run_unparked":
+			if e.str("to") == string(run.State) && terminal(run.State) {
+				p.FinishedAt, p.Reason = utc(&e.At), "unparked by "+e.Actor
+			}
 		}
 	}
 	if len(p.Claims) > 0 {

@@ -40,6 +40,8 @@ func Summary(se store.Event) string {
 		return "lease extended to " + at("lease_expires_at")
 	case "transition":
 		return with(e.str("from")+" → "+e.str("to"), "reason", ": ")
+	case "run_unparked":
+		return fmt.Sprintf("unparked (was parked for %s): %s → %s; reason: %s", e.str("parked_for"), e.str("from"), e.str("to"), e.str("reason"))
 	case "alert":
 		return with(with("alert: "+e.str("alert"), "effect_id", " on effect "), "error_class", ", ")
 	case "effect_queued":

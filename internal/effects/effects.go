@@ -69,6 +69,9 @@ func (s *Service) hook(point string) {
 	}
 }
 
+// Policy is the policy the outbox runs under.
+func (s *Service) Policy() *policy.Policy { return s.policy }
+
 // Wake tells this instance's dispatcher, if one runs, to look for due effects now.
 func (s *Service) Wake() {
 	if f := s.wake.Load(); f != nil {

@@ -30,6 +30,7 @@ var (
 	ErrNotFinished        = errors.New("only a finished run with no open effects can be replaced")
 	ErrAlreadyReplaced    = errors.New("the run has already been replaced")
 	ErrKeyInUse           = errors.New("the new key is already in use")
+	ErrNotParked          = errors.New("the run is not parked for unknown_commit or input_mismatch")
 )
 
 // InputError is a claim payload that its trigger source's schema refuses.
@@ -525,4 +526,67 @@ func (s *Service) Replacements(ctx context.Context, key string) (replacedBy, rep
 		return nil, nil, err
 	}
 	return replacedBy, replaces, nil
+}
+
+// Unpark is an operator's way out for a run parked in awaiting_human for unknown_commit
+// or input_mismatch, which no delivery can reclaim: to failed_terminal (given up: its
+// pending effects are cancelled, as for any run that fails for good) or to
+// failed_retryable (the next delivery with the same payload reclaims it and continues).
+// A reason is required; the event run_unparked records it with the actor. The API
+// (POST /v1/runs/{key}/unpark), the CLI (airlock runs unpark) and the console all call
+// this.
+func (s *Service) Unpark(ctx context.Context, key string, to store.State, reason, actor string) (store.Run, error) {
+	if to != store.StateFailedTerminal && to != store.StateFailedRetryable {
+		return store.Run{}, &runs.FieldError{Field: "to", Msg: "must be failed_terminal or failed_retryable"}
+	}
+	if strings.TrimSpace(reason) == "" {
+		return store.Run{}, &runs.FieldError{Field: "reason", Msg: "required: say why"}
+	}
+	if !runs.Allowed(store.StateAwaitingHuman, to, runs.Operator) {
+		return store.Run{}, runs.ErrInvalidTransition
+	}
+	var out store.Run
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		// The run's lock first: its park reason is read and changed under it.
+		locked, err := q.RunLockKeys(ctx, []string{key})
+		if err != nil {
+			return err
+		}
+		run, ok := locked[key]
+		if !ok {
+			return runs.ErrNotFound
+		}
+		if run.State != store.StateAwaitingHuman || !slices.Contains(store.ParkReasons, run.ParkReason) {
+			why := string(run.State)
+			if run.ParkReason != "" {
+				why += " (" + run.ParkReason + ")"
+			}
+			return fmt.Errorf("%w: it is %s", ErrNotParked, why)
+		}
+		result, err := json.Marshal(map[string]string{"reason": "unparked", "parked_for": run.ParkReason, "by": actor})
+		if err != nil {
+			return err
+		}
+		if to != store.StateFailedTerminal {
+			result = nil // keep the stored result: the run is not finished
+		}
+		out, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateAwaitingHuman, To: to,
+			Result: result, Now: s.At()})
+		if err != nil {
+			return err
+		}
+		if err := runs.Event(ctx, q, s.At(), key, "run_unparked", out.Version, actor, nil, map[string]any{
+			"from": store.StateAwaitingHuman, "to": to, "parked_for": run.ParkReason, "reason": reason,
+		}); err != nil {
+			return err
+		}
+		if to == store.StateFailedTerminal {
+			return runs.CancelPending(ctx, q, s.At(), key)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("unpark %q: %w", key, err)
+	}
+	return out, nil
 }

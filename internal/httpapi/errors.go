@@ -60,6 +60,7 @@ var errorTable = []struct {
 	{failures.ErrNotFinished, http.StatusConflict, "not_finished"},
 	{failures.ErrAlreadyReplaced, http.StatusConflict, "already_replaced"},
 	{failures.ErrKeyInUse, http.StatusConflict, "key_in_use"},
+	{failures.ErrNotParked, http.StatusConflict, "not_parked"},
 	{approvals.ErrNotFound, http.StatusNotFound, "review_not_found"},
 	{approvals.ErrDecisionNotAllowed, http.StatusUnprocessableEntity, "decision_not_allowed"},
 	{policy.ErrGateTooWeak, http.StatusUnprocessableEntity, "gate_too_weak"},

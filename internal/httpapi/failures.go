@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/validation"
 )
 
@@ -135,5 +136,29 @@ func (s *server) replace(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"old_key": rep.OldKey, "new_key": rep.NewKey, "reason": rep.Reason,
 		"actor": rep.Actor, "provider_ids": rep.ProviderIDs, "protocol": runs.RerunProtocol})
+	return nil
+}
+
+// unpark is an operator's way out of a parked run (failures.Service.Unpark).
+func (s *server) unpark(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		To     string `json:"to"`
+		Reason string `json:"reason"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	if err := validKey("key", key); err != nil {
+		return err
+	}
+	if err := validText("reason", body.Reason, 2000); err != nil {
+		return err
+	}
+	run, err := s.Failures.Unpark(r.Context(), key, store.State(body.To), body.Reason, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": run.Key, "state": run.State, "version": run.Version})
 	return nil
 }

@@ -456,7 +456,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			t.Errorf("%s: Idempotency-Key documented %v, taken %v", name, documented, takes)
 		}
 	}
-	for _, name := range web.Patterns {
+	for _, name := range append(slices.Clone(web.Patterns), web.ConsolePatterns...) {
 		if !inDoc[name] {
 			t.Errorf("page route %s is not in openapi.json", name)
 		}

@@ -81,6 +81,7 @@ var Routes = []Route{
 	{"POST", "/v1/runs/{key}/failures", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.failure }},
 	{"POST", "/v1/runs/{key}/usage", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.usage }},
 	{"POST", "/v1/runs/{key}/replace", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.replace }},
+	{"POST", "/v1/runs/{key}/unpark", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.unpark }},
 	{"PUT", "/v1/runs/{key}/ledger", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.putLedger }},
 	{"GET", "/v1/runs/{key}/ledger", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getLedger }},
 	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/plan", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.plan }},
@@ -128,6 +129,12 @@ func New(d Deps) http.Handler {
 		}
 		mux.Handle(rt.Method+" "+rt.Pattern, s.handle(h))
 	}
+	// The operator console on every server: the same services the routes above use.
+	aud := d.Audit
+	if aud == nil {
+		aud = audit.New(d.Store, d.Web.Now)
+	}
+	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy()})
 	d.Web.Register(mux)
 	return s.observe(s.jsonFallback(mux))
 }

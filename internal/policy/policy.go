@@ -77,6 +77,46 @@ type Policy struct {
 
 	// OIDC is single sign-on for the approval pages (optional; see oidc.go).
 	OIDC *OIDC `yaml:"oidc"`
+	// Console names who may act in the operator console (/console) beyond deciding
+	// their own approvals: operators resolve effects and unpark runs; admins also hold
+	// the kill switch.
+	Console Console `yaml:"console"`
+}
+
+// Console maps people to console roles, by role (local accounts' roles, or OIDC claims
+// through oidc.role_map) or by subject, as approvers are named.
+type Console struct {
+	Operators Members `yaml:"operators"`
+	Admins    Members `yaml:"admins"`
+}
+
+// ActionTypes lists the configured action types by name.
+func (p *Policy) ActionTypes() []string {
+	out := make([]string, 0, len(p.Actions))
+	for t := range p.Actions {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Members are people named by role or subject.
+type Members struct {
+	Roles    []string `yaml:"roles"`
+	Subjects []string `yaml:"subjects"`
+}
+
+// Has reports whether a person with this subject and roles is a member.
+func (m Members) Has(subject string, roles []string) bool {
+	if subject != "" && slices.Contains(m.Subjects, subject) {
+		return true
+	}
+	for _, r := range roles {
+		if slices.Contains(m.Roles, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // Failure classes (DESIGN.md "Failure classes and retry policy").

@@ -38,6 +38,8 @@ const (
 	Client Actor = iota
 	// System: airlock's own gate, reconciliation and failure machinery.
 	System
+	// Operator: a person (an operator key, the CLI, the console) deciding a parked run.
+	Operator
 )
 
 // transition is one allowed move.
@@ -52,14 +54,16 @@ var transitions = []transition{
 	{store.StateProcessing, store.StateCompleted, Client},
 	{store.StateProcessing, store.StateFailedRetryable, Client},
 	{store.StateProcessing, store.StateFailedTerminal, Client},
-	{store.StateProcessing, store.StateAwaitingHuman, System},       // gate opened, unknown_commit parked
-	{store.StateAwaitingHuman, store.StateApproved, System},         // approval consumed
-	{store.StateAwaitingHuman, store.StateRejected, System},         // a person said no
-	{store.StateAwaitingHuman, store.StateProcessing, System},       // agent-executed effect approved
-	{store.StateApproved, store.StateCompleted, System},             // its effects completed
-	{store.StateApproved, store.StateFailedTerminal, System},        // its effects failed for good
-	{store.StateProcessing, store.StateFailedTerminal, System},      // retry cap, budget, validation
-	{store.StateFailedRetryable, store.StateFailedTerminal, System}, // retry cap reached between claims
+	{store.StateProcessing, store.StateAwaitingHuman, System},        // gate opened, unknown_commit parked
+	{store.StateAwaitingHuman, store.StateApproved, System},          // approval consumed
+	{store.StateAwaitingHuman, store.StateRejected, System},          // a person said no
+	{store.StateAwaitingHuman, store.StateProcessing, System},        // agent-executed effect approved
+	{store.StateApproved, store.StateCompleted, System},              // its effects completed
+	{store.StateApproved, store.StateFailedTerminal, System},         // its effects failed for good
+	{store.StateProcessing, store.StateFailedTerminal, System},       // retry cap, budget, validation
+	{store.StateFailedRetryable, store.StateFailedTerminal, System},  // retry cap reached between claims
+	{store.StateAwaitingHuman, store.StateFailedTerminal, Operator},  // a parked run given up (unpark)
+	{store.StateAwaitingHuman, store.StateFailedRetryable, Operator}, // a parked run a delivery may take again (unpark)
 }
 
 // Allowed reports whether by may move a run from → to.

@@ -158,6 +158,7 @@ type Queries interface {
 	RetentionQueries
 	AuditQueries
 	ReplayQueries
+	ConsoleQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -754,4 +755,33 @@ type ReplayQueries interface {
 	// ReplayInsert records an answer kept for ttl, replacing an expired record of the
 	// scope; ErrNoMatch if an unexpired one exists.
 	ReplayInsert(ctx context.Context, r Replay, ttl time.Duration, now *time.Time) error
+}
+
+// Cursor is a keyset position in a list ordered by a time and an id: the last row of a
+// page. The zero Cursor starts at the beginning.
+type Cursor struct {
+	At time.Time
+	ID string
+}
+
+// IsZero reports whether c starts at the beginning.
+func (c Cursor) IsZero() bool { return c.ID == "" && c.At.IsZero() }
+
+// ParkReasons are the reasons that park a run in awaiting_human with no way out but a
+// person's decision (the console's parked runs; RunUnpark).
+var ParkReasons = []string{"unknown_commit", "input_mismatch"}
+
+// ConsoleQueries are the operator console's lists: keyset pages through partial indexes
+// (0012_console.sql) that hold only the rows a list shows, so a page costs the same with
+// millions of runs, effects or approvals behind it.
+type ConsoleQueries interface {
+	// ApprovalsPending lists undecided, unexpired approvals at now, other than sampled
+	// reviews, newest first, after the cursor (the last row of the previous page).
+	ApprovalsPending(ctx context.Context, after Cursor, now *time.Time, limit int) ([]Approval, error)
+	// EffectsInState lists the effects in state (unknown or failed), the longest in it
+	// first (updated_at, id), after the cursor.
+	EffectsInState(ctx context.Context, state EffectState, after Cursor, limit int) ([]Effect, error)
+	// RunsParked lists runs parked in awaiting_human for one of ParkReasons, the newest
+	// first (updated_at, key), after the cursor.
+	RunsParked(ctx context.Context, after Cursor, limit int) ([]Run, error)
 }

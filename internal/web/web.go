@@ -30,7 +30,7 @@ import (
 //go:embed templates/*.html
 var templateFS embed.FS
 
-var pages = template.Must(template.ParseFS(templateFS, "templates/*.html"))
+var pages = template.Must(template.ParseFS(templateFS, "templates/layout.html", "templates/login.html", "templates/neutral.html", "templates/approval.html"))
 
 const (
 	sessionCookie = "airlock_session"
@@ -51,6 +51,7 @@ type Web struct {
 	throttle  Throttle
 	observer  Observer
 	intent    intentKey
+	console   *Console // the operator console, when enabled
 	runs.Clock
 }
 
@@ -81,6 +82,9 @@ func (w *Web) Register(mux *http.ServeMux) {
 	mux.Handle("POST /approve/continue", post(w.continueDecide))
 	mux.Handle("GET /approve/{token}", headers(http.HandlerFunc(w.approvalPage)))
 	mux.Handle("POST /approve/{token}", post(w.decide))
+	if w.console != nil {
+		w.registerConsole(mux)
+	}
 }
 
 // headers are the page security headers: no framing, no referrer (an approval URL holds
@@ -150,6 +154,7 @@ func (w *Web) person(r *http.Request) *approvals.Person {
 
 type page struct {
 	Title, Message, Error string
+	Link                  string // a console link on the signed-in page
 	Person                *approvals.Person
 }
 
@@ -189,7 +194,11 @@ func (w *Web) loginError(rw http.ResponseWriter, r *http.Request, status int, ms
 }
 
 func (w *Web) signedIn(rw http.ResponseWriter, who *approvals.Person) {
-	w.render(rw, http.StatusOK, "neutral.html", page{Title: "Signed in", Message: "You are signed in. Open your approval link again.", Person: who})
+	p := page{Title: "Signed in", Message: "You are signed in. Open your approval link again.", Person: who}
+	if w.console != nil {
+		p.Message, p.Link = "You are signed in. Open your approval link again, or the console.", "/console"
+	}
+	w.render(rw, http.StatusOK, "neutral.html", p)
 }
 
 // startSession starts the server-side session of a sign-in, local or single sign-on:
@@ -256,6 +265,8 @@ type approvalPage struct {
 	Protocol  string
 	// Recipients are a mail effect's envelope recipients, exactly as they will be sent.
 	Recipients []string
+	// CSRF is the console's form token (console cards only).
+	CSRF string
 }
 
 // notApprover tells a signed-in person that this approval is not theirs to decide, and
@@ -286,6 +297,9 @@ func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action st
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
 		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol,
 		Recipients: w.approvals.Recipients(a), CanDecide: true}
+	if strings.HasPrefix(action, "/console/") {
+		p.CSRF = csrfToken(r)
+	}
 	w.render(rw, status, "approval.html", p)
 }
 

@@ -108,9 +108,13 @@ func (e *EffectsEnv) NewService(st store.Store, now func() time.Time) *effects.S
 }
 
 // TestPolicy configures: note (http, not idempotent, lookup), crm (http, idempotent,
-// authoritative lookup), task (worker), email (gated).
+// authoritative lookup), task (worker), email (gated); console operators have the role
+// ops, admins sre.
 func TestPolicy(providerURL string) string {
 	return fmt.Sprintf(`
+console:
+  operators: {roles: [ops]}
+  admins: {roles: [sre]}
 actions:
   note:
     connector: http

@@ -21,5 +21,6 @@ func TestEffectsConformance(t *testing.T)     { onEachBackend(t, storetest.RunEf
 func TestFailuresConformance(t *testing.T)    { onEachBackend(t, storetest.RunFailures) }
 func TestLedgerConformance(t *testing.T)      { onEachBackend(t, storetest.RunLedger) }
 func TestGatesConformance(t *testing.T)       { onEachBackend(t, storetest.RunGates) }
+func TestConsoleConformance(t *testing.T)     { onEachBackend(t, storetest.RunConsole) }
 func TestCostConformance(t *testing.T)        { onEachBackend(t, storetest.RunCost) }
 func TestConsistencyConformance(t *testing.T) { onEachBackend(t, storetest.RunConsistency) }

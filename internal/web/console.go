@@ -1,0 +1,639 @@
+package web
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Console is what the operator console acts through: the same domain services as the
+// API, so a person's action and an API key's run one implementation.
+type Console struct {
+	Effects  *effects.Service
+	Failures *failures.Service
+	Audit    *audit.Service
+	Policy   *policy.Policy
+}
+
+// EnableConsole serves the operator console at /console (Register adds its routes).
+func (w *Web) EnableConsole(c Console) {
+	if c.Policy == nil {
+		c.Policy = policy.Empty()
+	}
+	w.console = &c
+}
+
+// ConsolePatterns lists the console's routes (the OpenAPI test documents them).
+var ConsolePatterns = []string{"GET /console", "GET /console/approvals/{id}", "POST /console/approvals/{id}", "POST /console/approvals/{id}/reissue",
+	"GET /console/effects", "POST /console/effects/{id}/resolve", "GET /console/parked", "POST /console/runs/{key}/unpark",
+	"GET /console/runs", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
+
+// consolePageSize is the rows of one page of a console list.
+const consolePageSize = 50
+
+// maxReason bounds a reason or a note, as the API does.
+const maxReason = 2000
+
+// level is what a console page or action needs.
+type level int
+
+const (
+	levelPerson   level = iota // anyone signed in: their own approvals
+	levelOperator              // console.operators (or admins): effects, parked runs, runs, the week
+	levelAdmin                 // console.admins: the kill switch
+)
+
+// viewer is the signed-in person and what they may do.
+type viewer struct {
+	Person   *approvals.Person
+	Operator bool
+	Admin    bool
+	CSRF     string
+}
+
+func (v viewer) may(l level) bool {
+	switch l {
+	case levelAdmin:
+		return v.Admin
+	case levelOperator:
+		return v.Operator
+	}
+	return v.Person != nil
+}
+
+func (w *Web) viewer(r *http.Request) (viewer, bool) {
+	who := w.person(r)
+	if who == nil {
+		return viewer{}, false
+	}
+	c := w.console.Policy.Console
+	v := viewer{Person: who, Admin: c.Admins.Has(who.Subject, who.Roles)}
+	v.Operator = v.Admin || c.Operators.Has(who.Subject, who.Roles)
+	v.CSRF = csrfToken(r)
+	return v, true
+}
+
+// csrfToken binds a form to the session: an HMAC of a fixed label under the session
+// cookie's value, which only the signed-in browser holds (the database keeps only its
+// hash). Every console POST must carry it, on top of the same-origin checks.
+func csrfToken(r *http.Request) string {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, []byte(c.Value))
+	m.Write([]byte("airlock console form"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// cpage is what every console page shows around its content.
+type cpage struct {
+	viewer
+	Title, Nav   string
+	Notice, Err  string
+	Now          time.Time
+	Back         string
+	Message      string
+	BackLabel    string
+	ConsoleRoles string
+}
+
+var consoleFuncs = template.FuncMap{
+	"stamp":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") },
+	"stampsec": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
+	"stampp": func(t *time.Time) string {
+		if t == nil {
+			return "–"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 MST")
+	},
+	"age": func(now, t time.Time) string { return ago(now.Sub(t)) },
+	"until": func(now, t time.Time) string {
+		if !t.After(now) {
+			return "expired"
+		}
+		return "in " + ago(t.Sub(now))
+	},
+	"cursor": func(at time.Time, id string) string { return strconv.FormatInt(at.UnixMicro(), 10) + "_" + id },
+	"pct": func(f *float64) string {
+		if f == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f%%", *f*100)
+	},
+	"effectRow": func(e store.Effect, now time.Time, csrf string) any {
+		return struct {
+			E    store.Effect
+			Now  time.Time
+			CSRF string
+		}{e, now, csrf}
+	},
+	"secs": func(f *float64) string {
+		if f == nil {
+			return "n/a"
+		}
+		return ago(time.Duration(*f * float64(time.Second)))
+	},
+}
+
+var consolePages = template.Must(template.New("").Funcs(consoleFuncs).ParseFS(templateFS, "templates/console_*.html"))
+
+// ago is a short, readable duration: 45s, 12m, 3h 5m, 2d 4h.
+func ago(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+		fallthrough
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+func parseCursor(s string) store.Cursor {
+	at, id, ok := strings.Cut(s, "_")
+	us, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || id == "" {
+		return store.Cursor{}
+	}
+	return store.Cursor{At: time.UnixMicro(us).UTC(), ID: id}
+}
+
+func (w *Web) crender(rw http.ResponseWriter, status int, name string, data any) {
+	var buf strings.Builder
+	if err := consolePages.ExecuteTemplate(&buf, name, data); err != nil {
+		w.log.Error("render console page", "page", name, "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	rw.WriteHeader(status)
+	_, _ = rw.Write([]byte(buf.String()))
+}
+
+// cmessage is the one page for an outcome, a refusal or an error.
+func (w *Web) cmessage(rw http.ResponseWriter, r *http.Request, v viewer, status int, title, msg, back string) {
+	w.crender(rw, status, "console_message.html", cpage{viewer: v, Title: title, Message: msg, Back: back, Now: w.now(r)})
+}
+
+func (w *Web) now(r *http.Request) time.Time {
+	t, err := w.Read(r.Context(), w.store)
+	if err != nil {
+		return time.Now().UTC()
+	}
+	return t
+}
+
+// cget serves a console page to someone signed in with the level it needs; anyone
+// else is sent to sign in, or told the page is not for their role.
+func (w *Web) cget(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
+	return headers(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		v, ok := w.viewer(r)
+		if !ok {
+			http.Redirect(rw, r, "/login", http.StatusSeeOther)
+			return
+		}
+		if !v.may(need) {
+			w.cmessage(rw, r, v, http.StatusForbidden, "Not for your role", "This page is for "+levelName(need)+". Nothing is shown.", "/console")
+			return
+		}
+		h(rw, r, v)
+	}))
+}
+
+// cpost is a console action: a same-origin form post (CrossOriginProtection and the
+// Referer rule of every page form), from someone signed in, carrying the session's form
+// token, by a person whose console role allows it. Anything else is 403 and changes
+// nothing.
+func (w *Web) cpost(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	return headers(cop.Handler(w.sameOrigin(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		v, ok := w.viewer(r)
+		if !ok {
+			w.cmessage(rw, r, v, http.StatusForbidden, "Sign in first", "You are not signed in. Nothing was changed.", "/login")
+			return
+		}
+		if got := r.PostFormValue("csrf"); v.CSRF == "" || !hmac.Equal([]byte(got), []byte(v.CSRF)) {
+			w.log.Warn("console post refused", "route", r.Pattern, "reason", "missing or wrong form token")
+			w.cmessage(rw, r, v, http.StatusForbidden, "Refused", "This form was not sent from your console page. Nothing was changed. Open the page again and use its buttons.", "/console")
+			return
+		}
+		if !v.may(need) {
+			w.log.Warn("console post refused", "route", r.Pattern, "reason", "role", "subject", v.Person.Subject)
+			w.cmessage(rw, r, v, http.StatusForbidden, "Not for your role", "Only "+levelName(need)+" may do this. Nothing was changed.", "/console")
+			return
+		}
+		h(rw, r, v)
+	}))))
+}
+
+func levelName(l level) string {
+	switch l {
+	case levelAdmin:
+		return "console admins"
+	case levelOperator:
+		return "console operators"
+	}
+	return "people who are signed in"
+}
+
+func (w *Web) registerConsole(mux *http.ServeMux) {
+	mux.Handle("GET /console", w.cget(levelPerson, w.consoleWaiting))
+	mux.Handle("GET /console/approvals/{id}", w.cget(levelPerson, w.consoleApproval))
+	mux.Handle("POST /console/approvals/{id}", w.cpost(levelPerson, w.consoleDecide))
+	mux.Handle("POST /console/approvals/{id}/reissue", w.cpost(levelPerson, w.consoleReissue))
+	mux.Handle("GET /console/effects", w.cget(levelOperator, w.consoleEffects))
+	mux.Handle("POST /console/effects/{id}/resolve", w.cpost(levelOperator, w.consoleResolve))
+	mux.Handle("GET /console/parked", w.cget(levelOperator, w.consoleParked))
+	mux.Handle("POST /console/runs/{key}/unpark", w.cpost(levelOperator, w.consoleUnpark))
+	mux.Handle("GET /console/runs", w.cget(levelOperator, w.consoleRun))
+	mux.Handle("GET /console/kill-switch", w.cget(levelOperator, w.consoleKillSwitch))
+	mux.Handle("POST /console/kill-switch", w.cpost(levelAdmin, w.consoleSetKillSwitch))
+	mux.Handle("GET /console/week", w.cget(levelOperator, w.consoleWeek))
+}
+
+// actor is how a console action is recorded: the person, and where they acted.
+func consoleActor(v viewer) string { return "console:" + v.Person.Subject }
+
+// notices are the fixed messages after an action (no text travels in the URL).
+var notices = map[string]string{
+	"resolved":    "The effect is resolved; the event records you and your note.",
+	"unparked":    "The run is unparked; the event records you and your reason.",
+	"kill_switch": "The kill switch is changed; the event records you and your reason.",
+}
+
+func (w *Web) page(r *http.Request, v viewer, title, nav string) cpage {
+	return cpage{viewer: v, Title: title, Nav: nav, Notice: notices[r.URL.Query().Get("done")], Now: w.now(r)}
+}
+
+func formReason(r *http.Request, field string) (string, string) {
+	s := strings.TrimSpace(r.PostFormValue(field))
+	switch {
+	case s == "":
+		return "", "Say why (the " + field + " is required and is recorded with your name)."
+	case len(s) > maxReason:
+		return "", fmt.Sprintf("The %s is longer than %d characters.", field, maxReason)
+	case strings.ContainsFunc(s, func(c rune) bool { return c < 0x20 || c == 0x7f }) || !utf8.ValidString(s):
+		return "", "The " + field + " holds control characters."
+	}
+	return s, ""
+}
+
+// ---- 1. Waiting for me ----
+
+type waitingPage struct {
+	cpage
+	Approvals []store.Approval
+	Next      string
+	Scanned   int
+}
+
+// consoleWaiting lists the pending approvals the person may decide, newest first. The
+// list is read in keyset pages of every pending approval and filtered by the same rule
+// as the card (approvals.May); a page reads at most 10 batches.
+func (w *Web) consoleWaiting(rw http.ResponseWriter, r *http.Request, v viewer) {
+	p := waitingPage{cpage: w.page(r, v, "Waiting for me", "waiting")}
+	after := parseCursor(r.URL.Query().Get("after"))
+	now := p.Now
+	exhausted := false
+	for range 10 {
+		batch, err := w.store.ApprovalsPending(r.Context(), after, &now, 2*consolePageSize)
+		if err != nil {
+			w.log.Error("console: pending approvals", "err", err)
+			http.Error(rw, "internal error", http.StatusInternalServerError)
+			return
+		}
+		for _, a := range batch {
+			p.Scanned++
+			after = store.Cursor{At: a.CreatedAt, ID: a.ID}
+			// A cancel link (act_with_window) is not a decision waiting: it is listed on its run.
+			if approvals.May(a, *v.Person) == nil && !slices.Equal(a.AllowedDecisions, []string{approvals.Cancel}) {
+				p.Approvals = append(p.Approvals, a)
+				if len(p.Approvals) == consolePageSize {
+					break
+				}
+			}
+		}
+		if len(p.Approvals) == consolePageSize {
+			break
+		}
+		if len(batch) < 2*consolePageSize {
+			exhausted = true
+			break
+		}
+	}
+	if !exhausted {
+		p.Next = strconv.FormatInt(after.At.UnixMicro(), 10) + "_" + after.ID
+	}
+	w.crender(rw, http.StatusOK, "console_waiting.html", p)
+}
+
+func (w *Web) consoleApproval(rw http.ResponseWriter, r *http.Request, v viewer) {
+	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
+	if err != nil {
+		w.neutral(rw, v.Person)
+		return
+	}
+	w.show(rw, r, a.TokenHash, "/console/approvals/"+a.ID, v.Person, http.StatusOK, "")
+}
+
+// consoleDecide decides through the same code as the approval link (approvals.Decide,
+// reached by the approval's stored token hash): May, separation of duties, single use.
+func (w *Web) consoleDecide(rw http.ResponseWriter, r *http.Request, v viewer) {
+	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
+	if err != nil {
+		w.neutral(rw, v.Person)
+		return
+	}
+	w.decideHash(rw, r, a.TokenHash, "/console/approvals/"+a.ID)
+}
+
+type reissuedPage struct {
+	cpage
+	Approval store.Approval
+	URL      string
+}
+
+// consoleReissue gives a pending approval a fresh link through the API's operation
+// (approvals.Service.Reissue: the old link dies at once, only the new token's hash is
+// stored, event approval_link_reissued). Only one who may decide the approval may.
+// The new link is shown once, on this page.
+func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) {
+	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
+	if err != nil {
+		w.neutral(rw, v.Person)
+		return
+	}
+	if err := approvals.May(a, *v.Person); err != nil {
+		w.notApprover(rw, v.Person, err)
+		return
+	}
+	re, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
+	switch {
+	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
+		msg := err.Error()
+		w.cmessage(rw, r, v, http.StatusConflict, "No new link", strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", "/console")
+		return
+	case err != nil:
+		w.log.Error("console: reissue", "err", err)
+		w.cmessage(rw, r, v, http.StatusInternalServerError, "No new link", "Something went wrong; nothing was changed. The log has the details.", "/console")
+		return
+	}
+	if slices.Contains(re.Approval.AllowedDecisions, approvals.Approve) {
+		w.approvals.Notify(context.WithoutCancel(r.Context()), re, w.log)
+	}
+	w.crender(rw, http.StatusOK, "console_reissued.html", reissuedPage{cpage: w.page(r, v, "New approval link", "waiting"), Approval: re.Approval, URL: re.URL})
+}
+
+// ---- 2. Unknown and failed effects ----
+
+type effectsPage struct {
+	cpage
+	Unknown, Failed         []store.Effect
+	NextUnknown, NextFailed string
+	AfterUnknown            string
+	AfterFailed             string
+}
+
+func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) {
+	p := effectsPage{cpage: w.page(r, v, "Unknown and failed effects", "effects")}
+	q := r.URL.Query()
+	p.AfterUnknown, p.AfterFailed = q.Get("unknown_after"), q.Get("failed_after")
+	list := func(state store.EffectState, after string) ([]store.Effect, string, error) {
+		effs, err := w.store.EffectsInState(r.Context(), state, parseCursor(after), consolePageSize+1)
+		if err != nil || len(effs) <= consolePageSize {
+			return effs, "", err
+		}
+		effs = effs[:consolePageSize]
+		last := effs[len(effs)-1]
+		return effs, strconv.FormatInt(last.UpdatedAt.UnixMicro(), 10) + "_" + last.ID, nil
+	}
+	var err error
+	if p.Unknown, p.NextUnknown, err = list(store.EffectUnknown, p.AfterUnknown); err == nil {
+		p.Failed, p.NextFailed, err = list(store.EffectFailed, p.AfterFailed)
+	}
+	if err != nil {
+		w.log.Error("console: effects", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.crender(rw, http.StatusOK, "console_effects.html", p)
+}
+
+func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) {
+	note, bad := formReason(r, "note")
+	if bad != "" {
+		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not resolved", bad+" Nothing was changed.", "/console/effects")
+		return
+	}
+	outcome, provider := r.PostFormValue("outcome"), strings.TrimSpace(r.PostFormValue("provider_id"))
+	if outcome != effects.OutcomeSent {
+		provider = "" // the field is on every form; only "sent" takes it
+	}
+	_, err := w.console.Effects.Resolve(r.Context(), r.PathValue("id"), outcome, provider, note, consoleActor(v))
+	if err != nil {
+		w.actionError(rw, r, v, err, "Not resolved", "/console/effects")
+		return
+	}
+	http.Redirect(rw, r, "/console/effects?done=resolved", http.StatusSeeOther)
+}
+
+// actionError tells the person why a domain operation refused, in its own words.
+func (w *Web) actionError(rw http.ResponseWriter, r *http.Request, v viewer, err error, title, back string) {
+	var fe *runs.FieldError
+	status := http.StatusConflict
+	switch {
+	case errors.As(err, &fe):
+		status = http.StatusUnprocessableEntity
+	case errors.Is(err, effects.ErrNotFound), errors.Is(err, runs.ErrNotFound):
+		status = http.StatusNotFound
+	case errors.Is(err, effects.ErrNotResolvable), errors.Is(err, failures.ErrNotParked), errors.Is(err, effects.ErrUnknownActionType):
+	default:
+		w.log.Error("console action", "route", r.Pattern, "err", err)
+		w.cmessage(rw, r, v, http.StatusInternalServerError, title, "Something went wrong; nothing was changed. The log has the details.", back)
+		return
+	}
+	msg := err.Error()
+	w.cmessage(rw, r, v, status, title, strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", back)
+}
+
+// ---- 3. Parked runs ----
+
+type parkedPage struct {
+	cpage
+	Runs  []store.Run
+	Next  string
+	After string
+}
+
+func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) {
+	p := parkedPage{cpage: w.page(r, v, "Parked runs", "parked"), After: r.URL.Query().Get("after")}
+	rs, err := w.store.RunsParked(r.Context(), parseCursor(p.After), consolePageSize+1)
+	if err != nil {
+		w.log.Error("console: parked runs", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	if len(rs) > consolePageSize {
+		rs = rs[:consolePageSize]
+		last := rs[len(rs)-1]
+		p.Next = strconv.FormatInt(last.UpdatedAt.UnixMicro(), 10) + "_" + last.Key
+	}
+	p.Runs = rs
+	w.crender(rw, http.StatusOK, "console_parked.html", p)
+}
+
+func (w *Web) consoleUnpark(rw http.ResponseWriter, r *http.Request, v viewer) {
+	reason, bad := formReason(r, "reason")
+	if bad != "" {
+		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not unparked", bad+" Nothing was changed.", "/console/parked")
+		return
+	}
+	_, err := w.console.Failures.Unpark(r.Context(), r.PathValue("key"), store.State(r.PostFormValue("to")), reason, consoleActor(v))
+	if err != nil {
+		w.actionError(rw, r, v, err, "Not unparked", "/console/parked")
+		return
+	}
+	http.Redirect(rw, r, "/console/parked?done=unparked", http.StatusSeeOther)
+}
+
+// ---- 4. Run ----
+
+type runPage struct {
+	cpage
+	Key     string
+	Found   bool
+	X       audit.Explanation
+	Parked  bool
+	Approve []store.Approval
+}
+
+func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) {
+	p := runPage{cpage: w.page(r, v, "Run", "runs"), Key: strings.TrimSpace(r.URL.Query().Get("key"))}
+	if p.Key != "" {
+		x, err := w.console.Audit.Explain(r.Context(), p.Key)
+		switch {
+		case errors.Is(err, runs.ErrNotFound):
+			p.Err = "No run has the key " + strconv.Quote(p.Key) + "."
+		case err != nil:
+			w.log.Error("console: explain", "err", err)
+			http.Error(rw, "internal error", http.StatusInternalServerError)
+			return
+		default:
+			p.Found, p.X, p.Title = true, x, "Run "+p.Key
+			p.Parked = x.Processed.State == store.StateAwaitingHuman && slices.Contains(store.ParkReasons, x.Processed.ParkReason)
+		}
+	}
+	status := http.StatusOK
+	if p.Key != "" && !p.Found {
+		status = http.StatusNotFound
+	}
+	w.crender(rw, status, "console_run.html", p)
+}
+
+// ---- 5. Kill switch ----
+
+type killSwitchPage struct {
+	cpage
+	EnvDisabled bool
+	Global      *store.KillSwitch
+	Actions     []killSwitchRow
+}
+
+type killSwitchRow struct {
+	Type    string
+	Setting *store.KillSwitch
+}
+
+func (w *Web) consoleKillSwitch(rw http.ResponseWriter, r *http.Request, v viewer) {
+	p := killSwitchPage{cpage: w.page(r, v, "Kill switch", "kill")}
+	switches, env, err := w.console.Effects.KillSwitch(r.Context())
+	if err != nil {
+		w.log.Error("console: kill switch", "err", err)
+		http.Error(rw, "internal error", http.StatusInternalServerError)
+		return
+	}
+	p.EnvDisabled = env
+	byScope := map[string]*store.KillSwitch{}
+	for i := range switches {
+		byScope[switches[i].Scope] = &switches[i]
+	}
+	p.Global = byScope[effects.GlobalScope]
+	for _, t := range w.console.Policy.ActionTypes() {
+		p.Actions = append(p.Actions, killSwitchRow{Type: t, Setting: byScope[effects.ActionScope(t)]})
+	}
+	w.crender(rw, http.StatusOK, "console_killswitch.html", p)
+}
+
+func (w *Web) consoleSetKillSwitch(rw http.ResponseWriter, r *http.Request, v viewer) {
+	reason, bad := formReason(r, "reason")
+	if bad != "" {
+		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not changed", bad+" Nothing was changed.", "/console/kill-switch")
+		return
+	}
+	var enabled bool
+	switch r.PostFormValue("enabled") {
+	case "true":
+		enabled = true
+	case "false":
+	default:
+		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not changed", "Choose enable or disable. Nothing was changed.", "/console/kill-switch")
+		return
+	}
+	if err := w.console.Effects.SetKillSwitch(r.Context(), r.PostFormValue("scope"), enabled, reason, consoleActor(v)); err != nil {
+		w.actionError(rw, r, v, err, "Not changed", "/console/kill-switch")
+		return
+	}
+	http.Redirect(rw, r, "/console/kill-switch?done=kill_switch", http.StatusSeeOther)
+}
+
+// ---- 6. This week ----
+
+type weekPage struct {
+	cpage
+	R      audit.Report
+	Charts []template.HTML
+}
+
+// weeks is how many past weeks the charts show.
+const weeks = 6
+
+func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) {
+	p := weekPage{cpage: w.page(r, v, "This week", "week")}
+	// Reports over 1…weeks weeks back; a week's counts are the difference of two.
+	cum := make([]audit.Report, weeks+1)
+	for i := 1; i <= weeks; i++ {
+		rep, err := w.console.Audit.Report(r.Context(), p.Now.Add(-time.Duration(i)*7*24*time.Hour))
+		if err != nil {
+			w.log.Error("console: report", "err", err)
+			http.Error(rw, "internal error", http.StatusInternalServerError)
+			return
+		}
+		cum[i] = rep
+	}
+	p.R = cum[1]
+	p.Charts = weekCharts(cum, p.Now)
+	w.crender(rw, http.StatusOK, "console_week.html", p)
+}
