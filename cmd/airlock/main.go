@@ -12,13 +12,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
@@ -200,7 +203,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
-	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString(),
+	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", versionString(),
 		"action_types", len(pol.Actions), "dispatcher", !pol.Dispatch.Disabled)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -249,6 +252,7 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 			if err != nil {
 				return err
 			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "airlock: database:", describeDatabase(cfg))
 			st, err := openStore(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -263,11 +267,21 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 	}
 }
 
-// withStore opens the configured, migrated store for an operator command.
+// withStore opens the configured, migrated store for an operator command. It never
+// creates a database: a SQLite file that does not exist is an error (run from another
+// directory, ./airlock.db would be a new, empty database the server never sees), and it
+// says on stderr which database it used.
 func withStore(cmd *cobra.Command, fn func(st store.Store) error) error {
 	cfg, err := loadConfig(cmd)
 	if err != nil {
 		return err
+	}
+	backend, target := cfg.Backend()
+	fmt.Fprintln(cmd.ErrOrStderr(), "airlock: database:", describeDatabase(cfg))
+	if backend == "sqlite" {
+		if _, err := os.Stat(target); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no database at %s: set AIRLOCK_DATABASE_URL (or --database-url) to the one airlock serve uses, or create it with `airlock migrate`", absPath(target))
+		}
 	}
 	st, err := openStore(cmd.Context(), cfg)
 	if err != nil {
@@ -278,6 +292,27 @@ func withStore(cmd *cobra.Command, fn func(st store.Store) error) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return fn(st)
+}
+
+// describeDatabase names the database a config points at, never its password:
+// "sqlite /abs/path" or "postgres user@host:port/dbname".
+func describeDatabase(cfg config.Config) string {
+	backend, target := cfg.Backend()
+	if backend == "sqlite" {
+		return "sqlite " + absPath(target)
+	}
+	pc, err := pgconn.ParseConfig(target)
+	if err != nil {
+		return "postgres (unparsable connection string)"
+	}
+	return fmt.Sprintf("postgres %s@%s/%s", pc.User, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), pc.Database)
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 func apikeyCmd() *cobra.Command {
@@ -296,13 +331,14 @@ never combined with runs, worker, operator or admin).
 so under separation of duties they cannot approve them. --types limits a worker key to
 some action types: it never receives another type's payloads.`,
 	}
-	var name, scopes, onBehalfOf, types string
+	var name, onBehalfOf, types string
+	var scopes []string
 	create := &cobra.Command{
 		Use:   "create --name NAME --scope SCOPES",
 		Short: "Create a key and print it once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sc, err := apikeys.ParseScopes(scopes)
+			sc, err := apikeys.ParseScopes(strings.Join(scopes, ","))
 			if err != nil {
 				return fmt.Errorf("--scope: %w", err)
 			}
@@ -322,7 +358,7 @@ some action types: it never receives another type's payloads.`,
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "who uses the key, e.g. n8n (required)")
-	create.Flags().StringVar(&scopes, "scope", apikeys.ScopeRuns, "comma-separated scopes: "+strings.Join(apikeys.AllScopes, ", "))
+	create.Flags().StringSliceVar(&scopes, "scope", []string{apikeys.ScopeRuns}, "scopes, repeated or comma-separated: "+strings.Join(apikeys.AllScopes, ", "))
 	create.Flags().StringVar(&onBehalfOf, "on-behalf-of", "", "the person this key acts for (they can never approve its requests)")
 	create.Flags().StringVar(&types, "types", "", "worker keys: comma-separated action types the key may claim (default: every worker type)")
 	_ = create.MarkFlagRequired("name")

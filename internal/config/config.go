@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -109,13 +110,16 @@ func keywordDSN(s string) error {
 	return nil
 }
 
+// keywordStart is how a keyword DSN begins (a path may hold "=" too, but never before a "/").
+var keywordStart = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
+
 // checkDatabaseURL accepts a PostgreSQL URL, a libpq keyword DSN, or something that looks
 // like a file path; a keyword DSN with a typo must not become a SQLite file of that name.
 func checkDatabaseURL(v string) error {
 	switch {
 	case strings.HasPrefix(v, "postgres://"), strings.HasPrefix(v, "postgresql://"):
 		return nil
-	case strings.Contains(v, "="):
+	case keywordStart.MatchString(v):
 		if err := keywordDSN(v); err != nil {
 			return fmt.Errorf("looks like a PostgreSQL keyword DSN (host=… dbname=…) but %v", err)
 		}

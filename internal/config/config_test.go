@@ -113,6 +113,7 @@ func TestDatabaseURLForms(t *testing.T) {
 		"postgresql://airlock@db/airlock":              "postgres",
 		"airlock.db":                                   "sqlite",
 		"./data/airlock.db":                            "sqlite",
+		"/tmp/TestX_with_--migrate=false/a.db":         "sqlite",
 		"/var/lib/airlock/airlock.db":                  "sqlite",
 		"sqlite:/var/lib/airlock/airlock.db":           "sqlite",
 	} {
@@ -127,7 +128,7 @@ func TestDatabaseURLForms(t *testing.T) {
 	}
 	for _, url := range []string{
 		"mysql://u@h/db", "http://example.com/db", "postgre://u@h/db", "host=db bogus_key=1 dbname=x",
-		"pg:host=db", "redis://h", "airlock.db?mode=memory", "colour=blue",
+		"pg:host=db", "redis://h", "/tmp/a=b?mode=ro", "airlock.db?mode=memory", "colour=blue",
 	} {
 		_, err := Load(nil, env(map[string]string{"AIRLOCK_DATABASE_URL": url}))
 		if err == nil || !strings.Contains(err.Error(), "AIRLOCK_DATABASE_URL") {
