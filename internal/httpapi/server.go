@@ -100,7 +100,7 @@ var Routes = []Route{
 	{"POST", "/v1/effects/{id}/resolve", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.resolveEffect }},
 	{"GET", "/v1/reviews", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.reviews }},
 	{"POST", "/v1/reviews/{id}", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.review }},
-	{"GET", "/v1/admin/kill-switch", apikeys.ScopeAdmin, func(s *server) handlerFunc { return s.getKillSwitch }},
+	{"GET", "/v1/admin/kill-switch", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getKillSwitch }},
 	{"PUT", "/v1/admin/kill-switch", apikeys.ScopeAdmin, func(s *server) handlerFunc { return s.putKillSwitch }},
 	{"GET", "/healthz", "", func(s *server) handlerFunc { return s.healthz }},
 	{"GET", "/readyz", "", func(s *server) handlerFunc { return s.readyz }},
