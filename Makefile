@@ -1,9 +1,14 @@
 # Shortcuts; each target is one command you can also run by hand.
 export GOTOOLCHAIN := local
 
-.PHONY: build test lint bench bench-outbox
+# One version, stamped at build time: `airlock version`, openapi.json, the readiness log
+# line and /metrics' airlock_build_info all show it. Override with make VERSION=v1.2.0.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERSION)
+
+.PHONY: build release test lint bench bench-outbox
 build:
-	go build -o airlock ./cmd/airlock
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o airlock ./cmd/airlock
 
 # The whole suite, PostgreSQL included (starts and stops a throwaway server).
 test:

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,11 +38,9 @@ import (
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/tracing"
+	"github.com/airlockhq/airlock/internal/version"
 	"github.com/airlockhq/airlock/internal/web"
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = ""
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
@@ -203,7 +200,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
-	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", versionString(),
+	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(),
 		"action_types", len(pol.Actions), "dispatcher", !pol.Dispatch.Disabled)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -408,23 +405,13 @@ some action types: it never receives another type's payloads.`,
 	return cmd
 }
 
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
-
 func versionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "airlock", versionString())
+			fmt.Fprintln(cmd.OutOrStdout(), "airlock", version.String())
 		},
 	}
 }

@@ -3,10 +3,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -28,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tracing"
+	"github.com/airlockhq/airlock/internal/version"
 	"github.com/airlockhq/airlock/internal/web"
 )
 
@@ -327,6 +330,12 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) openapi(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
-	_, err := w.Write(openAPI)
+	_, err := w.Write(servedOpenAPI())
 	return err
 }
+
+// servedOpenAPI is openapi.json with info.version set to this build's version.
+var servedOpenAPI = sync.OnceValue(func() []byte {
+	v, _ := json.Marshal(version.String())
+	return bytes.Replace(openAPI, []byte(`"version": "0.1.0"`), append([]byte(`"version": `), v...), 1)
+})
