@@ -348,6 +348,9 @@ func Parse(b []byte, lookupEnv func(string) (string, bool)) (*Policy, error) {
 func parse(b []byte, dir string, lookupEnv func(string) (string, bool)) (*Policy, error) {
 	sum := sha256.Sum256(b)
 	p := Policy{dir: dir, Version: hex.EncodeToString(sum[:6])}
+	if err := checkShape(b); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&p); err != nil {
