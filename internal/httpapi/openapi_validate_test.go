@@ -16,7 +16,8 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
-	"github.com/airlockhq/airlock/internal/httpapi")
+	"github.com/airlockhq/airlock/internal/httpapi"
+)
 
 // The OpenAPI document is checked by a real OpenAPI 3.1 validator (libopenapi-validator),
 // and every live response any test in this package receives through harness.do is
