@@ -22,6 +22,6 @@ lint:
 bench:
 	bash scripts/with-postgres.sh go test -run '^$$' -bench . -benchtime 2000x -count 3 ./internal/store/storetest/
 
-# The outbox beside River, through the public API (README: Benchmarking the outbox).
+# The outbox beside River, through the public API (docs/benchmarks.md: Benchmarking the outbox).
 bench-outbox:
 	bash scripts/bench-outbox.sh

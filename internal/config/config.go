@@ -146,7 +146,7 @@ type Option struct {
 	set     func(c *Config, v string) error
 }
 
-// Options is the table. Order is the order of --help and of the README's table.
+// Options is the table. Order is the order of --help and of docs/configuration.md's table.
 var Options = []Option{
 	{"database-url", "AIRLOCK_DATABASE_URL", "airlock.db",
 		"SQLite file path (or sqlite:PATH), a postgres:// URL, or a PostgreSQL keyword DSN (host=… dbname=…)",

@@ -83,9 +83,9 @@ func TestDatabaseURLNeverEchoed(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEveryOption keeps the README's configuration table complete.
-func TestREADMEListsEveryOption(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// TestDocsListEveryOption keeps docs/configuration.md's table complete.
+func TestDocsListEveryOption(t *testing.T) {
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestREADMEListsEveryOption(t *testing.T) {
 		}
 		row := "| `" + o.Env + "` | `--" + o.Flag + "` | " + def + " |"
 		if !strings.Contains(string(b), row) {
-			t.Errorf("README has no row starting %s", row)
+			t.Errorf("docs/configuration.md has no row starting %s", row)
 		}
 	}
 }
