@@ -10,6 +10,19 @@ LDFLAGS := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERS
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o airlock ./cmd/airlock
 
+# Static binaries for every platform we ship, the version stamped, and their checksums:
+# dist/airlock_<version>_<os>_<arch> and dist/SHA256SUMS (check with sha256sum -c).
+PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	rm -rf dist && mkdir -p dist
+	set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		echo "build $$os/$$arch"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags '$(LDFLAGS)' \
+			-o dist/airlock_$(VERSION)_$${os}_$${arch} ./cmd/airlock; \
+	done
+	cd dist && sha256sum airlock_* > SHA256SUMS && cat SHA256SUMS
+
 # The whole suite, PostgreSQL included (starts and stops a throwaway server).
 test:
 	bash scripts/test.sh

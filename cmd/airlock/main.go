@@ -64,7 +64,7 @@ a flag wins over the environment, which wins over the default.`,
 	for _, o := range config.Options {
 		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd())
 	root.AddCommand(explainCmd(), reportCmd())
 	return root
 }
@@ -402,6 +402,40 @@ some action types: it never receives another type's payloads.`,
 		},
 	}
 	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+// healthcheckCmd asks the local server's /readyz: the container image's HEALTHCHECK,
+// which has no shell or curl to do it.
+func healthcheckCmd() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "healthcheck",
+		Short: "Exit 0 if the server on --listen answers /readyz with 200 (for container health checks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			host, port, _ := net.SplitHostPort(cfg.Listen)
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				host = "127.0.0.1"
+			}
+			url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+			resp, err := (&http.Client{Timeout: timeout}).Get(url)
+			if err != nil {
+				return fmt.Errorf("not ready: %w", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("not ready: %s answered %d", url, resp.StatusCode)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "ready")
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
 	return cmd
 }
 
