@@ -1,9 +1,27 @@
 # Shortcuts; each target is one command you can also run by hand.
 export GOTOOLCHAIN := local
 
-.PHONY: build test lint bench bench-outbox
+# One version, stamped at build time: `airlock version`, openapi.json, the readiness log
+# line and /metrics' airlock_build_info all show it. Override with make VERSION=v1.2.0.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERSION)
+
+.PHONY: build release test lint bench bench-outbox
 build:
-	go build -o airlock ./cmd/airlock
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o airlock ./cmd/airlock
+
+# Static binaries for every platform we ship, the version stamped, and their checksums:
+# dist/airlock_<version>_<os>_<arch> and dist/SHA256SUMS (check with sha256sum -c).
+PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	rm -rf dist && mkdir -p dist
+	set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		echo "build $$os/$$arch"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags '$(LDFLAGS)' \
+			-o dist/airlock_$(VERSION)_$${os}_$${arch} ./cmd/airlock; \
+	done
+	cd dist && sha256sum airlock_* > SHA256SUMS && cat SHA256SUMS
 
 # The whole suite, PostgreSQL included (starts and stops a throwaway server).
 test:
@@ -17,6 +35,6 @@ lint:
 bench:
 	bash scripts/with-postgres.sh go test -run '^$$' -bench . -benchtime 2000x -count 3 ./internal/store/storetest/
 
-# The outbox beside River, through the public API (README: Benchmarking the outbox).
+# The outbox beside River, through the public API (docs/benchmarks.md: Benchmarking the outbox).
 bench-outbox:
 	bash scripts/bench-outbox.sh

@@ -31,13 +31,14 @@ func cliActor() string {
 	return "cli"
 }
 
-// withPolicy opens the configured store and policy for an operator command.
+// withPolicy opens the configured store and policy for an operator command; it sends
+// nothing, so the policy's secrets are not resolved.
 func withPolicy(cmd *cobra.Command, fn func(st store.Store, pol *policy.Policy) error) error {
 	cfg, err := loadConfig(cmd)
 	if err != nil {
 		return err
 	}
-	pol, err := loadPolicy(cfg)
+	pol, err := loadPolicyWithoutSecrets(cfg)
 	if err != nil {
 		return err
 	}
@@ -79,6 +80,9 @@ check the provider, then resolve it:
 			return withEffects(cmd, func(svc *effects.Service) error {
 				p := store.EffectListParams{RunKey: key}
 				for _, s := range states {
+					if !slices.Contains(effectStates, s) {
+						return fmt.Errorf("--state: unknown state %q (valid: %s)", s, strings.Join(effectStates, ", "))
+					}
 					p.States = append(p.States, store.EffectState(s))
 				}
 				list, err := svc.List(cmd.Context(), p)
@@ -95,7 +99,7 @@ check the provider, then resolve it:
 			})
 		},
 	}
-	list.Flags().StringSliceVar(&states, "state", nil, "only these states (pending, sending, completed, unknown, failed, cancelled)")
+	list.Flags().StringSliceVar(&states, "state", nil, "only these states ("+strings.Join(effectStates, ", ")+")")
 	list.Flags().StringVar(&key, "key", "", "only this run's effects")
 
 	var outcome, providerID, note string
@@ -120,6 +124,10 @@ check the provider, then resolve it:
 	cmd.AddCommand(list, resolve)
 	return cmd
 }
+
+// effectStates are the states effects list --state accepts.
+var effectStates = []string{string(store.EffectPending), string(store.EffectSending), string(store.EffectPlanned), string(store.EffectCompleted),
+	string(store.EffectUnknown), string(store.EffectFailed), string(store.EffectCancelled)}
 
 func dash(s string) string {
 	if s == "" {

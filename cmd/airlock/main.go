@@ -12,13 +12,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
@@ -36,11 +38,9 @@ import (
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/tracing"
+	"github.com/airlockhq/airlock/internal/version"
 	"github.com/airlockhq/airlock/internal/web"
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = ""
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
@@ -64,7 +64,7 @@ a flag wins over the environment, which wins over the default.`,
 	for _, o := range config.Options {
 		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd())
 	root.AddCommand(explainCmd(), reportCmd())
 	return root
 }
@@ -215,7 +215,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
-	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "version", versionString(),
+	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(),
 		"action_types", len(pol.Actions), "dispatcher", !pol.Dispatch.Disabled)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -264,6 +264,7 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 			if err != nil {
 				return err
 			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "airlock: database:", describeDatabase(cfg))
 			st, err := openStore(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -278,11 +279,21 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 	}
 }
 
-// withStore opens the configured, migrated store for an operator command.
+// withStore opens the configured, migrated store for an operator command. It never
+// creates a database: a SQLite file that does not exist is an error (run from another
+// directory, ./airlock.db would be a new, empty database the server never sees), and it
+// says on stderr which database it used.
 func withStore(cmd *cobra.Command, fn func(st store.Store) error) error {
 	cfg, err := loadConfig(cmd)
 	if err != nil {
 		return err
+	}
+	backend, target := cfg.Backend()
+	fmt.Fprintln(cmd.ErrOrStderr(), "airlock: database:", describeDatabase(cfg))
+	if backend == "sqlite" {
+		if _, err := os.Stat(target); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no database at %s: set AIRLOCK_DATABASE_URL (or --database-url) to the one airlock serve uses, or create it with `airlock migrate`", absPath(target))
+		}
 	}
 	st, err := openStore(cmd.Context(), cfg)
 	if err != nil {
@@ -293,6 +304,27 @@ func withStore(cmd *cobra.Command, fn func(st store.Store) error) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return fn(st)
+}
+
+// describeDatabase names the database a config points at, never its password:
+// "sqlite /abs/path" or "postgres user@host:port/dbname".
+func describeDatabase(cfg config.Config) string {
+	backend, target := cfg.Backend()
+	if backend == "sqlite" {
+		return "sqlite " + absPath(target)
+	}
+	pc, err := pgconn.ParseConfig(target)
+	if err != nil {
+		return "postgres (unparsable connection string)"
+	}
+	return fmt.Sprintf("postgres %s@%s/%s", pc.User, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), pc.Database)
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 func apikeyCmd() *cobra.Command {
@@ -311,13 +343,14 @@ never combined with runs, worker, operator or admin).
 so under separation of duties they cannot approve them. --types limits a worker key to
 some action types: it never receives another type's payloads.`,
 	}
-	var name, scopes, onBehalfOf, types string
+	var name, onBehalfOf, types string
+	var scopes []string
 	create := &cobra.Command{
 		Use:   "create --name NAME --scope SCOPES",
 		Short: "Create a key and print it once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sc, err := apikeys.ParseScopes(scopes)
+			sc, err := apikeys.ParseScopes(strings.Join(scopes, ","))
 			if err != nil {
 				return fmt.Errorf("--scope: %w", err)
 			}
@@ -337,7 +370,7 @@ some action types: it never receives another type's payloads.`,
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "who uses the key, e.g. n8n (required)")
-	create.Flags().StringVar(&scopes, "scope", apikeys.ScopeRuns, "comma-separated scopes: "+strings.Join(apikeys.AllScopes, ", "))
+	create.Flags().StringSliceVar(&scopes, "scope", []string{apikeys.ScopeRuns}, "scopes, repeated or comma-separated: "+strings.Join(apikeys.AllScopes, ", "))
 	create.Flags().StringVar(&onBehalfOf, "on-behalf-of", "", "the person this key acts for (they can never approve its requests)")
 	create.Flags().StringVar(&types, "types", "", "worker keys: comma-separated action types the key may claim (default: every worker type)")
 	_ = create.MarkFlagRequired("name")
@@ -387,14 +420,38 @@ some action types: it never receives another type's payloads.`,
 	return cmd
 }
 
-func versionString() string {
-	if version != "" {
-		return version
+// healthcheckCmd asks the local server's /readyz: the container image's HEALTHCHECK,
+// which has no shell or curl to do it.
+func healthcheckCmd() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "healthcheck",
+		Short: "Exit 0 if the server on --listen answers /readyz with 200 (for container health checks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			host, port, _ := net.SplitHostPort(cfg.Listen)
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				host = "127.0.0.1"
+			}
+			url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+			resp, err := (&http.Client{Timeout: timeout}).Get(url)
+			if err != nil {
+				return fmt.Errorf("not ready: %w", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("not ready: %s answered %d", url, resp.StatusCode)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "ready")
+			return nil
+		},
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "devel"
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
+	return cmd
 }
 
 func versionCmd() *cobra.Command {
@@ -403,7 +460,7 @@ func versionCmd() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "airlock", versionString())
+			fmt.Fprintln(cmd.OutOrStdout(), "airlock", version.String())
 		},
 	}
 }

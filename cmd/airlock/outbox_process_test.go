@@ -41,7 +41,13 @@ type serveProc struct {
 // ends gets SIGTERM and must exit cleanly; one that crashed is left as it is.
 func startServe(t *testing.T, env []string) *serveProc {
 	t.Helper()
-	s := &serveProc{cmd: exec.Command(binary, "serve"), done: make(chan struct{})}
+	return startServeBinary(t, binary, env)
+}
+
+// startServeBinary is startServe with another build of airlock.
+func startServeBinary(t *testing.T, bin string, env []string) *serveProc {
+	t.Helper()
+	s := &serveProc{cmd: exec.Command(bin, "serve"), done: make(chan struct{})}
 	s.cmd.Env = slices.Concat(os.Environ(), env, []string{"AIRLOCK_LISTEN=127.0.0.1:0", "AIRLOCK_LOG_LEVEL=info"})
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

@@ -66,6 +66,9 @@ func TestUserCommands(t *testing.T) {
 				return out + errOut, err
 			}
 			withPW := func(p string) []string { return []string{"AIRLOCK_USER_PASSWORD=" + p} }
+			if out, err := run(nil, "migrate"); err != nil { // operator commands never create the database
+				t.Fatalf("migrate: %v %s", err, out)
+			}
 			for _, bad := range [][]string{
 				{"user", "add", "<img src=x onerror=alert(1)>", "--role", "support-lead"},
 				{"user", "add", "ana lopez", "--role", "support-lead"},

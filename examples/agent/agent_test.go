@@ -199,6 +199,11 @@ func TestRestartAfterCrash(t *testing.T) {
 					if run.State != client.StateCompleted || run.Reclaims != 1 {
 						t.Fatalf("run: state %s, reclaims %d; want completed after one reclaim", run.State, run.Reclaims)
 					}
+					// Waiting for the crashed process's lease is not a redelivery: one duplicate
+					// claim (the first try) at most, not one per poll (issue 15, 11).
+					if run.Duplicates > 1 {
+						t.Fatalf("run: %d duplicate deliveries counted for one restart; want at most 1", run.Duplicates)
+					}
 					var result struct{ Document string }
 					if err := json.Unmarshal(run.Result, &result); err != nil || result.Document != receipt {
 						t.Fatalf("run result %s; want document %s", run.Result, receipt)

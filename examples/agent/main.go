@@ -200,13 +200,11 @@ func (a *agent) claimWhenFree(ctx context.Context, lease, wait time.Duration) (c
 		if err != nil || claim.Claimed || claim.State != client.StateProcessing {
 			return claim, err
 		}
-		run, err := a.c.Run(ctx, a.key)
-		if err != nil {
-			return client.Claim{}, err
-		}
+		// The duplicate answer says when the other lease lapses: sleep until then, once.
+		// Polling would count every try as a duplicate delivery of the run.
 		pause := 100 * time.Millisecond
-		if run.Lease.Live && run.Lease.ExpiresAt != nil {
-			pause = min(max(time.Until(*run.Lease.ExpiresAt)+50*time.Millisecond, 50*time.Millisecond), time.Second)
+		if claim.LeaseExpiresAt != nil {
+			pause = max(time.Until(*claim.LeaseExpiresAt)+100*time.Millisecond, 50*time.Millisecond)
 		}
 		if time.Now().Add(pause).After(deadline) {
 			return client.Claim{}, fmt.Errorf("%w: another process holds the run's lease (waited %s)", errStop, wait)

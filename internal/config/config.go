@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -33,11 +34,15 @@ type Config struct {
 	Tracing           string
 }
 
-// Backend names the store a database URL selects.
+// Backend names the store a database URL selects: postgres:// and postgresql:// URLs
+// and libpq keyword DSNs (host=db dbname=airlock) are PostgreSQL; anything else is a
+// SQLite file path (sqlite:PATH too). Load has refused every other form.
 func (c Config) Backend() (backend, target string) {
-	u := c.DatabaseURL
+	u := strings.TrimSpace(c.DatabaseURL)
 	switch {
 	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		return "postgres", u
+	case keywordDSN(u) == nil:
 		return "postgres", u
 	case strings.HasPrefix(u, "sqlite://"):
 		return "sqlite", strings.TrimPrefix(u, "sqlite://")
@@ -45,6 +50,91 @@ func (c Config) Backend() (backend, target string) {
 		return "sqlite", strings.TrimPrefix(u, "sqlite:")
 	}
 	return "sqlite", u
+}
+
+// libpqKeywords are the keys a PostgreSQL keyword DSN may use: libpq's connection
+// parameters, pgx's pool settings, and the run-time parameters people set there.
+var libpqKeywords = map[string]bool{}
+
+func init() {
+	for _, k := range strings.Fields(`host hostaddr port dbname user password passfile
+		connect_timeout client_encoding options application_name fallback_application_name
+		keepalives keepalives_idle keepalives_interval keepalives_count tcp_user_timeout
+		sslmode sslcert sslkey sslrootcert sslcrl sslpassword sslsni sslnegotiation
+		require_auth channel_binding gssencmode krbsrvname service target_session_attrs
+		load_balance_hosts min_read_buffer_size statement_cache_capacity
+		description_cache_capacity default_query_exec_mode pool_max_conns pool_min_conns
+		pool_min_idle_conns pool_max_conn_lifetime pool_max_conn_lifetime_jitter
+		pool_max_conn_idle_time pool_health_check_period search_path timezone
+		statement_timeout lock_timeout idle_in_transaction_session_timeout`) {
+		libpqKeywords[k] = true
+	}
+}
+
+// keywordDSN checks s as a libpq keyword/value DSN (key=value pairs separated by spaces,
+// values optionally in single quotes).
+func keywordDSN(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" || !strings.Contains(s, "=") {
+		return errors.New("not a keyword DSN")
+	}
+	for s != "" {
+		i := strings.IndexByte(s, '=')
+		if i < 0 {
+			return fmt.Errorf("%q has no value", s)
+		}
+		key := strings.TrimSpace(s[:i])
+		if !libpqKeywords[key] {
+			return fmt.Errorf("%q is not a PostgreSQL connection keyword", key)
+		}
+		s = strings.TrimLeft(s[i+1:], " \t")
+		if strings.HasPrefix(s, "'") {
+			end := 1
+			for end < len(s) && s[end] != '\'' {
+				if s[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			if end >= len(s) {
+				return fmt.Errorf("the value of %s has no closing quote", key)
+			}
+			s = s[end+1:]
+		} else if j := strings.IndexAny(s, " \t"); j >= 0 {
+			s = s[j:]
+		} else {
+			s = ""
+		}
+		s = strings.TrimLeft(s, " \t")
+	}
+	return nil
+}
+
+// keywordStart is how a keyword DSN begins (a path may hold "=" too, but never before a "/").
+var keywordStart = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
+
+// checkDatabaseURL accepts a PostgreSQL URL, a libpq keyword DSN, or something that looks
+// like a file path; a keyword DSN with a typo must not become a SQLite file of that name.
+func checkDatabaseURL(v string) error {
+	switch {
+	case strings.HasPrefix(v, "postgres://"), strings.HasPrefix(v, "postgresql://"):
+		return nil
+	case keywordStart.MatchString(v):
+		if err := keywordDSN(v); err != nil {
+			return fmt.Errorf("looks like a PostgreSQL keyword DSN (host=… dbname=…) but %v", err)
+		}
+		return nil
+	}
+	path := v
+	if p, ok := strings.CutPrefix(v, "sqlite:"); ok {
+		path = strings.TrimPrefix(p, "//")
+	} else if strings.Contains(v, "://") || strings.HasPrefix(v, "mysql:") || strings.HasPrefix(v, "pg:") {
+		return errors.New("must be a postgres:// URL, a PostgreSQL keyword DSN (host=… dbname=…), or a SQLite file path")
+	}
+	if path == "" || strings.ContainsAny(path, "?#\x00") {
+		return errors.New("a SQLite file path must be a plain path (no ?, # or options)")
+	}
+	return nil
 }
 
 // Option is one row of the table.
@@ -56,16 +146,16 @@ type Option struct {
 	set     func(c *Config, v string) error
 }
 
-// Options is the table. Order is the order of --help and of the README's table.
+// Options is the table. Order is the order of --help and of docs/configuration.md's table.
 var Options = []Option{
 	{"database-url", "AIRLOCK_DATABASE_URL", "airlock.db",
-		"SQLite file path (or sqlite:PATH), or a postgres:// URL",
+		"SQLite file path (or sqlite:PATH), a postgres:// URL, or a PostgreSQL keyword DSN (host=… dbname=…)",
 		func(c *Config, v string) error {
 			if strings.TrimSpace(v) == "" {
 				return errors.New("must not be empty")
 			}
-			if strings.HasPrefix(v, "mysql:") || strings.HasPrefix(v, "http") {
-				return errors.New("must be a SQLite path or a postgres:// URL")
+			if err := checkDatabaseURL(v); err != nil {
+				return err
 			}
 			c.DatabaseURL = v
 			return nil

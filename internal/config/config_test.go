@@ -83,9 +83,9 @@ func TestDatabaseURLNeverEchoed(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEveryOption keeps the README's configuration table complete.
-func TestREADMEListsEveryOption(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// TestDocsListEveryOption keeps docs/configuration.md's table complete.
+func TestDocsListEveryOption(t *testing.T) {
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,43 @@ func TestREADMEListsEveryOption(t *testing.T) {
 		}
 		row := "| `" + o.Env + "` | `--" + o.Flag + "` | " + def + " |"
 		if !strings.Contains(string(b), row) {
-			t.Errorf("README has no row starting %s", row)
+			t.Errorf("docs/configuration.md has no row starting %s", row)
+		}
+	}
+}
+
+// A libpq keyword DSN is PostgreSQL, never a SQLite file named after it (issue 15, 1); a
+// value that is neither a PostgreSQL DSN nor a plausible file path stops start-up.
+func TestDatabaseURLForms(t *testing.T) {
+	for url, want := range map[string]string{
+		"host=db user=airlock dbname=airlock":          "postgres",
+		" host=/run/postgresql dbname=airlock":         "postgres",
+		"dbname=airlock":                               "postgres",
+		"user = airlock host = db":                     "postgres",
+		"postgres://airlock@db/airlock?sslmode=verify": "postgres",
+		"postgresql://airlock@db/airlock":              "postgres",
+		"airlock.db":                                   "sqlite",
+		"./data/airlock.db":                            "sqlite",
+		"/tmp/TestX_with_--migrate=false/a.db":         "sqlite",
+		"/var/lib/airlock/airlock.db":                  "sqlite",
+		"sqlite:/var/lib/airlock/airlock.db":           "sqlite",
+	} {
+		c, err := Load(nil, env(map[string]string{"AIRLOCK_DATABASE_URL": url}))
+		if err != nil {
+			t.Errorf("%q: %v", url, err)
+			continue
+		}
+		if b, target := c.Backend(); b != want {
+			t.Errorf("%q: backend %s (target %q), want %s", url, b, target, want)
+		}
+	}
+	for _, url := range []string{
+		"mysql://u@h/db", "http://example.com/db", "postgre://u@h/db", "host=db bogus_key=1 dbname=x",
+		"pg:host=db", "redis://h", "/tmp/a=b?mode=ro", "airlock.db?mode=memory", "colour=blue",
+	} {
+		_, err := Load(nil, env(map[string]string{"AIRLOCK_DATABASE_URL": url}))
+		if err == nil || !strings.Contains(err.Error(), "AIRLOCK_DATABASE_URL") {
+			t.Errorf("%q: err=%v, want start-up refused naming AIRLOCK_DATABASE_URL", url, err)
 		}
 	}
 }

@@ -97,7 +97,14 @@ func TestWorkerAndOperatorRoutes(t *testing.T) {
 
 func TestKillSwitchRoutes(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
-		expect(t, h.do("GET", "/v1/admin/kill-switch", h.runsKey, "", ""), 403, "forbidden")
+		// Every key may read the kill switch (issue 15, 6); only admin keys change it.
+		for _, k := range []string{h.runsKey, h.readKey, h.workerKey, h.operatorKey} {
+			r := h.do("GET", "/v1/admin/kill-switch", k, "", "")
+			if expect(t, r, 200, ""); r.body["enabled"] != true {
+				t.Fatalf("read with a non-admin key: %s", r.raw)
+			}
+			expect(t, h.do("PUT", "/v1/admin/kill-switch", k, "application/json", `{"enabled":false,"reason":"x"}`), 403, "forbidden")
+		}
 		g := h.do("GET", "/v1/admin/kill-switch", h.adminKy, "", "")
 		expect(t, g, 200, "")
 		if g.body["enabled"] != true {

@@ -171,6 +171,7 @@ func (h *harness) do(method, path, key, contentType, body string) response {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	checkLive(h.t, req, resp, raw)
 	r := response{status: resp.StatusCode, raw: string(raw), header: resp.Header}
 	_ = json.Unmarshal(raw, &r.body)
 	return r

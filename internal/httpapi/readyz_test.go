@@ -64,6 +64,7 @@ func TestReadyzChecksTheStoreCanWrite(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		checkLive(t, resp.Request, resp, raw)
 		var body map[string]string
 		_ = json.Unmarshal(raw, &body)
 		if resp.StatusCode != 503 || body["error"] != "unavailable" || !strings.Contains(body["message"], "does not accept writes") {

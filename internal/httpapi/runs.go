@@ -98,6 +98,11 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	resp.Result = run.Result
+	// A duplicate while another process holds a live lease says when that lease lapses
+	// (never who holds it), so a waiting client sleeps once instead of polling.
+	if run.State == store.StateProcessing && run.LeaseExpiresAt != nil {
+		resp.LeaseExpiresAt = run.LeaseExpiresAt
+	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
 }

@@ -3,10 +3,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -28,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tracing"
+	"github.com/airlockhq/airlock/internal/version"
 	"github.com/airlockhq/airlock/internal/web"
 )
 
@@ -102,7 +105,7 @@ var Routes = []Route{
 	{"POST", "/v1/approvals/{id}/reissue", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.reissueApproval }},
 	{"GET", "/v1/reviews", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.reviews }},
 	{"POST", "/v1/reviews/{id}", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.review }},
-	{"GET", "/v1/admin/kill-switch", apikeys.ScopeAdmin, func(s *server) handlerFunc { return s.getKillSwitch }},
+	{"GET", "/v1/admin/kill-switch", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getKillSwitch }},
 	{"PUT", "/v1/admin/kill-switch", apikeys.ScopeAdmin, func(s *server) handlerFunc { return s.putKillSwitch }},
 	{"GET", "/healthz", "", func(s *server) handlerFunc { return s.healthz }},
 	{"GET", "/readyz", "", func(s *server) handlerFunc { return s.readyz }},
@@ -335,6 +338,12 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) openapi(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
-	_, err := w.Write(openAPI)
+	_, err := w.Write(servedOpenAPI())
 	return err
 }
+
+// servedOpenAPI is openapi.json with info.version set to this build's version.
+var servedOpenAPI = sync.OnceValue(func() []byte {
+	v, _ := json.Marshal(version.String())
+	return bytes.Replace(openAPI, []byte(`"version": "0.1.0"`), append([]byte(`"version": `), v...), 1)
+})

@@ -5,10 +5,13 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/airlockhq/airlock/internal/version"
 )
 
 // Metrics is one registry; each server builds its own so tests do not share counters.
@@ -63,6 +66,11 @@ func New() *Metrics {
 			Name: "airlock_signin_attempts_total", Help: "Local sign-in attempts by result: ok, refused (wrong password or unknown account), throttled (429).",
 		}, []string{"result"}),
 	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "airlock_build_info", Help: "Always 1; labels: the version stamped at build time and the Go version.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version.String(), runtime.Version()).Set(1)
+	m.Registry.MustRegister(build)
 	m.Registry.MustRegister(m.Approvals, m.SignIns, m.GateWait, m.Validations, m.RetryCaps)
 	m.Registry.MustRegister(m.Claims, m.Alerts, m.HTTPRequests, m.HTTPDuration, m.Dispatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -74,7 +74,7 @@ func (o *OIDC) validate(f string, e *errs, lookupEnv func(string) (string, bool)
 	switch {
 	case o.ClientSecretEnv == "" && o.ClientSecretFile == "":
 		e.add(f+".client_secret_env", "required (or client_secret_file)")
-	case len(*e) == before && o.ClientSecret == "":
+	case lookupEnv != nil && len(*e) == before && o.ClientSecret == "":
 		e.add(f+".client_secret_file", "%s is empty", o.ClientSecretFile)
 	}
 	for _, c := range []struct{ field, v string }{{"role_claim", o.RoleClaim}, {"subject_claim", o.SubjectClaim}} {

@@ -66,7 +66,7 @@ func TestOIDCErrorsNameTheField(t *testing.T) {
 		{`oidc: {` + base + `, role_map: {staff: ""}}`, "oidc.role_map.staff"},
 		{`oidc: {` + base + `, role_claim: "my groups"}`, "oidc.role_claim"},
 		{`oidc: {` + base + `, subject_claim: " email"}`, "oidc.subject_claim"},
-		{`oidc: {` + base + `, secret: x}`, "field secret not found"},
+		{`oidc: {` + base + `, secret: x}`, "oidc.secret: unknown field"},
 	} {
 		_, err := Parse([]byte(c.doc), env(map[string]string{"S": "x"}))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

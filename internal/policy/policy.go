@@ -373,6 +373,13 @@ func Load(path string, lookupEnv func(string) (string, bool)) (*Policy, error) {
 	return p, nil
 }
 
+// LoadWithoutSecrets reads and validates the file like Load but resolves no secret (no
+// *_env variable, no *_file): for operator commands, which send nothing. Every field is
+// still checked; the secrets stay empty.
+func LoadWithoutSecrets(path string) (*Policy, error) {
+	return Load(path, nil)
+}
+
 // Parse validates a policy document; relative schema paths start at the working directory.
 func Parse(b []byte, lookupEnv func(string) (string, bool)) (*Policy, error) {
 	return parse(b, ".", lookupEnv)
@@ -381,6 +388,9 @@ func Parse(b []byte, lookupEnv func(string) (string, bool)) (*Policy, error) {
 func parse(b []byte, dir string, lookupEnv func(string) (string, bool)) (*Policy, error) {
 	sum := sha256.Sum256(b)
 	p := Policy{dir: dir, Version: hex.EncodeToString(sum[:6])}
+	if err := checkShape(b); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&p); err != nil {
@@ -767,10 +777,12 @@ func (s *SMTP) validate(f string, e *errs, lookupEnv func(string) (string, bool)
 
 // secret resolves a secret from an environment variable or a file, never from the policy
 // file itself.
+// A nil lookupEnv (LoadWithoutSecrets) resolves nothing.
 func secret(f, what, env, file string, e *errs, lookupEnv func(string) (string, bool)) string {
 	switch {
 	case env != "" && file != "":
 		e.add(f+"."+what+"_env", "give %s_env or %s_file, not both", what, what)
+	case lookupEnv == nil:
 	case env != "":
 		v, ok := lookupEnv(env)
 		if !ok || v == "" {

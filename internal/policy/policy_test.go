@@ -81,7 +81,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		{`actions: {a: {connector: smtp, smtp: {host: h, port: 25, from: a@b.c, tls: maybe}}}`, "actions.a.smtp.tls"},
 		{`actions: {Bad-Name: {connector: worker, gate: none}}`, "actions.Bad-Name"},
 		{`actions: {a: {connector: worker, retry: {max_attempts: 0, backoff: 10s, max_backoff: 1s}}}`, "actions.a.retry.max_backoff"},
-		{`actions: {a: {connector: worker, colour: red}}`, "field colour not found"},
+		{`actions: {a: {connector: worker, colour: red}}`, "actions.a.colour: unknown field"},
 		{`actions: {a: {connector: worker, retry: {backoff: soon}}}`, "not a duration"},
 		{`public_url: "not a url"`, "public_url"},
 		{`dispatch: {batch_size: 5000}`, "dispatch.batch_size"},
@@ -285,5 +285,31 @@ func TestExplicitZerosAreRangeErrors(t *testing.T) {
 	}
 	if p.Dispatch.Drain != 0 || p.Budgets.MaxModelCalls != 0 {
 		t.Fatalf("explicit zeros in range: drain %s, max_model_calls %d (0 = unlimited)", p.Dispatch.Drain.D(), p.Budgets.MaxModelCalls)
+	}
+}
+
+// A typo or an empty file is reported by its YAML path, never by a Go type or "EOF"
+// (issue 15, 9).
+func TestPolicyErrorsNameTheYAMLPath(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{"actions:\n  crm_note:\n    connector: http\n    http: {url: 'https://x/', idempotant: true}\n",
+			"actions.crm_note.http.idempotant: unknown field; did you mean idempotent?"},
+		{"actions:\n  crm_note:\n    conector: http\n", "actions.crm_note.conector: unknown field; did you mean connector?"},
+		{"dispatch: {batchsize: 3}\n", "dispatch.batchsize: unknown field; did you mean batch_size?"},
+		{"retry:\n  transport: {retry: transport, max_attempts: 2, wobble: 1}\n", "retry.transport.wobble: unknown field"},
+		{"public_ur1: https://x\n", "public_ur1: unknown field; did you mean public_url?"},
+		{"", "the policy file is empty"},
+		{"# only a comment\n", "the policy file is empty"},
+	} {
+		_, err := Parse([]byte(c.doc), func(string) (string, bool) { return "", false })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v; want %q", c.doc, err, c.want)
+			continue
+		}
+		for _, bad := range []string{"policy.", "not found in type", "EOF"} {
+			if strings.Contains(err.Error(), bad) {
+				t.Errorf("%q: %v mentions %q", c.doc, err, bad)
+			}
+		}
 	}
 }
