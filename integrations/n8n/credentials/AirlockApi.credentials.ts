@@ -46,12 +46,11 @@ export class AirlockApi implements ICredentialType {
 		},
 	};
 
-	// Any key may read: listing the events of a key that never ran answers 200 with an
-	// empty list for a valid key and 401 for a wrong one.
+	// Any valid key gets 200 (its name and scopes), a wrong or revoked one 401.
 	test: ICredentialTestRequest = {
 		request: {
 			baseURL: '={{$credentials.baseUrl}}',
-			url: '/v1/runs/n8n-credential-test/events?limit=1',
+			url: '/v1/whoami',
 			method: 'GET',
 		},
 	};

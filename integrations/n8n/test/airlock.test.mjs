@@ -45,8 +45,11 @@ describe('description', () => {
 	test('the credential sends the key as Bearer and its test request needs a valid key', async () => {
 		const cred = new AirlockApi();
 		assert.equal(cred.authenticate.properties.headers.Authorization, '=Bearer {{$credentials.apiKey}}');
+		assert.equal(cred.test.request.baseURL, '={{$credentials.baseUrl}}');
 		const url = srv.base + cred.test.request.url;
-		assert.equal((await fetch(url, { headers: { Authorization: 'Bearer ' + srv.keys.runs } })).status, 404); // run_not_found: authenticated
+		const ok = await fetch(url, { method: cred.test.request.method, headers: { Authorization: 'Bearer ' + srv.keys.runs } });
+		assert.equal(ok.status, 200);
+		assert.deepEqual(await ok.json(), { name: 'n8n', scopes: ['runs'] });
 		assert.equal((await fetch(url, { headers: { Authorization: 'Bearer wrong' } })).status, 401);
 	});
 });
