@@ -19,13 +19,16 @@ node) WF_FILE=ticket-path.json WF_ID=airlockTicket001 HOOK=airlock-ticket ;;
 http) WF_FILE=ticket-path-http.json WF_ID=airlockTicketHTTP HOOK=airlock-ticket-http ;;
 *) echo "E2E_WORKFLOW must be node or http" >&2; exit 2 ;;
 esac
-DIR=${N8N_E2E_DIR:-$(mktemp -d /tmp/n8n-e2e.XXXXXX)}
+DIR=${N8N_E2E_DIR:-}
+OWN_DIR=
+[ -n "$DIR" ] || { DIR=$(mktemp -d /tmp/n8n-e2e.XXXXXX); OWN_DIR=1; }
 WORK=$(mktemp -d /tmp/airlock-n8n-e2e.XXXXXX)
 PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	[ -n "${KEEP:-}" ] || rm -rf "$WORK"
+	[ -z "$OWN_DIR" ] || [ -n "${KEEP:-}" ] || rm -rf "$DIR" # an install this run made (about 1 GB)
 }
 trap cleanup EXIT
 say() { printf '==> %s\n' "$*"; }
