@@ -2,7 +2,11 @@
 # End-to-end: the ticket workflow (integrations/n8n/workflows/ticket-path.json) in a real
 # n8n 1.123 with the airlock node, against a real airlock. Posts each of 10 tickets 10
 # times concurrently to the webhook and checks airlock: one run per ticket, one approval
-# each, no effect sent, 9 duplicates each. Not part of scripts/test.sh (the n8n install
+# each, no effect sent, 9 duplicates each. Then a person approves the 10 replies (sign-in
+# and POST on airlock's approval page, the links from airlock's approval notification),
+# the worker sub-workflow (integrations/n8n/workflows/worker.json) sends each once to a
+# stand-in helpdesk with its idempotency key, and every run ends completed. Not part of
+# scripts/test.sh (the n8n install
 # takes minutes). The model step is replaced by a Code node that returns a fixed
 # OpenAI-style reply (no network); everything else is the shipped workflow.
 #
@@ -71,10 +75,36 @@ actions:
         label: {enum: [refund, shipping, other]}
         text: {type: string, maxLength: 2000}
 YAML
+# A stand-in helpdesk (the worker's provider) and approvers' channel (airlock's approval
+# notification): both record what they receive.
+PPORT=$(free_port)
+cat >"$WORK/provider.js" <<'JS'
+const http = require("http"), fs = require("fs");
+const [port, dir] = process.argv.slice(2);
+let n = 0;
+http.createServer((req, res) => {
+  let body = "";
+  req.on("data", (c) => (body += c));
+  req.on("end", () => {
+    const rec = { path: req.url, key: req.headers["idempotency-key"] || "", auth: req.headers.authorization || "", body };
+    const notify = req.url === "/notify";
+    fs.appendFileSync(dir + (notify ? "/notify.jsonl" : "/sent.jsonl"), JSON.stringify(rec) + "\n");
+    res.setHeader("Content-Type", "application/json");
+    res.end(notify ? "{}" : JSON.stringify({ id: "hd-" + ++n }));
+  });
+}).listen(port, "127.0.0.1");
+JS
+node "$WORK/provider.js" "$PPORT" "$WORK" &
+PIDS+=($!)
+printf 'notify: {webhook_url_env: APPROVALS_WEBHOOK}\n' >>"$WORK/airlock.yaml"
+export APPROVALS_WEBHOOK="http://127.0.0.1:$PPORT/notify"
 APORT=$(free_port)
 export AIRLOCK_DATABASE_URL="$WORK/airlock.db" AIRLOCK_CONFIG="$WORK/airlock.yaml" AIRLOCK_LISTEN="127.0.0.1:$APORT" AIRLOCK_LOG_LEVEL=warn
 "$WORK/airlock" migrate >/dev/null
 KEY=$("$WORK/airlock" apikey create --name n8n --scope runs 2>/dev/null)
+WKEY=$("$WORK/airlock" apikey create --name n8n-worker --scope worker --types ticket_reply 2>/dev/null)
+APPROVER_PASSWORD="e2e-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+AIRLOCK_USER_PASSWORD="$APPROVER_PASSWORD" "$WORK/airlock" user add ana --role support-lead >/dev/null
 "$WORK/airlock" serve 2>"$WORK/airlock.log" &
 PIDS+=($!)
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$APORT/readyz" >/dev/null && break; sleep 0.1; done
@@ -90,7 +120,11 @@ cat >"$WORK/cred.json" <<JSON
 [{"id": "airlockCred00001", "name": "airlock API", "type": "airlockApi",
   "data": {"baseUrl": "http://127.0.0.1:$APORT", "apiKey": "$KEY"}},
  {"id": "airlockHeader001", "name": "airlock header auth", "type": "httpHeaderAuth",
-  "data": {"name": "Authorization", "value": "Bearer $KEY"}}]
+  "data": {"name": "Authorization", "value": "Bearer $KEY"}},
+ {"id": "airlockCred00002", "name": "airlock worker API", "type": "airlockApi",
+  "data": {"baseUrl": "http://127.0.0.1:$APORT", "apiKey": "$WKEY"}},
+ {"id": "helpdeskHeader01", "name": "helpdesk header auth", "type": "httpHeaderAuth",
+  "data": {"name": "Authorization", "value": "Bearer helpdesk-e2e"}}]
 JSON
 node -e '
 const wf = require(process.argv[1]);
@@ -105,10 +139,22 @@ wf.active = false;
 const text = JSON.stringify([wf]).split("http://127.0.0.1:8080").join(process.argv[3]);
 require("fs").writeFileSync(process.argv[2], text);
 ' "$ROOT/integrations/n8n/workflows/$WF_FILE" "$WORK/workflow.json" "http://127.0.0.1:$APORT"
+# The worker: every 2 seconds instead of every minute, sending to the stand-in helpdesk.
+node -e '
+const wf = require(process.argv[1]);
+for (const n of wf.nodes) {
+  if (n.name === "Every Minute") n.parameters.rule = { interval: [{ field: "seconds", secondsInterval: 2 }] };
+  if (n.name === "Send Reply") n.parameters.url = process.argv[3];
+}
+require("fs").writeFileSync(process.argv[2], JSON.stringify([wf]));
+' "$ROOT/integrations/n8n/workflows/worker.json" "$WORK/worker.json" "http://127.0.0.1:$PPORT/replies"
 say "importing into n8n"
 "$N8N" import:credentials --input="$WORK/cred.json" >"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
 "$N8N" import:workflow --input="$WORK/workflow.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
-"$N8N" update:workflow --id="$WF_ID" --active=true >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
+"$N8N" import:workflow --input="$WORK/worker.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
+for id in "$WF_ID" airlockWorker001; do
+	"$N8N" update:workflow --id="$id" --active=true >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
+done
 say "starting n8n on $NPORT"
 "$N8N" start >"$WORK/n8n.log" 2>&1 &
 PIDS+=($!)
@@ -139,9 +185,9 @@ fail=0
 for _ in $(seq 240); do
 	out=$(cd "$DIR" && node -e '
 const db = new (require("sqlite3").Database)(process.argv[1]);
-db.all("select status, count(*) n from execution_entity where status not in (\"new\", \"running\", \"waiting\") group by status order by status",
-  (e, r) => { if (e) throw e; console.log(r.reduce((t, x) => t + x.n, 0) + " " + r.map((x) => x.status + "=" + x.n).join(" ")); });
-' "$N8N_USER_FOLDER/.n8n/database.sqlite")
+db.all("select status, count(*) n from execution_entity where workflowId = ? and status not in (\"new\", \"running\", \"waiting\") group by status order by status",
+  [process.argv[2]], (e, r) => { if (e) throw e; console.log(r.reduce((t, x) => t + x.n, 0) + " " + r.map((x) => x.status + "=" + x.n).join(" ")); });
+' "$N8N_USER_FOLDER/.n8n/database.sqlite" "$WF_ID")
 	execs=${out#* }
 	[ "${out%% *}" -ge 100 ] && break
 	sleep 0.5
@@ -169,7 +215,58 @@ done
 lines=$("$WORK/airlock" effects list | grep -c . || true) # a header line, then one per effect
 echo "effects in the outbox (any state): $((lines - 1)) (the gate holds every reply until a person approves)"
 [ "$lines" = 1 ] || fail=1
+sentlines() { [ -f "$WORK/sent.jsonl" ] && grep -c . "$WORK/sent.jsonl" || echo 0; }
+echo "requests to the helpdesk before approval: $(sentlines)"
+[ "$(sentlines)" = 0 ] || fail=1
 if [ "$fail" != 0 ]; then
 	echo "e2e: FAILED"; echo "--- n8n log"; tail -60 "$WORK/n8n.log"; echo "--- airlock log"; tail -20 "$WORK/airlock.log"; exit 1
 fi
 echo "e2e: OK: 10 tickets x 10 concurrent deliveries -> 10 runs, 10 approvals, 0 effects sent, 9 duplicates each"
+
+# 7. A person approves each reply from the link in airlock's notification; the worker
+# sub-workflow sends each once; airlock completes the runs.
+say "approving the 10 replies as ana (support-lead)"
+links=$(grep -o 'http://127.0.0.1:'"$APORT"'/approve/[A-Za-z0-9_-]*' "$WORK/notify.jsonl" || true)
+echo "approval notifications: $(echo "$links" | grep -c . || true)"
+JAR="$WORK/cookies"
+ORIGIN=(-H "Origin: http://127.0.0.1:$APORT")
+code=$(curl -s -o /dev/null -w '%{http_code}' -c "$JAR" -b "$JAR" "${ORIGIN[@]}" -X POST "http://127.0.0.1:$APORT/login" \
+	--data-urlencode username=ana --data-urlencode "password=$APPROVER_PASSWORD")
+echo "sign-in: $code"
+approved=0
+for link in $links; do
+	c=$(curl -s -o /dev/null -w '%{http_code}' -c "$JAR" -b "$JAR" "${ORIGIN[@]}" -X POST "$link" --data-urlencode decision=approve)
+	[ "$c" = 200 ] && approved=$((approved + 1)) || echo "approve $link: $c"
+done
+echo "approved: $approved"
+[ "$approved" = 10 ] || fail=1
+say "waiting for the worker sub-workflow to send them"
+for _ in $(seq 120); do
+	done_runs=0
+	for t in $(seq 1 10); do
+		curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t" | grep -q '"state":"completed"' && done_runs=$((done_runs + 1))
+	done
+	[ "$done_runs" = 10 ] && break
+	sleep 1
+done
+sleep 3 # a late duplicate send would show up here
+sent=$(node -e '
+const recs = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map((l) => JSON.parse(l));
+const keys = recs.map((r) => r.key);
+const want = Array.from({ length: 10 }, (_, i) => "ticket-" + (i + 1) + "/reply-01");
+const ok = recs.length === 10 && new Set(keys).size === 10 && want.every((k) => keys.includes(k)) &&
+  recs.every((r) => r.auth === "Bearer helpdesk-e2e" && JSON.parse(r.body).label === "refund");
+console.log((ok ? "ok  " : "FAIL") + " helpdesk received " + recs.length + " replies, " + new Set(keys).size + " distinct idempotency keys");
+process.exit(ok ? 0 : 1);
+' "$WORK/sent.jsonl" 2>&1) && echo "$sent" || { echo "$sent"; fail=1; }
+echo "runs completed: $done_runs/10"
+[ "$done_runs" = 10 ] || fail=1
+for t in 1 10; do
+	curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t" | node -e '
+let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => { const r = JSON.parse(s);
+console.log("  " + r.key + ": " + r.state + ", effect " + r.effects.map((e) => e.effect_id + " " + e.state + " provider_id=" + e.provider_id).join("; ")); });'
+done
+if [ "$fail" != 0 ]; then
+	echo "e2e: FAILED"; echo "--- n8n log"; tail -60 "$WORK/n8n.log"; echo "--- airlock log"; tail -20 "$WORK/airlock.log"; exit 1
+fi
+echo "e2e: OK: after approval, each reply sent once by the worker sub-workflow (10 sends, 10 keys); 10 runs completed"
