@@ -236,6 +236,13 @@ describe('report failure', () => {
 		assert.equal(t.Terminal.length, 1);
 		assert.equal(t.Terminal[0].json.state, 'failed_terminal');
 
+		// A business-level retry releases the run: the item says so, the next delivery reclaims it.
+		const cb = await claim(uniq('P'));
+		const b = await runs({ ...lease(cb), operation: 'reportFailure', failureClass: 'server_error' });
+		assert.equal(b.Retry.length, 1);
+		assert.equal(b.Retry[0].json.level, 'business');
+		assert.equal(b.Retry[0].json.state, 'failed_retryable');
+
 		const c2 = await claim(uniq('P'));
 		const u = await runs({ ...lease(c2), operation: 'reportFailure', failureClass: 'unknown_commit' });
 		assert.equal(u.Reconcile.length, 1);

@@ -36,6 +36,8 @@ actions:
     connector: worker
     gate: none
 validation: {max_repairs: 2}
+retry:
+  server_error: {retry: business, max_attempts: 3, backoff: 1s, max_backoff: 2s}
 `;
 
 function freePort() {
