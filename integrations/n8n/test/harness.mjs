@@ -80,6 +80,10 @@ export async function startAirlock() {
 		worker: run('apikey', 'create', '--name', 'n8n-worker', '--scope', 'worker'),
 	};
 	const proc = spawn(bin, ['serve'], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+	// Should the test process die before after() (the runner kills it, a closed pipe), the
+	// server must not outlive it: a watchdog stops it once this process is gone.
+	const watchdog = spawn('sh', ['-c', 'while kill -0 "$0" 2>/dev/null; do sleep 0.5; done; kill "$1" 2>/dev/null; rm -rf "$2"', String(process.pid), String(proc.pid), dir], { stdio: 'ignore', detached: true });
+	watchdog.unref();
 	const base = `http://127.0.0.1:${port}`;
 	for (let i = 0; ; i++) {
 		try {
@@ -92,6 +96,7 @@ export async function startAirlock() {
 		base,
 		keys,
 		async stop() {
+			watchdog.kill();
 			proc.kill('SIGTERM');
 			await new Promise((r) => proc.once('exit', r));
 			rmSync(dir, { recursive: true, force: true });
