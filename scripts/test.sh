@@ -14,4 +14,15 @@ fi
 
 go vet ./...
 
-exec scripts/with-postgres.sh go test -race -count=1 ./... "$@"
+scripts/with-postgres.sh go test -race -count=1 ./... "$@"
+
+# The n8n community node (integrations/n8n) against a real airlock binary; skipped when
+# arguments narrow the run to some Go tests.
+if [ $# -gt 0 ]; then
+	:
+elif command -v node >/dev/null 2>&1; then
+	scripts/test-n8n-node.sh
+else
+	echo "test.sh: node not found: the n8n node's tests (scripts/test-n8n-node.sh) did not run" >&2
+	exit 1
+fi

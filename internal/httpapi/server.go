@@ -93,6 +93,7 @@ var Routes = []Route{
 	{"GET", "/v1/runs/{key}/resume", apikeys.ScopeRead, func(s *server) handlerFunc { return s.resume }},
 	{"GET", "/v1/runs/{key}/explain", apikeys.ScopeRead, func(s *server) handlerFunc { return s.explain }},
 	{"GET", "/v1/ledger.schema.json", "", func(s *server) handlerFunc { return s.ledgerSchema }},
+	{"GET", "/v1/whoami", apikeys.ScopeRead, func(s *server) handlerFunc { return s.whoami }},
 	{"POST", "/v1/runs/{key}/effects", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.queueEffect }},
 	{"POST", "/v1/runs/{key}/evidence", apikeys.ScopeEvaluator, func(s *server) handlerFunc { return s.recordEvidence }},
 	// Any key authenticates; the handler admits operators and runs keys holding the lease.

@@ -1,0 +1,719 @@
+import type {
+	IDataObject,
+	IExecuteFunctions,
+	IHttpRequestMethods,
+	IHttpRequestOptions,
+	INodeExecutionData,
+	INodeProperties,
+	INodeType,
+	INodeTypeDescription,
+	JsonObject,
+} from 'n8n-workflow';
+import { NodeApiError, NodeConnectionTypes, NodeOperationError } from 'n8n-workflow';
+
+/**
+ * The named outputs of each operation, in order. A workflow branches on them instead of
+ * on HTTP statuses. The node's `outputs` expression below is built from this table, so
+ * the editor and execute() cannot disagree.
+ */
+export const OUTPUTS: Record<string, string[]> = {
+	claim: ['Claimed', 'Duplicate', 'Conflict'],
+	heartbeat: ['Success'],
+	transition: ['Success'],
+	validate: ['Valid', 'Invalid', 'Terminal'],
+	reportFailure: ['Retry', 'Terminal', 'Reconcile'],
+	queueEffect: ['Queued', 'Approval Requested', 'Refused'],
+	recordUsage: ['Success'],
+	getRun: ['Success'],
+	claimEffect: ['Effect', 'None'],
+	reportEffect: ['Success'],
+};
+
+// Evaluated by n8n (editor and engine) with the node's parameters. Kept free of "}}"
+// except at its end: that sequence closes an n8n expression.
+const outputsExpression = ('={{(' +
+	JSON.stringify(OUTPUTS) +
+	'[$parameter.operation] || ["Success"]).map(function (n) { return { type: "main", displayName: n }; })}}') as `={{${string}}}`;
+
+const leaseOps = ['heartbeat', 'transition', 'validate', 'reportFailure', 'queueEffect', 'recordUsage'];
+
+const FAILURE_CLASSES = [
+	['Transport Timeout', 'transport_timeout'],
+	['Rate Limited', 'rate_limited'],
+	['Server Error', 'server_error'],
+	['Client Error', 'client_error'],
+	['Parse Failure', 'parse_failure'],
+	['Soft Failure', 'soft_failure'],
+	['Partial Success', 'partial_success'],
+	['Unknown Commit', 'unknown_commit'],
+];
+
+// Refusals of POST /effects that a workflow handles as an outcome rather than a bug:
+// the policy, the kill switch or the budget said no.
+const REFUSALS = new Set([
+	'unknown_action_type',
+	'invalid_target',
+	'gate_too_weak',
+	'not_validated',
+	'effect_mismatch',
+	'actions_disabled',
+	'budget_exhausted',
+	'approval_required',
+]);
+
+function show(operation: string[], extra: IDataObject = {}) {
+	return { show: { operation, ...extra } };
+}
+
+const properties: INodeProperties[] = [
+	{
+		displayName: 'Operation',
+		name: 'operation',
+		type: 'options',
+		noDataExpression: true,
+		default: 'claim',
+		options: [
+			{ name: 'Claim Effect (Worker)', value: 'claimEffect', action: 'Claim a worker effect', description: 'Lease one queued effect of a worker action type' },
+			{ name: 'Claim Run', value: 'claim', action: 'Claim a run', description: 'Take a run once under an idempotency key' },
+			{ name: 'Get Run', value: 'getRun', action: 'Get a run', description: 'Read a run: state, result, effects' },
+			{ name: 'Heartbeat', value: 'heartbeat', action: 'Extend the lease of a run', description: 'Extend the lease during a long step' },
+			{ name: 'Queue Effect', value: 'queueEffect', action: 'Queue an effect', description: 'Queue a side effect in the outbox (or ask for approval)' },
+			{ name: 'Record Usage', value: 'recordUsage', action: 'Record model usage', description: 'Add model calls and tokens to the run’s budget' },
+			{ name: 'Report Effect Outcome (Worker)', value: 'reportEffect', action: 'Report a worker effect outcome', description: 'Complete, fail or mark unknown an effect this worker claimed' },
+			{ name: 'Report Failure', value: 'reportFailure', action: 'Report a failure', description: 'Ask airlock whether to retry, stop or reconcile' },
+			{ name: 'Transition', value: 'transition', action: 'Finish a run', description: 'Move the run to completed, failed_retryable or failed_terminal' },
+			{ name: 'Validate Model Output', value: 'validate', action: 'Validate model output', description: 'Check the model’s answer against the action type’s schema' },
+		],
+	},
+
+	// Claim Run
+	{
+		displayName: 'Key',
+		name: 'key',
+		type: 'string',
+		required: true,
+		default: '',
+		placeholder: '={{ $json.body.ticket_id }}-{{ $json.body.event_id }}',
+		description:
+			'The idempotency key: something the upstream system issues once per business event. A Webhook trigger puts the request under $JSON.body.',
+		displayOptions: show(['claim']),
+	},
+	{
+		displayName: 'Payload',
+		name: 'payloadSource',
+		type: 'options',
+		default: 'body',
+		options: [
+			{ name: 'Trigger Body', value: 'body', description: 'The input item’s body field (what a Webhook received), never its headers' },
+			{ name: 'Custom JSON', value: 'json' },
+		],
+		description: 'What airlock hashes: a redelivery with the same payload is a duplicate, a different one a conflict',
+		displayOptions: show(['claim']),
+	},
+	{
+		displayName: 'Payload JSON',
+		name: 'payload',
+		type: 'json',
+		default: '{}',
+		displayOptions: show(['claim'], { payloadSource: ['json'] }),
+	},
+	{
+		displayName: 'Trigger Source',
+		name: 'triggerSource',
+		type: 'string',
+		default: '',
+		placeholder: 'zendesk',
+		description: 'Names the input schema airlock checks the payload against, if the policy has one',
+		displayOptions: show(['claim']),
+	},
+	{
+		displayName: 'Workflow Version',
+		name: 'workflowVersion',
+		type: 'string',
+		default: '',
+		placeholder: 'tickets@v7',
+		displayOptions: show(['claim']),
+	},
+	{
+		displayName: 'Lease Seconds',
+		name: 'leaseSeconds',
+		type: 'number',
+		default: 0,
+		description: 'How long the lease lasts; 0 uses airlock’s default (5 minutes)',
+		displayOptions: show(['claim', 'heartbeat']),
+	},
+
+	// The run a lease operation acts on: carried from the Claim node's item.
+	{
+		displayName: 'Run Key',
+		name: 'runKey',
+		type: 'string',
+		required: true,
+		default: "={{ $('Claim').item.json.key }}",
+		description: 'The claimed key; by default from the node named Claim (rename it here if yours is named differently)',
+		displayOptions: show([...leaseOps, 'getRun']),
+	},
+	{
+		displayName: 'Lease Owner',
+		name: 'leaseOwner',
+		type: 'string',
+		required: true,
+		default: "={{ $('Claim').item.json.lease_owner }}",
+		description: 'The lease owner the claim returned',
+		displayOptions: show(leaseOps),
+	},
+	{
+		displayName: 'Version',
+		name: 'version',
+		type: 'string',
+		required: true,
+		default: "={{ $('Claim').item.json.version }}",
+		description: 'The run version the claim returned',
+		displayOptions: show(leaseOps),
+	},
+
+	// Transition
+	{
+		displayName: 'To',
+		name: 'to',
+		type: 'options',
+		default: 'completed',
+		options: [
+			{ name: 'Completed', value: 'completed' },
+			{ name: 'Failed (Retryable)', value: 'failed_retryable', description: 'The next delivery of the key may claim it again' },
+			{ name: 'Failed (Terminal)', value: 'failed_terminal', description: 'The key never runs again' },
+		],
+		displayOptions: show(['transition']),
+	},
+	{
+		displayName: 'Result',
+		name: 'result',
+		type: 'json',
+		default: '{}',
+		description: 'Stored on the run and returned to later duplicate claims',
+		displayOptions: show(['transition']),
+	},
+
+	// Validate and Queue Effect
+	{
+		displayName: 'Action Type',
+		name: 'actionType',
+		type: 'string',
+		required: true,
+		default: '',
+		placeholder: 'ticket_reply',
+		description: 'An action type of airlock’s policy file',
+		displayOptions: show(['validate', 'queueEffect']),
+	},
+	{
+		displayName: 'Model Output',
+		name: 'output',
+		type: 'string',
+		required: true,
+		default: '={{ $json.choices[0].message.content }}',
+		description:
+			'The model’s answer: its text (airlock extracts the JSON from a code block or prose) or a JSON value',
+		displayOptions: show(['validate']),
+	},
+	{
+		displayName: 'Target',
+		name: 'target',
+		type: 'string',
+		required: true,
+		default: 'default',
+		description: 'A target name the policy lists for the action type (for mail without targets: the recipient)',
+		displayOptions: show(['queueEffect']),
+	},
+	{
+		displayName: 'Payload',
+		name: 'effectPayloadSource',
+		type: 'options',
+		default: 'validated',
+		options: [
+			{ name: 'Validated Model Output', value: 'validated', description: 'The run’s last validated value (action types with a schema)' },
+			{ name: 'Custom JSON', value: 'json' },
+		],
+		displayOptions: show(['queueEffect']),
+	},
+	{
+		displayName: 'Payload JSON',
+		name: 'effectPayload',
+		type: 'json',
+		default: '{}',
+		displayOptions: show(['queueEffect'], { effectPayloadSource: ['json'] }),
+	},
+	{
+		displayName: 'Effect ID',
+		name: 'effectId',
+		type: 'string',
+		default: '',
+		description: 'A stable name for the effect within the run; empty derives it from action type and target',
+		displayOptions: show(['queueEffect']),
+	},
+	{
+		displayName: 'Gate',
+		name: 'gate',
+		type: 'options',
+		default: '',
+		options: [
+			{ name: 'Policy Default', value: '' },
+			{ name: 'Approve Before Act', value: 'approve_before_act' },
+			{ name: 'Act With Window', value: 'act_with_window' },
+			{ name: 'Approve by Exception', value: 'approve_by_exception' },
+		],
+		description: 'Ask for a stricter gate than the policy’s (never a weaker one)',
+		displayOptions: show(['queueEffect']),
+	},
+
+	// Report Failure
+	{
+		displayName: 'Class',
+		name: 'failureClass',
+		type: 'options',
+		default: 'transport_timeout',
+		options: FAILURE_CLASSES.map(([name, value]) => ({ name, value })),
+		displayOptions: show(['reportFailure']),
+	},
+	{
+		displayName: 'Detail',
+		name: 'detail',
+		type: 'string',
+		default: '',
+		description: 'A short description; never the model’s output',
+		displayOptions: show(['reportFailure']),
+	},
+	{
+		displayName: 'Retry After (Seconds)',
+		name: 'retryAfterSeconds',
+		type: 'number',
+		default: 0,
+		description: 'The provider’s Retry-After, if it sent one (airlock takes milliseconds; the node converts)',
+		displayOptions: show(['reportFailure']),
+	},
+
+	// Record Usage
+	{
+		displayName: 'Model Calls',
+		name: 'modelCalls',
+		type: 'number',
+		default: 1,
+		displayOptions: show(['recordUsage']),
+	},
+	{
+		displayName: 'Tokens',
+		name: 'tokens',
+		type: 'number',
+		default: 0,
+		displayOptions: show(['recordUsage']),
+	},
+	{
+		displayName: 'Action Type',
+		name: 'usageActionType',
+		type: 'string',
+		default: '',
+		description: 'Whose budget applies, if no action type was validated or queued yet',
+		displayOptions: show(['recordUsage']),
+	},
+
+	// Worker
+	{
+		displayName: 'Action Types',
+		name: 'types',
+		type: 'string',
+		required: true,
+		default: '',
+		placeholder: 'slack_digest, crm_note',
+		description: 'Comma-separated worker action types to claim from',
+		displayOptions: show(['claimEffect']),
+	},
+	{
+		displayName: 'Lease Seconds',
+		name: 'effectLeaseSeconds',
+		type: 'number',
+		default: 300,
+		description: 'A worker that does not report within its lease leaves the effect unknown',
+		displayOptions: show(['claimEffect']),
+	},
+	{
+		displayName: 'Effect',
+		name: 'effectUuid',
+		type: 'string',
+		required: true,
+		default: "={{ $('Claim Effect').item.json.id }}",
+		description: 'The claimed effect’s ID; by default from the node named Claim Effect',
+		displayOptions: show(['reportEffect']),
+	},
+	{
+		displayName: 'Effect Lease Owner',
+		name: 'effectLeaseOwner',
+		type: 'string',
+		required: true,
+		default: "={{ $('Claim Effect').item.json.lease_owner }}",
+		displayOptions: show(['reportEffect']),
+	},
+	{
+		displayName: 'Outcome',
+		name: 'outcome',
+		type: 'options',
+		default: 'complete',
+		options: [
+			{ name: 'Sent', value: 'complete', description: 'The provider accepted it' },
+			{ name: 'Not Sent', value: 'fail', description: 'Definitely not performed' },
+			{ name: 'Unknown', value: 'unknown', description: 'It may or may not have happened: a person reconciles it' },
+		],
+		displayOptions: show(['reportEffect']),
+	},
+	{
+		displayName: 'Provider ID',
+		name: 'providerId',
+		type: 'string',
+		default: '',
+		displayOptions: show(['reportEffect'], { outcome: ['complete'] }),
+	},
+	{
+		displayName: 'Retryable',
+		name: 'retryable',
+		type: 'boolean',
+		default: false,
+		displayOptions: show(['reportEffect'], { outcome: ['fail'] }),
+	},
+	{
+		displayName: 'Error Class',
+		name: 'errorClass',
+		type: 'string',
+		default: '',
+		placeholder: 'http_503',
+		displayOptions: show(['reportEffect'], { outcome: ['fail', 'unknown'] }),
+	},
+	{
+		displayName: 'Retry After (Seconds)',
+		name: 'effectRetryAfterSeconds',
+		type: 'number',
+		default: 0,
+		displayOptions: show(['reportEffect'], { outcome: ['fail'], retryable: [true] }),
+	},
+];
+
+interface Reply {
+	status: number;
+	body: IDataObject;
+}
+
+interface Outcome {
+	output: number;
+	json: IDataObject;
+}
+
+export class Airlock implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Airlock',
+		name: 'airlock',
+		icon: { light: 'file:airlock.svg', dark: 'file:airlock.dark.svg' },
+		group: ['transform'],
+		version: [1],
+		subtitle: '={{$parameter["operation"]}}',
+		description: 'Claim runs once, validate model output, queue effects behind approval gates',
+		defaults: { name: 'Airlock' },
+		inputs: [NodeConnectionTypes.Main],
+		outputs: outputsExpression,
+		usableAsTool: true,
+		credentials: [{ name: 'airlockApi', required: true }],
+		properties,
+	};
+
+	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+		const items = this.getInputData();
+		const operation = this.getNodeParameter('operation', 0) as string;
+		const out: INodeExecutionData[][] = (OUTPUTS[operation] ?? ['Success']).map(() => []);
+		for (let i = 0; i < items.length; i++) {
+			try {
+				const o = await run(this, operation, i, items[i]);
+				out[o.output].push({ json: o.json, pairedItem: { item: i } });
+			} catch (error) {
+				if (this.continueOnFail()) {
+					// The error on the item sends it to the error output when "On Error" is
+					// "Continue (using error output)"; with "Continue" it stays on the first output.
+					const json: IDataObject = { error: error.message };
+					if (error.airlock) Object.assign(json, error.airlock);
+					out[0].push({ json, error, pairedItem: { item: i } });
+					continue;
+				}
+				// Both constructors return an error of their own kind unchanged.
+				if (error instanceof NodeApiError) throw new NodeApiError(this.getNode(), error as unknown as JsonObject);
+				throw new NodeOperationError(this.getNode(), error as Error, { itemIndex: i });
+			}
+		}
+		return out;
+	}
+}
+
+async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExecutionData): Promise<Outcome> {
+	const p = (name: string, fallback?: unknown) => ctx.getNodeParameter(name, i, fallback);
+	switch (op) {
+		case 'claim': {
+			const body: IDataObject = { key: str(p('key')) };
+			if (p('payloadSource') === 'json') {
+				body.payload = json(ctx, i, p('payload'), 'Payload JSON') as IDataObject;
+			} else {
+				if (item.json.body === undefined) {
+					throw new NodeOperationError(ctx.getNode(), 'The input item has no body field', {
+						itemIndex: i,
+						description:
+							'Trigger Body hashes what a Webhook trigger received ($json.body). Put the Claim right after the Webhook, or choose Custom JSON.',
+					});
+				}
+				body.payload = item.json.body;
+			}
+			opt(body, 'trigger_source', str(p('triggerSource', '')));
+			opt(body, 'workflow_version', str(p('workflowVersion', '')));
+			if (num(p('leaseSeconds', 0)) > 0) body.lease_seconds = num(p('leaseSeconds'));
+			const r = await call(ctx, i, 'POST', '/v1/runs/claim', body);
+			if (r.status === 201) return { output: 0, json: r.body };
+			if (r.status === 200) return { output: 1, json: { ...r.body, duplicate: true } };
+			if (r.status === 409 && r.body.error === 'payload_mismatch') {
+				return { output: 2, json: { key: body.key, conflict: true, code: r.body.error, message: r.body.message } };
+			}
+			throw fail(ctx, i, r);
+		}
+		case 'heartbeat': {
+			const { key, body } = lease(ctx, i);
+			if (num(p('leaseSeconds', 0)) > 0) body.lease_seconds = num(p('leaseSeconds'));
+			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/heartbeat`, body);
+			if (r.status === 200) return { output: 0, json: carry(r.body, key, body) };
+			throw fail(ctx, i, r);
+		}
+		case 'transition': {
+			const { key, body } = lease(ctx, i);
+			body.to = p('to');
+			const result = json(ctx, i, p('result', '{}'), 'Result');
+			if (result !== null && !(isObject(result) && Object.keys(result as object).length === 0)) {
+				body.result = result as IDataObject;
+			}
+			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/transition`, body);
+			if (r.status === 200) return { output: 0, json: { ...r.body, lease_owner: body.lease_owner } };
+			throw fail(ctx, i, r);
+		}
+		case 'validate': {
+			const { key, body } = lease(ctx, i);
+			body.action_type = str(p('actionType'));
+			body.output = p('output') as IDataObject;
+			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/validate`, body);
+			if (r.status === 200) {
+				const j = carry(r.body, key, body);
+				if (r.body.state === 'failed_terminal') return { output: 2, json: j };
+				return { output: r.body.valid ? 0 : 1, json: j };
+			}
+			if (r.status === 429 && r.body.error === 'budget_exhausted') {
+				return { output: 2, json: { key, state: 'failed_terminal', code: r.body.error, message: r.body.message } };
+			}
+			throw fail(ctx, i, r);
+		}
+		case 'reportFailure': {
+			const { key, body } = lease(ctx, i);
+			body.class = p('failureClass');
+			opt(body, 'detail', str(p('detail', '')));
+			const after = num(p('retryAfterSeconds', 0));
+			if (after > 0) body.retry_after_ms = Math.round(after * 1000);
+			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/failures`, body);
+			if (r.status === 200) {
+				const j = carry(r.body, key, body);
+				switch (r.body.decision) {
+					case 'retry':
+						// A Wait node counts in seconds; airlock answers in milliseconds.
+						j.wait_seconds = Math.ceil(num(r.body.retry_after_ms) / 1000);
+						return { output: 0, json: j };
+					case 'terminal':
+						return { output: 1, json: j };
+					case 'reconcile':
+						return { output: 2, json: j };
+				}
+			}
+			throw fail(ctx, i, r);
+		}
+		case 'queueEffect': {
+			const { key, body } = lease(ctx, i);
+			body.action_type = str(p('actionType'));
+			body.target = str(p('target'));
+			if (p('effectPayloadSource') === 'json') body.payload = json(ctx, i, p('effectPayload'), 'Payload JSON') as IDataObject;
+			opt(body, 'effect_id', str(p('effectId', '')));
+			opt(body, 'gate', str(p('gate', '')));
+			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/effects`, body);
+			if (r.status === 201 || r.status === 200) return { output: 0, json: carry(r.body, key, body) };
+			if (r.status === 202) return { output: 1, json: { key, ...r.body } };
+			if (REFUSALS.has(str(r.body.error))) {
+				return { output: 2, json: { key, refused: true, code: r.body.error, message: r.body.message, status: r.status } };
+			}
+			throw fail(ctx, i, r);
+		}
+		case 'recordUsage': {
+			const { key, body } = lease(ctx, i);
+			body.model_calls = num(p('modelCalls', 0));
+			body.tokens = num(p('tokens', 0));
+			opt(body, 'action_type', str(p('usageActionType', '')));
+			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/usage`, body);
+			if (r.status === 200) return { output: 0, json: carry(r.body, key, body) };
+			throw fail(ctx, i, r);
+		}
+		case 'getRun': {
+			const key = str(p('runKey'));
+			const r = await call(ctx, i, 'GET', `/v1/runs/${enc(key)}`);
+			if (r.status === 200) return { output: 0, json: r.body };
+			throw fail(ctx, i, r);
+		}
+		case 'claimEffect': {
+			const types = str(p('types'))
+				.split(',')
+				.map((t) => t.trim())
+				.filter((t) => t !== '');
+			const body: IDataObject = { types };
+			if (num(p('effectLeaseSeconds', 0)) > 0) body.lease_seconds = num(p('effectLeaseSeconds'));
+			const r = await call(ctx, i, 'POST', '/v1/effects/claim', body);
+			if (r.status === 200) return { output: 0, json: r.body };
+			if (r.status === 204) return { output: 1, json: { claimed: false } };
+			throw fail(ctx, i, r);
+		}
+		case 'reportEffect': {
+			const outcome = str(p('outcome'));
+			const body: IDataObject = { lease_owner: str(p('effectLeaseOwner')) };
+			if (outcome === 'complete') opt(body, 'provider_id', str(p('providerId', '')));
+			if (outcome === 'fail' && p('retryable', false)) {
+				body.retryable = true;
+				const after = num(p('effectRetryAfterSeconds', 0));
+				if (after > 0) body.retry_after_ms = Math.round(after * 1000);
+			}
+			if (outcome !== 'complete') opt(body, 'class', str(p('errorClass', '')));
+			const r = await call(ctx, i, 'POST', `/v1/effects/${enc(str(p('effectUuid')))}/${outcome}`, body);
+			if (r.status === 200) return { output: 0, json: r.body };
+			throw fail(ctx, i, r);
+		}
+	}
+	throw new NodeOperationError(ctx.getNode(), `Unknown operation "${op}"`, { itemIndex: i });
+}
+
+// lease reads the run key, lease owner and version a lease operation sends.
+function lease(ctx: IExecuteFunctions, i: number): { key: string; body: IDataObject } {
+	const key = str(ctx.getNodeParameter('runKey', i));
+	const owner = str(ctx.getNodeParameter('leaseOwner', i));
+	const raw = ctx.getNodeParameter('version', i);
+	const version = Number(raw);
+	if (key === '' || owner === '' || raw === '' || raw === undefined || !Number.isInteger(version)) {
+		throw new NodeOperationError(ctx.getNode(), 'Run Key, Lease Owner and Version are needed', {
+			itemIndex: i,
+			description:
+				"By default they come from the node named Claim ($('Claim').item.json). If your claim node has another name, edit the three fields.",
+		});
+	}
+	return { key, body: { lease_owner: owner, version } };
+}
+
+// carry adds what the next airlock node needs to the item, so nodes can also chain on $json.
+function carry(reply: IDataObject, key: string, body: IDataObject): IDataObject {
+	return { key, lease_owner: body.lease_owner, ...reply };
+}
+
+async function call(
+	ctx: IExecuteFunctions,
+	i: number,
+	method: IHttpRequestMethods,
+	path: string,
+	body?: IDataObject,
+): Promise<Reply> {
+	const creds = await ctx.getCredentials('airlockApi', i);
+	const base = str(creds.baseUrl).replace(/\/+$/, '');
+	const headers: IDataObject = { Accept: 'application/json' };
+	const options: IHttpRequestOptions = {
+		method,
+		url: base + path,
+		headers,
+		json: true,
+		returnFullResponse: true,
+		ignoreHttpStatusErrors: true,
+	};
+	if (body !== undefined) {
+		headers['Content-Type'] = 'application/json';
+		options.body = body;
+		const key = idempotencyKey(ctx, i);
+		if (key !== '') headers['Idempotency-Key'] = key;
+	}
+	const res = (await ctx.helpers.httpRequestWithAuthentication.call(ctx, 'airlockApi', options)) as {
+		statusCode: number;
+		body: unknown;
+	};
+	let data = res.body;
+	if (typeof res.body === 'string') {
+		const text = res.body;
+		try {
+			data = text === '' ? {} : JSON.parse(text);
+		} catch {
+			data = { error: 'invalid_reply', message: text.slice(0, 200) };
+		}
+	}
+	return { status: res.statusCode, body: isObject(data) ? (data as IDataObject) : {} };
+}
+
+/**
+ * The same request of the same node run and item gets the same Idempotency-Key, so n8n's
+ * "Retry On Fail" after a lost reply gets airlock's recorded answer (a claim keeps its
+ * lease) instead of running again. A new execution, or the node running again in a loop,
+ * makes a new key.
+ */
+function idempotencyKey(ctx: IExecuteFunctions, i: number): string {
+	try {
+		const exec = ctx.getExecutionId();
+		if (!exec) return '';
+		const proxy = ctx.getWorkflowDataProxy(i);
+		return `n8n:${exec}:${ctx.getNode().id}:${proxy.$runIndex ?? 0}:${i}`;
+	} catch {
+		return '';
+	}
+}
+
+function fail(ctx: IExecuteFunctions, i: number, r: Reply): NodeApiError {
+	const code = str(r.body.error) || `http_${r.status}`;
+	const message = str(r.body.message) || 'airlock answered ' + r.status;
+	const hint: Record<string, string> = {
+		lease_lost: 'Another execution owns this run now, or the lease expired: do not act.',
+		version_conflict: 'The run moved on since this execution claimed it: do not act.',
+		unauthenticated: 'Check the airlock API credential.',
+		forbidden: 'The API key lacks the scope this operation needs.',
+	};
+	const err = new NodeApiError(ctx.getNode(), r.body as JsonObject, {
+		message: `airlock ${code}: ${message}`,
+		description: hint[code],
+		httpCode: String(r.status),
+		itemIndex: i,
+	});
+	(err as NodeApiError & { airlock: IDataObject }).airlock = { code, status: r.status };
+	return err;
+}
+
+function json(ctx: IExecuteFunctions, i: number, v: unknown, field: string): unknown {
+	if (typeof v !== 'string') return v ?? null;
+	if (v.trim() === '') return null;
+	try {
+		return JSON.parse(v);
+	} catch {
+		throw new NodeOperationError(ctx.getNode(), `${field} is not valid JSON`, { itemIndex: i });
+	}
+}
+
+function opt(body: IDataObject, name: string, v: string) {
+	if (v !== '') body[name] = v;
+}
+
+function str(v: unknown): string {
+	return v === undefined || v === null ? '' : String(v);
+}
+
+function num(v: unknown): number {
+	const n = Number(v);
+	return Number.isFinite(n) ? n : 0;
+}
+
+function enc(s: string): string {
+	return encodeURIComponent(s);
+}
+
+function isObject(v: unknown): boolean {
+	return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
