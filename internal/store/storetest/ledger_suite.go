@@ -136,17 +136,17 @@ func testPlanConfirm(t *testing.T, e *EffectsEnv) {
 	if _, err := plan(e, "report-1", "share-draft-01", "in-1"); !errors.Is(err, ledger.ErrReconcileFirst) {
 		t.Fatalf("plan of a planned effect: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
 		t.Fatal(err)
 	}
 	res, err = plan(e, "report-1", "share-draft-01", "in-1")
 	if err != nil || res.Execute || res.Receipt != "doc://weekly-report-42" {
 		t.Fatalf("plan of a confirmed effect: %+v %v", res, err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
 		t.Fatalf("the same confirmation again: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://other", "t"); !errors.Is(err, ledger.ErrNotPlanned) {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://other", nil, "t"); !errors.Is(err, ledger.ErrNotPlanned) {
 		t.Fatalf("another receipt: %v", err)
 	}
 	l, err := e.Ledger.Get(ctx, "report-1")
