@@ -77,6 +77,9 @@ type Policy struct {
 
 	// OIDC is single sign-on for the approval pages (optional; see oidc.go).
 	OIDC *OIDC `yaml:"oidc"`
+
+	// MCP configures the `airlock mcp` gateway (optional; see mcp.go).
+	MCP *MCP `yaml:"mcp"`
 }
 
 // Failure classes (DESIGN.md "Failure classes and retry policy").
@@ -667,6 +670,7 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		}
 	}
 	p.OIDC.validate("oidc", &e, lookupEnv)
+	p.MCP.validate(p, &e)
 	if len(e) > 0 {
 		return errors.New(strings.Join(e, "; "))
 	}
