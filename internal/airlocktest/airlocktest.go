@@ -44,7 +44,7 @@ type Server struct {
 	// Approvals decides approvals as a signed-in person would (Decide with the hash of the
 	// approve link's token).
 	Approvals *approvals.Service
-	http   *httptest.Server
+	http      *httptest.Server
 }
 
 // Close stops the server; the store stays open (its opener closes it).
