@@ -14,4 +14,8 @@ fi
 
 go vet ./...
 
-exec scripts/with-postgres.sh go test -race -count=1 ./... "$@"
+scripts/with-postgres.sh go test -race -count=1 ./... "$@"
+
+# airlock mcp end to end: real MCP servers from npm and a TypeScript SDK client (~15 s;
+# skips without node/npm, fails under CI=true).
+scripts/test-mcp-e2e.sh
