@@ -116,7 +116,7 @@ func (u *upstream) plant(text string) {
 // env is one airlock (restartable behind a stable URL), one upstream, and the agent's
 // side: a gateway and an MCP client on the official Go SDK.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	st     store.Store
 	srv    *airlocktest.Server
 	target atomic.Pointer[url.URL]
@@ -128,7 +128,7 @@ type env struct {
 	hook   func(string) error
 }
 
-func newEnv(t *testing.T, b storetest.Backend) *env {
+func newEnv(t testing.TB, b storetest.Backend) *env {
 	t.Helper()
 	e := &env{t: t, st: b.Open(t, nil), up: newUpstream()}
 	pol, err := policy.Parse([]byte(testPolicy), func(string) (string, bool) { return "", false })
