@@ -52,7 +52,8 @@ mcp:
         write_file: {effect: fs_write}
 YAML
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port)
 db="$work/airlock.db"
 "$work/airlock" migrate --database-url "$db" >/dev/null
 key=$("$work/airlock" apikey create --database-url "$db" --name agent --scope runs 2>/dev/null)
@@ -65,7 +66,7 @@ done
 curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/serve.log" >&2; echo "test-mcp-e2e: airlock did not start" >&2; exit 1; }
 
 (cd "$work" && AIRLOCK_BIN="$work/airlock" MCP_POLICY="$work/policy.yaml" FILES_DIR="$work/files" \
-	AIRLOCK_URL="http://127.0.0.1:$port" AIRLOCK_API_KEY="$key" AIRLOCK_LOG_LEVEL=warn node agent.mjs) || {
+	AIRLOCK_URL="http://127.0.0.1:$port" AIRLOCK_API_KEY="$key" AIRLOCK_LOG_LEVEL=warn MCP_HTTP_PORT="$(free_port)" node agent.mjs) || {
 	echo "--- airlock serve log" >&2
 	tail -50 "$work/serve.log" >&2
 	exit 1

@@ -16,6 +16,6 @@ go vet ./...
 
 scripts/with-postgres.sh go test -race -count=1 ./... "$@"
 
-# airlock mcp end to end: real MCP servers from npm and a TypeScript SDK client (~15 s;
+# airlock mcp end to end: real MCP servers from npm and a TypeScript SDK client (15–35 s;
 # skips without node/npm, fails under CI=true).
 scripts/test-mcp-e2e.sh

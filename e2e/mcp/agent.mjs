@@ -108,3 +108,37 @@ const write = (p, content) => ({ name: "write_file", arguments: { path: p, conte
   assert.deepEqual(statuses, ["unknown"]);
   console.log("ok: a crash between the write and its confirmation leads to reconcile_first; no second write");
 }
+
+// 3. A client that takes a URL: the gateway on --listen (streamable HTTP).
+{
+  const { spawn } = await import("node:child_process");
+  const { StreamableHTTPClientTransport } = await import("@modelcontextprotocol/sdk/client/streamableHttp.js");
+  const port = Number(process.env.MCP_HTTP_PORT);
+  const env = { ...process.env, AIRLOCK_RUN_ID: "e2e-c" };
+  delete env.AIRLOCK_TEST_CRASH_AT;
+  const gw = spawn(AIRLOCK_BIN, ["mcp", "--config", MCP_POLICY, "--listen", `127.0.0.1:${port}`, "--lease", "2s"], { env, stdio: ["ignore", "inherit", "inherit"] });
+  try {
+    const client = new Client({ name: "e2e-http-agent", version: "1.0.0" });
+    let connected = false;
+    for (let i = 0; i < 100 && !connected; i++) {
+      try {
+        await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/`)));
+        connected = true;
+      } catch {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    assert.ok(connected, "could not reach airlock mcp --listen");
+    const c = path.join(FILES_DIR, "c.txt");
+    const w = await client.callTool(write(c, "three"));
+    assert.ok(!w.isError, text(w));
+    fs.writeFileSync(c, "changed by someone else");
+    const again = await client.callTool(write(c, "three"));
+    assert.equal(text(again), text(w));
+    assert.equal(fs.readFileSync(c, "utf8"), "changed by someone else");
+    await client.close();
+    console.log("ok: over streamable HTTP (--listen) the same write_file is performed once");
+  } finally {
+    gw.kill("SIGTERM");
+  }
+}
