@@ -115,6 +115,7 @@ type PlanRequest struct {
 type Plan struct {
 	Execute  bool
 	Receipt  string
+	Result   json.RawMessage // with Receipt: the result confirmed with it, while retained
 	Approval *Approval
 }
 
@@ -124,8 +125,9 @@ type Plan struct {
 // input: stop), actions_disabled (the kill switch), unknown_action_type, lease_lost.
 func (c *Client) Plan(ctx context.Context, key, effectID string, req PlanRequest) (Plan, error) {
 	var raw struct {
-		Execute bool   `json:"execute"`
-		Receipt string `json:"receipt"`
+		Execute bool            `json:"execute"`
+		Receipt string          `json:"receipt"`
+		Result  json.RawMessage `json:"result"`
 		Approval
 	}
 	status, err := c.do(ctx, http.MethodPost, runPath(key, "ledger", "effects", effectID, "plan"), req, &raw)
@@ -139,16 +141,24 @@ func (c *Client) Plan(ctx context.Context, key, effectID string, req PlanRequest
 	if !raw.Execute && raw.Receipt == "" {
 		return Plan{}, fmt.Errorf("airlock: plan %s: neither execute nor a receipt in the answer", effectID)
 	}
-	return Plan{Execute: raw.Execute, Receipt: raw.Receipt}, nil
+	return Plan{Execute: raw.Execute, Receipt: raw.Receipt, Result: raw.Result}, nil
 }
 
 // Confirm records that the planned effect happened, with the external system's id (or
 // another checkable reference) as receipt.
 func (c *Client) Confirm(ctx context.Context, key, effectID, leaseOwner, receipt string) error {
+	return c.ConfirmResult(ctx, key, effectID, leaseOwner, receipt, nil)
+}
+
+// ConfirmResult is [Client.Confirm] with the effect's result (any JSON, at most 256 KiB):
+// airlock keeps it under its payload retention and a later [Client.Plan] of the same
+// effect answers it in [Plan].Result.
+func (c *Client) ConfirmResult(ctx context.Context, key, effectID, leaseOwner, receipt string, result json.RawMessage) error {
 	body := struct {
-		LeaseOwner string `json:"lease_owner"`
-		Receipt    string `json:"receipt"`
-	}{leaseOwner, receipt}
+		LeaseOwner string          `json:"lease_owner"`
+		Receipt    string          `json:"receipt"`
+		Result     json.RawMessage `json:"result,omitempty"`
+	}{leaseOwner, receipt, result}
 	_, err := c.do(ctx, http.MethodPost, runPath(key, "ledger", "effects", effectID, "confirm"), body, nil)
 	return err
 }
@@ -205,4 +215,22 @@ func (c *Client) Resume(ctx context.Context, key string) (Resume, error) {
 	var out Resume
 	_, err := c.do(ctx, http.MethodGet, runPath(key, "resume"), nil, &out)
 	return out, err
+}
+
+// ToolCall is one tool call an MCP gateway handled, recorded as a tool_call event.
+type ToolCall struct {
+	Tool      string `json:"tool"`
+	Upstream  string `json:"upstream,omitempty"`
+	Class     string `json:"class"` // read, effect or unclassified
+	EffectID  string `json:"effect_id,omitempty"`
+	InputHash string `json:"input_hash,omitempty"`
+	Decision  string `json:"decision"`
+	Action    string `json:"action_type,omitempty"`
+}
+
+// RecordToolCall writes c as a tool_call event on the run (which must exist; no lease
+// is needed).
+func (c *Client) RecordToolCall(ctx context.Context, key string, call ToolCall) error {
+	_, err := c.do(ctx, http.MethodPost, runPath(key, "ledger", "calls"), call, nil)
+	return err
 }

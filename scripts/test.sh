@@ -26,3 +26,6 @@ else
 	echo "test.sh: node not found: the n8n node's tests (scripts/test-n8n-node.sh) did not run" >&2
 	exit 1
 fi
+# airlock mcp end to end: real MCP servers from npm and a TypeScript SDK client (15–35 s;
+# skips without node/npm, fails under CI=true).
+scripts/test-mcp-e2e.sh

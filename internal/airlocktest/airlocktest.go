@@ -41,7 +41,10 @@ type Server struct {
 	URL    string
 	APIKey string // a key with the runs scope
 	Store  store.Store
-	http   *httptest.Server
+	// Approvals decides approvals as a signed-in person would (Decide with the hash of the
+	// approve link's token).
+	Approvals *approvals.Service
+	http      *httptest.Server
 }
 
 // Close stops the server; the store stays open (its opener closes it).
@@ -90,5 +93,5 @@ func Start(ctx context.Context, st store.Store, policyYAML string, log *slog.Log
 		srv.Close()
 		return nil, fmt.Errorf("create API key: %w", err)
 	}
-	return &Server{URL: srv.URL, APIKey: key, Store: st, http: srv}, nil
+	return &Server{URL: srv.URL, APIKey: key, Store: st, Approvals: gate, http: srv}, nil
 }

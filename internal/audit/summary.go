@@ -136,6 +136,12 @@ func Summary(se store.Event) string {
 		return s
 	case "effect_confirmed":
 		return with("agent confirmed effect "+id, "receipt", "; receipt ")
+	case "tool_call":
+		s := fmt.Sprintf("MCP tool %s (%s): %s", e.str("tool"), e.str("class"), e.str("decision"))
+		if id != "" {
+			s += ", effect " + id
+		}
+		return s
 	case "input_mismatch":
 		return "effect " + id + " planned again with another input: the run is parked for a person"
 	case "replaced":

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -112,14 +114,18 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 	if res.Receipt != "" {
 		out["receipt"] = res.Receipt
 	}
+	if res.Result != nil {
+		out["result"] = res.Result
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *server) confirm(w http.ResponseWriter, r *http.Request) error {
 	var b struct {
-		LeaseOwner string `json:"lease_owner"`
-		Receipt    string `json:"receipt"`
+		LeaseOwner string          `json:"lease_owner"`
+		Receipt    string          `json:"receipt"`
+		Result     json.RawMessage `json:"result"`
 	}
 	if err := decode(r, &b); err != nil {
 		return err
@@ -137,7 +143,13 @@ func (s *server) confirm(w http.ResponseWriter, r *http.Request) error {
 	if err := validText("receipt", b.Receipt, 500); err != nil {
 		return err
 	}
-	if err := s.Ledger.Confirm(r.Context(), key, id, b.LeaseOwner, b.Receipt, actor(r)); err != nil {
+	if bytes.Equal(bytes.TrimSpace(b.Result), []byte("null")) {
+		b.Result = nil
+	}
+	if len(b.Result) > maxResultBytes {
+		return invalid("result", fmt.Sprintf("at most %d bytes; confirm with the receipt alone", maxResultBytes))
+	}
+	if err := s.Ledger.Confirm(r.Context(), key, id, b.LeaseOwner, b.Receipt, b.Result, actor(r)); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "confirmed", "receipt": b.Receipt})
@@ -173,6 +185,44 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": status})
+	return nil
+}
+
+// maxResultBytes bounds a confirmed effect's recorded result (an MCP tool's answer).
+const maxResultBytes = 256 << 10
+
+// recordCall writes one tool call of an MCP gateway as an event on the run.
+func (s *server) recordCall(w http.ResponseWriter, r *http.Request) error {
+	var b ledger.Call
+	if err := decode(r, &b); err != nil {
+		return err
+	}
+	key, _, err := ledgerPath(r)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name, v  string
+		required bool
+	}{{"tool", b.Tool, true}, {"class", b.Class, true}, {"decision", b.Decision, true}, {"upstream", b.Upstream, false},
+		{"effect_id", b.EffectID, false}, {"input_hash", b.InputHash, false}, {"action_type", b.Action, false}} {
+		if f.v == "" {
+			if f.required {
+				return missing(f.name)
+			}
+			continue
+		}
+		if err := validText(f.name, f.v, 200); err != nil {
+			return err
+		}
+	}
+	if !slices.Contains([]string{"read", "effect", "unclassified"}, b.Class) {
+		return invalid("class", "must be read, effect or unclassified")
+	}
+	if err := s.Ledger.RecordCall(r.Context(), key, b, actor(r)); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"recorded": true})
 	return nil
 }
 

@@ -90,6 +90,7 @@ var Routes = []Route{
 	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/plan", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.plan }},
 	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/confirm", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.confirm }},
 	{"POST", "/v1/runs/{key}/ledger/effects/{effect_id}/reconcile", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.reconcile }},
+	{"POST", "/v1/runs/{key}/ledger/calls", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.recordCall }},
 	{"GET", "/v1/runs/{key}/resume", apikeys.ScopeRead, func(s *server) handlerFunc { return s.resume }},
 	{"GET", "/v1/runs/{key}/explain", apikeys.ScopeRead, func(s *server) handlerFunc { return s.explain }},
 	{"GET", "/v1/ledger.schema.json", "", func(s *server) handlerFunc { return s.ledgerSchema }},

@@ -243,6 +243,7 @@ type PlanRequest struct {
 type PlanResult struct {
 	Execute  bool
 	Receipt  string
+	Result   json.RawMessage // the result recorded with the confirmation, while retained
 	Approval *approvals.Requested
 }
 
@@ -299,7 +300,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 			return runs.Event(ctx, q, s.At(), run.Key, "input_mismatch", moved.Version, req.Actor, req.Meta, map[string]any{
 				"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash})
 		case e.State == store.EffectCompleted:
-			res = PlanResult{Receipt: e.ProviderID}
+			res = PlanResult{Receipt: e.ProviderID, Result: e.Payload}
 			return nil
 		case e.State == store.EffectPending:
 			// Reconciled as not done: it may run again, under the same id.
@@ -366,8 +367,10 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 		map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash})
 }
 
-// Confirm records the receipt of an effect the agent performed.
-func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt, actor string) error {
+// Confirm records the receipt of an effect the agent performed, and optionally its
+// result (kept as the effect's payload, so retention purges it with every payload; a
+// later plan of the same effect answers it instead of executing again).
+func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt string, result json.RawMessage, actor string) error {
 	err := s.store.Transact(ctx, func(q store.Queries) error {
 		run, err := s.holder(ctx, q, key, owner)
 		if err != nil {
@@ -384,13 +387,13 @@ func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt, ac
 			return nil // the same confirmation again
 		}
 		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned},
-			To: store.EffectCompleted, ProviderID: &receipt, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
+			To: store.EffectCompleted, ProviderID: &receipt, Payload: result, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
 			return fmt.Errorf("%w: it is %s", ErrNotPlanned, Status(e.State))
 		} else if err != nil {
 			return err
 		}
 		return runs.Event(ctx, q, s.At(), key, "effect_confirmed", run.Version, actor, nil,
-			map[string]any{"effect_id": effectID, "receipt": receipt})
+			map[string]any{"effect_id": effectID, "receipt": receipt, "result_recorded": result != nil})
 	})
 	if err != nil {
 		return fmt.Errorf("confirm %s on %q: %w", effectID, key, err)
@@ -550,4 +553,42 @@ func (s *Service) Resume(ctx context.Context, key string) (Verdict, error) {
 	}
 	v.Verdict, v.NextAllowedAction = Continue, doc.NextAllowedAction
 	return v, nil
+}
+
+// Call is one tool call an MCP gateway handled for an agent: what was called and what was
+// decided. It never carries the arguments or the result, only their hash.
+type Call struct {
+	Tool      string `json:"tool"`
+	Upstream  string `json:"upstream,omitempty"`
+	Class     string `json:"class"` // read, effect or unclassified
+	EffectID  string `json:"effect_id,omitempty"`
+	InputHash string `json:"input_hash,omitempty"`
+	Decision  string `json:"decision"`
+	Action    string `json:"action_type,omitempty"`
+}
+
+// RecordCall writes the call as a tool_call event on the run. It needs no lease: a read
+// passes through while the run waits for an approval or is held by another process, and
+// is still recorded.
+func (s *Service) RecordCall(ctx context.Context, key string, c Call, actor string) error {
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		run, err := q.RunGet(ctx, key)
+		if errors.Is(err, store.ErrNotFound) {
+			return runs.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		detail := map[string]any{"tool": c.Tool, "class": c.Class, "decision": c.Decision}
+		for k, v := range map[string]string{"upstream": c.Upstream, "effect_id": c.EffectID, "input_hash": c.InputHash, "action_type": c.Action} {
+			if v != "" {
+				detail[k] = v
+			}
+		}
+		return runs.Event(ctx, q, s.At(), key, "tool_call", run.Version, actor, nil, detail)
+	})
+	if err != nil {
+		return fmt.Errorf("record tool call on %q: %w", key, err)
+	}
+	return nil
 }

@@ -28,8 +28,10 @@ func unknownFields(n *yaml.Node, t reflect.Type, path string, out *[]string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	// Types that decode themselves (durations, inline JSON schemas) take any shape.
-	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) {
+	// Types that decode themselves (durations, inline JSON schemas) take any shape; an MCP
+	// tool's class in its mapping form is checked like any struct.
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) &&
+		!(t == reflect.TypeFor[Tool]() && n.Kind == yaml.MappingNode) {
 		return
 	}
 	join := func(k string) string {

@@ -81,6 +81,9 @@ type Policy struct {
 	// their own approvals: operators resolve effects and unpark runs; admins also hold
 	// the kill switch.
 	Console Console `yaml:"console"`
+
+	// MCP configures the `airlock mcp` gateway (optional; see mcp.go).
+	MCP *MCP `yaml:"mcp"`
 }
 
 // Console maps people to console roles, by role (local accounts' roles, or OIDC claims
@@ -717,6 +720,7 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		}
 	}
 	p.OIDC.validate("oidc", &e, lookupEnv)
+	p.MCP.validate(p, &e)
 	if len(e) > 0 {
 		return errors.New(strings.Join(e, "; "))
 	}

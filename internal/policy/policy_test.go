@@ -313,3 +313,35 @@ func TestPolicyErrorsNameTheYAMLPath(t *testing.T) {
 		}
 	}
 }
+
+func TestMCPSectionErrorsNameTheField(t *testing.T) {
+	const acts = "actions: {w: {connector: worker, gate: none}, h: {connector: http, gate: none, http: {url: \"https://x/\"}}, t: {connector: worker, gate: none, worker: {targets: [other]}}}\n"
+	for _, c := range []struct{ doc, want string }{
+		{`mcp: {upstreams: {}}`, "mcp.upstreams: name at least one"},
+		{`mcp: {upstreams: {fs: {tools: {a: read}}}}`, "mcp.upstreams.fs: give command"},
+		{`mcp: {upstreams: {fs: {command: x, url: "https://x/", tools: {a: read}}}}`, "mcp.upstreams.fs: give command or url, not both"},
+		{`mcp: {upstreams: {fs: {url: "ftp://x/", tools: {a: read}}}}`, "mcp.upstreams.fs.url"},
+		{`mcp: {upstreams: {fs: {command: x}}}`, "mcp.upstreams.fs.tools: classify at least one"},
+		{`mcp: {upstreams: {fs: {command: x, env: {AIRLOCK_API_KEY: k}, tools: {a: read}}}}`, "mcp.upstreams.fs.env.AIRLOCK_API_KEY"},
+		{`mcp: {upstreams: {fs: {command: x, tools: {a: write}}}}`, `a tool's class is "read" or a mapping`},
+		{`mcp: {upstreams: {fs: {command: x, tools: {a: {effect: w, colour: red}}}}}`, "mcp.upstreams.fs.tools.a.colour: unknown field"},
+		{acts + `mcp: {upstreams: {fs: {command: x, tools: {a: {effect: nope}}}}}`, "mcp.upstreams.fs.tools.a.effect: unknown action type"},
+		{acts + `mcp: {upstreams: {fs: {command: x, tools: {a: {effect: h}}}}}`, "must have connector: worker"},
+		{acts + `mcp: {upstreams: {fs: {command: x, tools: {a: {effect: t}}}}}`, "add the upstream's name \"fs\""},
+		{acts + `mcp: {upstreams: {fs: {command: x, tools: {a: {effect: w, lookup: {tool: a}}}}}}`, "mcp.upstreams.fs.tools.a.lookup.tool: must be a tool of the same upstream classified read"},
+		{acts + `mcp: {upstreams: {fs: {command: x, tools: {a: {effect: w, effect_id_argument: "a b"}}}}}`, "mcp.upstreams.fs.tools.a.effect_id_argument"},
+		{acts + `mcp: {upstreams: {fs: {command: x, tools: {a: read}}, gh: {command: y, tools: {a: read}}}}`, "mcp.upstreams.gh.tools.a: also classified under upstream fs"},
+	} {
+		_, err := Parse([]byte(c.doc), env(nil))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n  err = %v\n  want it to contain %q", c.doc, err, c.want)
+		}
+	}
+	p, err := Parse([]byte(acts+`mcp: {upstreams: {fs: {command: x, args: [a], tools: {r: read, a: {effect: w, lookup: {tool: r, items: /results}}}}}}`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := p.MCP.Upstreams["fs"]; !u.Tools["r"].Read || u.Tools["a"].Effect != "w" || u.Tools["a"].Lookup.Items != "/results" {
+		t.Errorf("parsed %+v", u)
+	}
+}

@@ -379,6 +379,9 @@ type EffectUpdateParams struct {
 	ProviderID *string    // nil keeps the stored value
 	NotBefore  *time.Time // nil keeps the stored value
 	ErrorClass *string    // nil keeps the stored value
+	// Payload replaces the stored payload when non-nil (an agent's confirmed result: the
+	// MCP gateway's recorded tool result, purged with every payload under retention).
+	Payload json.RawMessage
 	// ReleaseAttempt undoes the attempt count of a lease that never tried to send.
 	ReleaseAttempt bool
 	// Started marks the send as begun (To must be sending).

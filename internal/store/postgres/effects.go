@@ -261,6 +261,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    provider_id = coalesce($5, provider_id),
 		    not_before = coalesce($6, not_before),
 		    last_error_class = coalesce($7, last_error_class),
+		    payload = coalesce($13::jsonb, payload),
 		    attempts = attempts - CASE WHEN $8 THEN 1 ELSE 0 END,
 		    lease_owner = CASE WHEN $3 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN $3 = 'sending' THEN lease_expires_at ELSE NULL END,
@@ -273,7 +274,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		  AND (NOT $11 OR lease_expires_at <= coalesce($9::timestamptz, now()))
 		  AND (NOT $12 OR send_started_at IS NULL)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
-		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted))
+		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted, jsonArg(p.Payload)))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
 	}

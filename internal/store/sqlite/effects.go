@@ -202,7 +202,10 @@ func (q queries) RunLockKeys(ctx context.Context, keys []string) (map[string]sto
 
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
 	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started,
-		p.LeaseExpired, p.NotStarted}
+		p.LeaseExpired, p.NotStarted, nil}
+	if p.Payload != nil {
+		args[11] = string(p.Payload)
+	}
 	if p.NotBefore != nil {
 		args[4] = p.NotBefore.UnixMicro()
 	}
@@ -215,6 +218,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    provider_id = coalesce(?4, provider_id),
 		    not_before = coalesce(?5, not_before),
 		    last_error_class = coalesce(?6, last_error_class),
+		    payload = coalesce(?12, payload),
 		    attempts = attempts - CASE WHEN ?7 THEN 1 ELSE 0 END,
 		    lease_owner = CASE WHEN ?2 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN ?2 = 'sending' THEN lease_expires_at ELSE NULL END,
@@ -224,7 +228,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    updated_at = ?8
 		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3)
 		  AND (NOT ?10 OR lease_expires_at <= ?8) AND (NOT ?11 OR send_started_at IS NULL)
-		  AND state IN (`+numbered(12, len(p.From))+`)
+		  AND state IN (`+numbered(13, len(p.From))+`)
 		RETURNING `+effectColumns, args...))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch

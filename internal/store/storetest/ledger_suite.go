@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/ledger"
+	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -28,6 +30,7 @@ func RunLedger(t *testing.T, b Backend) {
 		{"ResumeVerdicts", testResume},
 		{"GatedAgentEffect", testGatedAgentEffect},
 		{"KillSwitchRefusesPlan", testPlanKillSwitch},
+		{"ConfirmedResultAnsweredUntilPurged", testConfirmedResult},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
@@ -136,17 +139,17 @@ func testPlanConfirm(t *testing.T, e *EffectsEnv) {
 	if _, err := plan(e, "report-1", "share-draft-01", "in-1"); !errors.Is(err, ledger.ErrReconcileFirst) {
 		t.Fatalf("plan of a planned effect: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
 		t.Fatal(err)
 	}
 	res, err = plan(e, "report-1", "share-draft-01", "in-1")
 	if err != nil || res.Execute || res.Receipt != "doc://weekly-report-42" {
 		t.Fatalf("plan of a confirmed effect: %+v %v", res, err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
 		t.Fatalf("the same confirmation again: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://other", "t"); !errors.Is(err, ledger.ErrNotPlanned) {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://other", nil, "t"); !errors.Is(err, ledger.ErrNotPlanned) {
 		t.Fatalf("another receipt: %v", err)
 	}
 	l, err := e.Ledger.Get(ctx, "report-1")
@@ -302,5 +305,36 @@ func testPlanKillSwitch(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "report-1", EffectID: "y", Owner: owner(t, e, "report-1"),
 		Action: "wire_money", Target: "x", InputHash: "in"}); !errors.Is(err, effects.ErrUnknownActionType) {
 		t.Fatalf("unconfigured action: %v", err)
+	}
+}
+
+// testConfirmedResult: a confirmation may carry the effect's result (the MCP gateway's
+// tool answer); a later plan answers it instead of executing, until retention purges it
+// with every payload — then the plan still answers the receipt and never executes.
+func testConfirmedResult(t *testing.T, e *EffectsEnv) {
+	claimRun(t, e, "report-1")
+	if res, err := plan(e, "report-1", "mcp.write_file.1", "in-1"); err != nil || !res.Execute {
+		t.Fatalf("plan: %+v %v", res, err)
+	}
+	result := json.RawMessage(`{"content":[{"type":"text","text":"Successfully wrote"}],"structuredContent":{"content":"Successfully wrote"}}`)
+	if err := e.Ledger.Confirm(ctx, "report-1", "mcp.write_file.1", owner(t, e, "report-1"), "sha256:abc", result, "t"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := plan(e, "report-1", "mcp.write_file.1", "in-1")
+	if err != nil || res.Execute || res.Receipt != "sha256:abc" {
+		t.Fatalf("plan after confirm: %+v %v", res, err)
+	}
+	var got, want any
+	if err := json.Unmarshal(res.Result, &got); err != nil {
+		t.Fatalf("result %s: %v", res.Result, err)
+	}
+	_ = json.Unmarshal(result, &want)
+	equal(t, "the recorded result", fmt.Sprint(got), fmt.Sprint(want))
+	if _, err := retention.Purge(ctx, e.Store, e.Policy, e.Clock.Now().Add(e.Policy.Retention.Payloads.D()+time.Hour), false); err != nil {
+		t.Fatal(err)
+	}
+	res, err = plan(e, "report-1", "mcp.write_file.1", "in-1")
+	if err != nil || res.Execute || res.Receipt != "sha256:abc" || res.Result != nil {
+		t.Fatalf("plan after retention: %+v (result %s) %v", res, res.Result, err)
 	}
 }

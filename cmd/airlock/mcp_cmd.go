@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	alclient "github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/mcpgw"
+)
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func mcpCmd() *cobra.Command {
+	var airlockURL, apiKey, runID string
+	var lease, wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve an agent as an MCP server that puts every tool call of its upstream MCP servers through the work ledger",
+		Long: `airlock mcp fronts the upstream MCP servers named in the policy's mcp section
+(--config) and lists their tools as its own. Read tools pass through; an effect tool is
+planned in the run's ledger on the airlock server (kill switch, budget, gate), forwarded
+once, and confirmed with its result, so the same call after a restart is answered from the
+ledger. Unclassified tools are refused. Every call is a tool_call event on the run.
+
+It speaks MCP on stdin/stdout, or streamable HTTP on --listen (a loopback address) when
+that flag is given. It talks to airlock at --airlock with --api-key (the runs scope).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if cfg.PolicyFile == "" {
+				return errors.New("give the policy file with the mcp section: --config FILE (or AIRLOCK_CONFIG)")
+			}
+			pol, err := loadPolicy(cfg)
+			if err != nil {
+				return fmt.Errorf("policy: %w", err)
+			}
+			if pol.MCP == nil {
+				return fmt.Errorf("policy %s has no mcp section", cfg.PolicyFile)
+			}
+			if apiKey == "" {
+				return errors.New("give an API key with the runs scope: --api-key or AIRLOCK_API_KEY")
+			}
+			log := newLogger(cfg)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := mcpgw.Options{Policy: pol, Client: alclient.New(airlockURL, apiKey), RunID: runID, Lease: lease, Wait: wait, Log: log}
+			if h := crashHook(); h != nil {
+				opts.Hook = func(point string) error { h(point); return nil }
+			}
+			g, err := mcpgw.New(ctx, opts)
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			listen := cmd.Flags().Lookup("listen")
+			if listen == nil || !listen.Changed {
+				err := g.Server().Run(ctx, &mcp.StdioTransport{})
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			addr := listen.Value.String()
+			host, _, err := net.SplitHostPort(addr)
+			if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+				return fmt.Errorf("--listen %s: the gateway has no authentication of its own; listen on a loopback address (127.0.0.1:PORT)", addr)
+			}
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return err
+			}
+			srv := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil),
+				ReadHeaderTimeout: 10 * time.Second}
+			log.Info("airlock mcp listening", "addr", ln.Addr().String(), "path", "/")
+			go func() {
+				<-ctx.Done()
+				shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(shut)
+			}()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&airlockURL, "airlock", envOr("AIRLOCK_URL", "http://127.0.0.1:8080"), "the airlock server [AIRLOCK_URL]")
+	cmd.Flags().StringVar(&apiKey, "api-key", os.Getenv("AIRLOCK_API_KEY"), "API key with the runs scope [AIRLOCK_API_KEY]")
+	cmd.Flags().StringVar(&runID, "run-id", os.Getenv("AIRLOCK_RUN_ID"), "the agent's run (its key), unless a tool's run_id_argument names one [AIRLOCK_RUN_ID]")
+	cmd.Flags().DurationVar(&lease, "lease", 30*time.Second, "the run's lease; a restarted gateway waits for its predecessor's to lapse")
+	cmd.Flags().DurationVar(&wait, "wait", 2*time.Minute, "how long a call waits for another process's lease on its run")
+	return cmd
+}

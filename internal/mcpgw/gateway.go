@@ -1,0 +1,744 @@
+// Package mcpgw is `airlock mcp`: an MCP server that fronts the upstream MCP servers a
+// policy names and puts every tool call of an agent through airlock's work ledger.
+//
+// The gateway runs next to the agent and talks to an airlock server over its HTTP API
+// with an API key (the runs scope): the server keeps the ledger, the gates, the kill
+// switch and the budgets, and several agents (each with its gateway) share one server.
+// Read tools pass through; an effect tool is planned in the run's ledger first (kill
+// switch, budget and gate), forwarded upstream only when the plan says execute, and
+// confirmed with a receipt (the hash of the upstream's result) and the result itself,
+// so the same call later is answered from the ledger instead of reaching the upstream
+// again. A call whose earlier attempt stopped between plan and confirm is never sent:
+// it is settled by the policy's lookup tool, or left to a person.
+package mcpgw
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/validation"
+)
+
+// Options configure a gateway.
+type Options struct {
+	Policy *policy.Policy // with an mcp section
+	Client *client.Client // an airlock server and an API key with the runs scope
+	// RunID is the run (its key) every call belongs to, unless a tool's run_id_argument
+	// names one.
+	RunID string
+	// Lease is the run's lease (default 30s), renewed every third of it. A gateway that
+	// dies holds its runs until the lease lapses; its successor waits for that.
+	Lease time.Duration
+	// Wait is how long a call waits for another process's lease on its run (default 2m).
+	Wait time.Duration
+	Log  *slog.Logger
+	// Connect opens the transport to an upstream; nil spawns its command or dials its URL.
+	Connect func(ctx context.Context, u *policy.Upstream) (mcp.Transport, error)
+	// Hook, when set, is called at "mcp_after_plan" and "mcp_after_upstream"; an error
+	// ends the call there, as a crash would (tests).
+	Hook func(point string) error
+}
+
+// Gateway is a running gateway; serve Server() over any MCP transport.
+type Gateway struct {
+	opts    Options
+	server  *mcp.Server
+	ups     map[string]*mcp.ClientSession
+	routes  map[string]route
+	mu      sync.Mutex
+	runs    map[string]*runState
+	stopped bool
+}
+
+type route struct {
+	upstream string
+	tool     *policy.Tool // nil: unclassified
+}
+
+// runState is what the gateway knows of one run: the lease it holds, if any.
+type runState struct {
+	claimMu  sync.Mutex // one claim at a time
+	effectMu sync.Mutex // one effect call at a time: plan → upstream → confirm
+	mu       sync.Mutex
+	owner    string
+	version  int64
+	stop     context.CancelFunc
+}
+
+// New connects to every upstream, lists their tools and builds the gateway's server.
+func New(ctx context.Context, o Options) (*Gateway, error) {
+	if o.Policy == nil || o.Policy.MCP == nil {
+		return nil, errors.New("the policy has no mcp section")
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Wait <= 0 {
+		o.Wait = 2 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Connect == nil {
+		o.Connect = connect
+	}
+	if o.RunID == "" {
+		for _, u := range o.Policy.MCP.Upstreams {
+			for name, t := range u.Tools {
+				if !t.Read && t.RunIDArgument == "" {
+					return nil, fmt.Errorf("tool %s of upstream %s names no run_id_argument: give --run-id", name, u.Name)
+				}
+			}
+		}
+	}
+	g := &Gateway{opts: o, ups: map[string]*mcp.ClientSession{}, routes: map[string]route{}, runs: map[string]*runState{}}
+	g.server = mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp", Version: "1"}, nil)
+	for _, name := range sortedUpstreams(o.Policy.MCP.Upstreams) {
+		u := o.Policy.MCP.Upstreams[name]
+		t, err := o.Connect(ctx, u)
+		if err != nil {
+			g.Close()
+			return nil, fmt.Errorf("upstream %s: %w", name, err)
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: "1"}, nil).Connect(ctx, t, nil)
+		if err != nil {
+			g.Close()
+			return nil, fmt.Errorf("upstream %s: connect: %w", name, err)
+		}
+		g.ups[name] = cs
+		for tool, err := range cs.Tools(ctx, nil) {
+			if err != nil {
+				g.Close()
+				return nil, fmt.Errorf("upstream %s: list tools: %w", name, err)
+			}
+			if prev, ok := g.routes[tool.Name]; ok {
+				g.Close()
+				return nil, fmt.Errorf("tool %s is offered by upstreams %s and %s: the gateway lists one tool per name", tool.Name, prev.upstream, name)
+			}
+			r := route{upstream: name, tool: u.Tools[tool.Name]}
+			g.routes[tool.Name] = r
+			listed := *tool
+			if r.tool == nil {
+				listed.Description = "(airlock: this tool is not classified in the policy; every call is refused) " + listed.Description
+			}
+			g.server.AddTool(&listed, g.handler(tool.Name, r))
+		}
+		for tn := range u.Tools {
+			if _, ok := g.routes[tn]; !ok {
+				o.Log.Warn("a tool the policy classifies is not offered by its upstream", "upstream", name, "tool", tn)
+			}
+		}
+	}
+	return g, nil
+}
+
+// Server is the MCP server the agent talks to.
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// Close stops renewing leases (they lapse; nothing is released early) and closes the
+// upstream sessions.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	g.stopped = true
+	for _, r := range g.runs {
+		r.mu.Lock()
+		if r.stop != nil {
+			r.stop()
+			r.stop = nil
+		}
+		r.mu.Unlock()
+	}
+	g.mu.Unlock()
+	var errs []error
+	for _, cs := range g.ups {
+		errs = append(errs, cs.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// connect spawns the upstream's command (environment: the gateway's, without AIRLOCK_*
+// variables such as the API key, plus the policy's env) or dials its URL.
+func connect(_ context.Context, u *policy.Upstream) (mcp.Transport, error) {
+	if u.URL != "" {
+		return &mcp.StreamableClientTransport{Endpoint: u.URL}, nil
+	}
+	cmd := exec.Command(u.Command, u.Args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIRLOCK_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range u.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stderr = os.Stderr
+	return &mcp.CommandTransport{Command: cmd}, nil
+}
+
+// refusal is a tool error for the agent: the call did not reach the upstream.
+type refusal struct {
+	code, msg string
+}
+
+func (r *refusal) Error() string { return r.code + ": " + r.msg }
+
+func refuse(code, format string, args ...any) *refusal {
+	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func toolError(r *refusal) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+		Text: "airlock refused this call (" + r.code + "): " + r.msg}}}
+}
+
+func (g *Gateway) handler(name string, r route) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := json.RawMessage(req.Params.Arguments)
+		if len(args) == 0 || string(args) == "null" {
+			args = json.RawMessage("{}")
+		}
+		call := client.ToolCall{Tool: name, Upstream: r.upstream}
+		var res *mcp.CallToolResult
+		var err error
+		switch {
+		case r.tool == nil:
+			call.Class, call.Decision = "unclassified", "refused_unclassified"
+			res = toolError(refuse("unclassified_tool", "the tool %s is not classified in airlock's policy (mcp.upstreams.%s.tools): add it as read or as an effect", name, r.upstream))
+		case r.tool.Read:
+			call.Class = "read"
+			res, err = g.ups[r.upstream].CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+			call.Decision = "passed"
+			if err != nil {
+				call.Decision = "upstream_error"
+			}
+		default:
+			call.Class, call.Action = "effect", r.tool.Effect
+			res, err = g.effect(ctx, name, r, args, &call)
+		}
+		if runID, _ := g.runID(r.tool, args); runID != "" && call.Decision != "" {
+			g.record(ctx, runID, call)
+		}
+		return res, err
+	}
+}
+
+// record writes the call as an event on the run; a run that does not exist yet is
+// claimed first (creating it). A failure is logged, never hidden from the log, and
+// does not change the agent's answer.
+func (g *Gateway) record(ctx context.Context, runID string, call client.ToolCall) {
+	err := g.opts.Client.RecordToolCall(ctx, runID, call)
+	if client.IsCode(err, "run_not_found") {
+		if _, cerr := g.claim(ctx, runID, false); cerr == nil {
+			err = g.opts.Client.RecordToolCall(ctx, runID, call)
+		}
+	}
+	if err != nil {
+		g.opts.Log.Warn("could not record the tool call on the run", "run_id", runID, "tool", call.Tool, "decision", call.Decision, "err", err)
+	}
+}
+
+func (g *Gateway) runID(t *policy.Tool, args json.RawMessage) (string, error) {
+	if t != nil && t.RunIDArgument != "" {
+		v, err := stringArg(args, t.RunIDArgument)
+		if err != nil {
+			return "", err
+		}
+		return v, nil
+	}
+	return g.opts.RunID, nil
+}
+
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@+=~-]{1,200}$`)
+
+func stringArg(args json.RawMessage, name string) (string, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil {
+		return "", refuse("invalid_arguments", "the arguments are not a JSON object")
+	}
+	var s string
+	if raw, ok := m[name]; !ok || json.Unmarshal(raw, &s) != nil || !keyPattern.MatchString(s) {
+		return "", refuse("invalid_arguments", "the argument %s must be a string of 1–200 letters, digits and . _ : @ + = ~ -", name)
+	}
+	return s, nil
+}
+
+// Identity derives an effect call's input hash — SHA-256 of the canonical JSON (RFC 8785)
+// of {"tool", "arguments"} — and its effect id: the policy's effect-id argument, or
+// mcp.<tool>.<first 32 hex digits of the hash>.
+func Identity(tool string, t *policy.Tool, args json.RawMessage) (effectID, inputHash string, err error) {
+	var v any
+	if err := json.Unmarshal(args, &v); err != nil {
+		return "", "", refuse("invalid_arguments", "the arguments are not JSON")
+	}
+	b, err := json.Marshal(map[string]any{"tool": tool, "arguments": v})
+	if err != nil {
+		return "", "", err
+	}
+	inputHash, err = canonicalHash(b)
+	if err != nil {
+		return "", "", err
+	}
+	if t.EffectIDArgument != "" {
+		effectID, err = stringArg(args, t.EffectIDArgument)
+		return effectID, inputHash, err
+	}
+	safe := regexp.MustCompile(`[^A-Za-z0-9._:@+=~-]`).ReplaceAllString(tool, "_")
+	return "mcp." + safe + "." + inputHash[:32], inputHash, nil
+}
+
+func canonicalHash(b []byte) (string, error) {
+	c, err := jcs.Transform(b)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// effect runs one call of an effect tool through the ledger.
+func (g *Gateway) effect(ctx context.Context, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
+	res, err := g.effectSteps(ctx, name, r, args, call)
+	var rf *refusal
+	if errors.As(err, &rf) {
+		if call.Decision == "" {
+			call.Decision = rf.code
+		}
+		return toolError(rf), nil
+	}
+	return res, err
+}
+
+func (g *Gateway) effectSteps(ctx context.Context, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
+	t := r.tool
+	runID, err := g.runID(t, args)
+	if err != nil {
+		return nil, err
+	}
+	if runID == "" {
+		return nil, refuse("no_run", "no run: start airlock mcp with --run-id, or name run_id_argument in the policy")
+	}
+	if a := g.opts.Policy.Action(t.Effect); a != nil && a.Schema != nil && a.Schema.Compiled != nil {
+		v, err := validation.Decode(args)
+		if err != nil {
+			return nil, refuse("invalid_arguments", "the arguments are not JSON")
+		}
+		if errs := a.Schema.Compiled.Validate(v); errs != nil {
+			parts := make([]string, 0, len(errs))
+			for _, e := range errs {
+				parts = append(parts, e.Pointer+": "+e.Message)
+			}
+			return nil, refuse("invalid_arguments", "the arguments fail the schema of %s: %s", t.Effect, strings.Join(parts, "; "))
+		}
+	}
+	effectID, inputHash, err := Identity(name, t, args)
+	if err != nil {
+		return nil, err
+	}
+	call.EffectID, call.InputHash = effectID, inputHash
+	rs := g.run(runID)
+	rs.effectMu.Lock()
+	defer rs.effectMu.Unlock()
+	for attempt := 0; ; attempt++ {
+		owner, err := g.claim(ctx, runID, true)
+		if err != nil {
+			return nil, err
+		}
+		plan, err := g.opts.Client.Plan(ctx, runID, effectID, client.PlanRequest{LeaseOwner: owner, Action: t.Effect,
+			Target: r.upstream, InputHash: inputHash})
+		var ae *client.APIError
+		switch {
+		case client.IsCode(err, "lease_lost") || client.IsCode(err, "version_conflict"):
+			g.drop(runID)
+			if attempt < 2 {
+				continue
+			}
+			return nil, refuse("lease_lost", "another process holds run %s", runID)
+		case client.IsCode(err, "reconcile_first"):
+			settled, res, err := g.reconcile(ctx, runID, owner, effectID, r, args, call)
+			if err != nil || !settled {
+				return res, err
+			}
+			if attempt < 2 {
+				continue // cleared: plan again
+			}
+			return nil, refuse("reconcile_first", "effect %s could not be settled", effectID)
+		case errors.As(err, &ae):
+			if ae.Code == "input_mismatch" || ae.Code == "budget_exhausted" {
+				g.drop(runID) // the run is parked or finished
+			}
+			return nil, refuse(ae.Code, "%s", ae.Message)
+		case err != nil:
+			call.Decision = "airlock_unavailable"
+			return nil, refuse("airlock_unavailable", "airlock could not be asked, so the call was not sent: %v", err)
+		case plan.Approval != nil:
+			g.drop(runID) // the run waits for a person now
+			call.Decision = "approval_pending"
+			return nil, refuse("approval_pending", "%s needs a person's approval before it is performed; nothing was done. Approvers decide at %s (until %s). Call the tool again with the same arguments after the approval.",
+				t.Effect, plan.Approval.ApproveURL, plan.Approval.ExpiresAt.Format(time.RFC3339))
+		case !plan.Execute:
+			call.Decision = "replayed"
+			return replay(plan.Receipt, plan.Result), nil
+		}
+		return g.execute(ctx, runID, owner, effectID, name, r, args, call)
+	}
+}
+
+// execute forwards a planned call and confirms it with its result.
+func (g *Gateway) execute(ctx context.Context, runID, owner, effectID, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
+	if err := g.hook("mcp_after_plan"); err != nil {
+		return nil, err
+	}
+	res, err := g.ups[r.upstream].CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		// It may or may not have happened: the effect stays planned, and the next call of
+		// it is settled before anything is sent again.
+		call.Decision = "upstream_error"
+		return nil, fmt.Errorf("upstream %s: %w (airlock keeps effect %s as planned: it may have happened)", r.upstream, err, effectID)
+	}
+	if err := g.hook("mcp_after_upstream"); err != nil {
+		return nil, err
+	}
+	if res.IsError {
+		// The upstream says the tool failed: nothing was done, and the same call may run again.
+		if _, err := g.opts.Client.Reconcile(ctx, runID, effectID, owner, []string{}, false); err != nil {
+			g.opts.Log.Warn("could not clear the effect the upstream refused", "run_id", runID, "effect_id", effectID, "err", err)
+		}
+		call.Decision = "upstream_refused"
+		return res, nil
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	h, err := canonicalHash(raw)
+	if err != nil {
+		return nil, err
+	}
+	recorded := json.RawMessage(raw)
+	if len(raw) > 256<<10 {
+		recorded = nil // only its hash: a replay answers the receipt
+	}
+	if err := g.opts.Client.ConfirmResult(ctx, runID, effectID, owner, "sha256:"+h, recorded); err != nil {
+		g.opts.Log.Error("the effect happened but its confirmation was not recorded: the next call of it is reconciled first", "run_id", runID, "effect_id", effectID, "err", err)
+		call.Decision = "executed_unconfirmed"
+		return res, nil
+	}
+	call.Decision = "executed"
+	return res, nil
+}
+
+// replay answers a confirmed effect from the ledger.
+func replay(receipt string, result json.RawMessage) *mcp.CallToolResult {
+	if result != nil {
+		var res mcp.CallToolResult
+		if err := json.Unmarshal(result, &res); err == nil {
+			return &res
+		}
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
+		Text: "airlock: this call was performed earlier (receipt " + receipt + "); it was not sent again, and its result is no longer retained."}}}
+}
+
+// reconcile settles an effect whose earlier attempt stopped between plan and confirm:
+// by the lookup tool when the policy gives one, else it becomes unknown for a person.
+// settled means cleared: plan again.
+func (g *Gateway) reconcile(ctx context.Context, runID, owner, effectID string, r route, args json.RawMessage, call *client.ToolCall) (bool, *mcp.CallToolResult, error) {
+	person := fmt.Sprintf("effect %s of run %s was planned but never confirmed (or its outcome is unknown): it may or may not have happened, so it is not sent again. A person checks and resolves it (airlock effects list --state unknown; airlock effects resolve ID --outcome sent|not_sent).", effectID, runID)
+	var found []string
+	undetermined := true
+	if l := r.tool.Lookup; l != nil {
+		var err error
+		found, err = g.lookup(ctx, runID, effectID, r.upstream, l, args)
+		if err != nil {
+			g.opts.Log.Warn("the lookup could not decide", "run_id", runID, "effect_id", effectID, "err", err)
+		} else {
+			undetermined = false
+		}
+	}
+	status, err := g.opts.Client.Reconcile(ctx, runID, effectID, owner, found, undetermined)
+	switch {
+	case client.IsCode(err, "not_planned"):
+		call.Decision = "reconcile_first"
+		return false, nil, refuse("reconcile_first", "%s", person)
+	case err != nil:
+		return false, nil, refuse("airlock_unavailable", "airlock could not be asked, so the call was not sent: %v", err)
+	}
+	switch status {
+	case client.EffectCleared:
+		call.Decision = "" // the executed call decides
+		return true, nil, nil
+	case client.EffectConfirmed:
+		call.Decision = "reconciled_confirmed"
+		return false, replay(found[0], nil), nil
+	}
+	call.Decision = "reconcile_first"
+	if len(found) > 1 {
+		return false, nil, refuse("reconcile_first", "the lookup found %d candidates for effect %s: a person decides. %s", len(found), effectID, person)
+	}
+	return false, nil, refuse("reconcile_first", "%s", person)
+}
+
+// lookup calls the policy's lookup tool and returns a receipt for each record found.
+func (g *Gateway) lookup(ctx context.Context, runID, effectID, upstream string, l *policy.Lookup, args json.RawMessage) ([]string, error) {
+	var callArgs map[string]any
+	_ = json.Unmarshal(args, &callArgs)
+	subst := func(s string) string {
+		s = strings.ReplaceAll(s, "{effect_id}", effectID)
+		s = strings.ReplaceAll(s, "{run_id}", runID)
+		return regexp.MustCompile(`\{arg\.([A-Za-z0-9_\-]+)\}`).ReplaceAllStringFunc(s, func(m string) string {
+			v, _ := callArgs[m[5:len(m)-1]].(string)
+			return v
+		})
+	}
+	var fill func(v any) any
+	fill = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			return subst(x)
+		case map[string]any:
+			out := map[string]any{}
+			for k, e := range x {
+				out[k] = fill(e)
+			}
+			return out
+		case []any:
+			out := make([]any, len(x))
+			for i, e := range x {
+				out[i] = fill(e)
+			}
+			return out
+		}
+		return v
+	}
+	lookupArgs := map[string]any{}
+	for k, v := range l.Arguments {
+		lookupArgs[k] = fill(v)
+	}
+	res, err := g.ups[upstream].CallTool(ctx, &mcp.CallToolParams{Name: l.Tool, Arguments: lookupArgs})
+	if err != nil {
+		return nil, err
+	}
+	if res.IsError {
+		return nil, errors.New("the lookup tool answered an error")
+	}
+	return Found(res, l)
+}
+
+// Found counts the records in a lookup's result (see [policy.Lookup]) and returns a
+// receipt for each.
+func Found(res *mcp.CallToolResult, l *policy.Lookup) ([]string, error) {
+	found := []string{}
+	receipt := func(v any) (string, error) {
+		if m, ok := v.(map[string]any); ok && l.IDField != "" {
+			if id, ok := m[l.IDField]; ok {
+				return fmt.Sprint(id), nil
+			}
+		}
+		if s, ok := v.(string); ok && l.IDField == "" {
+			return s, nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", err
+		}
+		h, err := canonicalHash(b)
+		return "sha256:" + h, err
+	}
+	if res.StructuredContent != nil {
+		b, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return nil, err
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			return nil, err
+		}
+		for _, tok := range strings.Split(strings.TrimPrefix(l.Items, "/"), "/") {
+			if tok == "" {
+				continue
+			}
+			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("lookup: %s does not point into the result", l.Items)
+			}
+			v = m[tok]
+		}
+		items, ok := v.([]any)
+		if !ok {
+			return nil, fmt.Errorf("lookup: the records at %q are not an array", l.Items)
+		}
+		for _, it := range items {
+			r, err := receipt(it)
+			if err != nil {
+				return nil, err
+			}
+			found = append(found, r)
+		}
+		return found, nil
+	}
+	for _, c := range res.Content {
+		tc, ok := c.(*mcp.TextContent)
+		if !ok {
+			continue
+		}
+		if l.None != "" && strings.TrimSpace(tc.Text) == l.None {
+			continue
+		}
+		for line := range strings.SplitSeq(tc.Text, "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				found = append(found, line)
+			}
+		}
+	}
+	return found, nil
+}
+
+func (g *Gateway) hook(point string) error {
+	if g.opts.Hook == nil {
+		return nil
+	}
+	return g.opts.Hook(point)
+}
+
+func (g *Gateway) run(runID string) *runState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rs, ok := g.runs[runID]
+	if !ok {
+		rs = &runState{}
+		g.runs[runID] = rs
+	}
+	return rs
+}
+
+// drop forgets the lease on runID (parked, taken over or lost).
+func (g *Gateway) drop(runID string) {
+	rs := g.run(runID)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.stop != nil {
+		rs.stop()
+		rs.stop = nil
+	}
+	rs.owner = ""
+}
+
+// claim returns the lease owner of runID, claiming the run (creating it) if the gateway
+// holds no lease. With wait, a run held by another process's live lease is claimed again
+// until that lease lapses or Wait runs out; without, a run not claimed gives "".
+func (g *Gateway) claim(ctx context.Context, runID string, wait bool) (string, error) {
+	rs := g.run(runID)
+	rs.claimMu.Lock()
+	defer rs.claimMu.Unlock()
+	rs.mu.Lock()
+	owner := rs.owner
+	rs.mu.Unlock()
+	if owner != "" {
+		return owner, nil
+	}
+	deadline := time.Now().Add(g.opts.Wait)
+	for {
+		c, err := g.opts.Client.Claim(ctx, client.ClaimRequest{Key: runID, Payload: map[string]string{"gateway": "mcp", "run_id": runID},
+			LeaseSeconds: int(g.opts.Lease.Round(time.Second) / time.Second)})
+		if err != nil {
+			var ae *client.APIError
+			if errors.As(err, &ae) {
+				return "", refuse(ae.Code, "claim run %s: %s", runID, ae.Message)
+			}
+			return "", refuse("airlock_unavailable", "airlock could not be asked, so the call was not sent: %v", err)
+		}
+		if c.Claimed {
+			g.hold(rs, runID, c)
+			return c.LeaseOwner, nil
+		}
+		if !wait {
+			return "", nil
+		}
+		switch c.State {
+		case client.StateAwaitingHuman:
+			return "", refuse("approval_pending", "run %s waits for a person (an approval, or a decision on an effect): nothing was done; call again after the decision", runID)
+		case client.StateProcessing:
+		default:
+			return "", refuse("run_finished", "run %s is %s: no more effects are performed in it", runID, c.State)
+		}
+		if time.Now().After(deadline) {
+			return "", refuse("lease_held", "run %s is held by another process's lease (perhaps this agent's before it restarted); it lapses within the lease time: call again", runID)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// hold keeps the claimed lease alive until it is lost or the gateway stops.
+func (g *Gateway) hold(rs *runState, runID string, c client.Claim) {
+	g.mu.Lock()
+	stopped := g.stopped
+	g.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	rs.mu.Lock()
+	rs.owner, rs.version, rs.stop = c.LeaseOwner, c.Version, cancel
+	rs.mu.Unlock()
+	if stopped {
+		cancel()
+		return
+	}
+	go func() {
+		t := time.NewTicker(g.opts.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			_, err := g.opts.Client.Heartbeat(ctx, runID, client.HeartbeatRequest{LeaseOwner: c.LeaseOwner, Version: c.Version,
+				LeaseSeconds: int(g.opts.Lease.Round(time.Second) / time.Second)})
+			var ae *client.APIError
+			if errors.As(err, &ae) && ctx.Err() == nil {
+				g.opts.Log.Info("the run's lease ended", "run_id", runID, "code", ae.Code)
+				rs.mu.Lock()
+				if rs.owner == c.LeaseOwner {
+					rs.owner, rs.stop = "", nil
+				}
+				rs.mu.Unlock()
+				cancel()
+				return
+			}
+		}
+	}()
+}
+
+func sortedUpstreams(m map[string]*policy.Upstream) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
