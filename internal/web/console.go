@@ -132,7 +132,7 @@ var consoleFuncs = template.FuncMap{
 		}
 		return "in " + ago(t.Sub(now))
 	},
-	"cursor": func(at time.Time, id string) string { return strconv.FormatInt(at.UnixMicro(), 10) + "_" + id },
+	"cursor": formatCursor,
 	"pct": func(f *float64) string {
 		if f == nil {
 			return "n/a"
@@ -170,6 +170,11 @@ func ago(d time.Duration) string {
 		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// formatCursor is a keyset cursor: the last row's time (µs) and id; parseCursor reads it.
+func formatCursor(at time.Time, id string) string {
+	return strconv.FormatInt(at.UnixMicro(), 10) + "_" + id
 }
 
 func parseCursor(s string) store.Cursor {
@@ -345,7 +350,7 @@ func (w *Web) consoleWaiting(rw http.ResponseWriter, r *http.Request, v viewer) 
 		}
 	}
 	if !exhausted {
-		p.Next = strconv.FormatInt(after.At.UnixMicro(), 10) + "_" + after.ID
+		p.Next = formatCursor(after.At, after.ID)
 	}
 	w.crender(rw, http.StatusOK, "console_waiting.html", p)
 }
@@ -428,7 +433,7 @@ func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) 
 		}
 		effs = effs[:consolePageSize]
 		last := effs[len(effs)-1]
-		return effs, strconv.FormatInt(last.UpdatedAt.UnixMicro(), 10) + "_" + last.ID, nil
+		return effs, formatCursor(last.UpdatedAt, last.ID), nil
 	}
 	var err error
 	if p.Unknown, p.NextUnknown, err = list(store.EffectUnknown, p.AfterUnknown); err == nil {
@@ -499,7 +504,7 @@ func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) {
 	if len(rs) > consolePageSize {
 		rs = rs[:consolePageSize]
 		last := rs[len(rs)-1]
-		p.Next = strconv.FormatInt(last.UpdatedAt.UnixMicro(), 10) + "_" + last.Key
+		p.Next = formatCursor(last.UpdatedAt, last.Key)
 	}
 	p.Runs = rs
 	w.crender(rw, http.StatusOK, "console_parked.html", p)
