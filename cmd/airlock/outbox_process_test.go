@@ -61,13 +61,15 @@ func startServeBinary(t *testing.T, bin string, env []string) *serveProc {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
+			// Log the line before announcing the address: a test may read Logs() for the
+			// readiness line as soon as startServe returns.
+			s.mu.Lock()
+			s.logs.Write(append(sc.Bytes(), '\n'))
+			s.mu.Unlock()
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "airlock serving" {
 				addr <- line.Addr
 			}
-			s.mu.Lock()
-			s.logs.Write(append(sc.Bytes(), '\n'))
-			s.mu.Unlock()
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		s.err = s.cmd.Wait() // after the last read of the pipe, as Wait requires
