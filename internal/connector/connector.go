@@ -9,8 +9,13 @@ package connector
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Request is one effect to send.
@@ -69,6 +74,68 @@ type Result struct {
 	// "connection_refused", "dns", "tls", "http_503", "smtp_550". It never holds host
 	// names, URLs, credentials or response bodies.
 	Class string
+	// Note, on a Sent result, says that ProviderID is not exactly what the provider gave
+	// (NoteProviderIDEscaped, NoteProviderIDTruncated, NoteProviderIDUnstorable); "" when
+	// it is. The send happened either way: the effect completes, and its event carries
+	// the note.
+	Note string
+}
+
+// MaxProviderIDLen is the longest provider id kept as the provider gave it (bytes).
+const MaxProviderIDLen = 256
+
+// Notes on a provider id that had to be altered to be kept (Result.Note).
+const (
+	// NoteProviderIDEscaped: the id held bytes that are not UTF-8, or control or other
+	// unprintable characters; it is kept Go-quoted (strconv.Quote: "a\x00b"), which
+	// strconv.Unquote reverses.
+	NoteProviderIDEscaped = "provider_id_escaped"
+	// NoteProviderIDTruncated: the id (escaped if need be) was longer than
+	// MaxProviderIDLen; it is kept as its beginning, "…sha256:" and the first 16 hex
+	// digits of the SHA-256 of the id as given.
+	NoteProviderIDTruncated = "provider_id_truncated"
+	// NoteProviderIDUnstorable: the store refused even the safe form; the effect
+	// completed without a provider id.
+	NoteProviderIDUnstorable = "provider_id_unstorable"
+)
+
+// SafeProviderID returns id in a form every store keeps and every log and page shows as
+// it is (valid UTF-8, printable, at most MaxProviderIDLen bytes), and the note saying how
+// it was altered ("" when it is returned unchanged). Connectors apply it where a
+// provider's answer enters airlock, and the outbox again before recording, for any
+// connector that does not.
+func SafeProviderID(id string) (string, string) {
+	if len(id) <= MaxProviderIDLen && printable(id) {
+		return id, ""
+	}
+	safe, note := id, ""
+	if !printable(id) {
+		safe, note = strconv.Quote(id), NoteProviderIDEscaped
+	}
+	if len(safe) > MaxProviderIDLen {
+		sum := sha256.Sum256([]byte(id))
+		suffix := "…sha256:" + hex.EncodeToString(sum[:8])
+		cut := MaxProviderIDLen - len(suffix)
+		for cut > 0 && !utf8.RuneStart(safe[cut]) {
+			cut--
+		}
+		safe, note = safe[:cut]+suffix, NoteProviderIDTruncated
+	}
+	return safe, note
+}
+
+// printable reports valid UTF-8 of printable characters only (unicode.IsPrint: letters,
+// marks, numbers, punctuation, symbols and the ASCII space).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // Connector sends effects of the action types configured to use it.

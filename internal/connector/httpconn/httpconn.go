@@ -45,7 +45,6 @@ const (
 	maxBody        = 64 << 10 // of a send response: only the provider id is wanted
 	maxLookupBody  = 1 << 20  // a lookup may list several records
 	maxRetryAfter  = time.Hour
-	maxIDLen       = 256 // a longer "id" is not an id; it would bloat events
 )
 
 // Config configures a Connector. It comes from the policy file: clients pick a target
@@ -238,7 +237,8 @@ func (c *Connector) classify(resp *http.Response) connector.Result {
 	class := "http_" + strconv.Itoa(code)
 	switch {
 	case code >= 200 && code < 300:
-		return connector.Result{Outcome: connector.Sent, ProviderID: c.providerID(resp)}
+		id, note := c.providerID(resp)
+		return connector.Result{Outcome: connector.Sent, ProviderID: id, Note: note}
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		return connector.Result{
 			Outcome:    connector.Retryable,
@@ -255,19 +255,31 @@ func (c *Connector) classify(resp *http.Response) connector.Result {
 }
 
 // providerID reads the id from the JSON body's IDField, else from X-Provider-Id. The
-// status already proves the send, so a body that fails to read or parse is no error.
-func (c *Connector) providerID(resp *http.Response) string {
+// status already proves the send, so a body that fails to read or parse is no error, and
+// an id no store could keep as it is (bytes that are not UTF-8, a NUL or another control
+// character, too long) is not dropped but kept in connector.SafeProviderID's form, with
+// its note: an id as given is preferred, the body's over the header's.
+func (c *Connector) providerID(resp *http.Response) (string, string) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	var candidates []string
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) == nil {
-		if id, ok := idValue(obj[c.idField]); ok {
-			return id
+		if id, ok := idText(obj[c.idField]); ok {
+			candidates = append(candidates, id)
 		}
 	}
-	if id := resp.Header.Get("X-Provider-Id"); validID(id) {
-		return id
+	if id := resp.Header.Get("X-Provider-Id"); id != "" {
+		candidates = append(candidates, id)
 	}
-	return ""
+	for _, id := range candidates {
+		if validID(id) {
+			return id, ""
+		}
+	}
+	if len(candidates) > 0 {
+		return connector.SafeProviderID(candidates[0])
+	}
+	return "", ""
 }
 
 // LookupError is the error returned by Lookup. It holds only a fixed class such as
@@ -371,8 +383,15 @@ func jsonArray(raw []byte) ([]json.RawMessage, bool) {
 	return items, json.Unmarshal(raw, &items) == nil
 }
 
-// idValue returns a JSON string or number as text, keeping numbers exact.
+// idValue returns a JSON string or number as text, keeping numbers exact, if it is a
+// valid id.
 func idValue(raw json.RawMessage) (string, bool) {
+	id, ok := idText(raw)
+	return id, ok && validID(id)
+}
+
+// idText returns a non-empty JSON string or number as text, keeping numbers exact.
+func idText(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 {
 		return "", false
 	}
@@ -391,12 +410,13 @@ func idValue(raw json.RawMessage) (string, bool) {
 	default:
 		return "", false
 	}
-	return id, validID(id)
+	return id, id != ""
 }
 
-// validID keeps ids that can safely go into events: short and free of control bytes.
+// validID keeps ids that can safely go into events and every store as they are.
 func validID(id string) bool {
-	return id != "" && len(id) <= maxIDLen && !hasCTL(id)
+	safe, _ := connector.SafeProviderID(id)
+	return id != "" && safe == id
 }
 
 func (c *Connector) authorize(h http.Header) {

@@ -2,6 +2,8 @@ package httpconn
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,6 +95,12 @@ func blockingDial(t *testing.T, dialing chan<- struct{}) *http.Client {
 	}}
 }
 
+// sha16 is the first 16 hex digits of s's SHA-256 (a truncated provider id's suffix).
+func sha16(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}
+
 func TestSendClassifiesResponses(t *testing.T) {
 	pad := strings.Repeat("x", maxBody)
 	tests := []struct {
@@ -120,9 +128,25 @@ func TestSendClassifiesResponses(t *testing.T) {
 			w.Header().Set("X-Provider-Id", "h-2")
 			fmt.Fprint(w, `{"id":{"nested":"x"}}`)
 		}, connector.Result{Outcome: connector.Sent, ProviderID: "h-2"}},
+		// An id no store keeps as it is: the send happened, so it is kept escaped (issue 20, 3).
 		{"200 id with control bytes", "", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, `{"id":"a\nb"}`)
-		}, connector.Result{Outcome: connector.Sent}},
+		}, connector.Result{Outcome: connector.Sent, ProviderID: `"a\nb"`, Note: connector.NoteProviderIDEscaped}},
+		{"200 id with a NUL", "", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `{"id":"a\u0000b"}`)
+		}, connector.Result{Outcome: connector.Sent, ProviderID: `"a\x00b"`, Note: connector.NoteProviderIDEscaped}},
+		{"200 header id not UTF-8", "", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Provider-Id", "h-\xff\xfe")
+			fmt.Fprint(w, `{"ok":true}`)
+		}, connector.Result{Outcome: connector.Sent, ProviderID: `"h-\xff\xfe"`, Note: connector.NoteProviderIDEscaped}},
+		{"200 a valid header id before an escaped body id", "", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Provider-Id", "h-4")
+			fmt.Fprint(w, `{"id":"a\u0000b"}`)
+		}, connector.Result{Outcome: connector.Sent, ProviderID: "h-4"}},
+		{"200 id too long", "", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `{"id":"`+strings.Repeat("i", 300)+`"}`)
+		}, connector.Result{Outcome: connector.Sent, ProviderID: strings.Repeat("i", 256-len("…sha256:")-16) + "…sha256:" + sha16(strings.Repeat("i", 300)),
+			Note: connector.NoteProviderIDTruncated}},
 		{"200 non-JSON body", "", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, secretBody)
 		}, connector.Result{Outcome: connector.Sent}},

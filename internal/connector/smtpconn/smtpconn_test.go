@@ -579,6 +579,11 @@ func TestMessageID(t *testing.T) {
 	if c.MessageID("r1/e1") == c.MessageID("r2/e1") {
 		t.Error("distinct effects share a Message-ID")
 	}
+	// The provider id of an SMTP send is this derived id, never the server's reply text:
+	// it is always one every store keeps as it is (issue 20, 3).
+	if id := c.MessageID("r1/\x00\xff"); func() bool { s, note := connector.SafeProviderID(id); return s != id || note != "" }() {
+		t.Errorf("MessageID %q is not a safe provider id", id)
+	}
 	custom := newConnector(t, Config{Host: "mx.example", Port: 587, From: "a@example.org", MessageIDDomain: "airlock.example"})
 	if got := custom.MessageID("e"); !strings.HasSuffix(got, "@airlock.example") {
 		t.Errorf("MessageIDDomain ignored: %q", got)
