@@ -25,7 +25,8 @@ import (
 // others' in one transaction that also reads the kill switch and requires a live lease;
 // the connector is called with a deadline inside the lease; the outcome is recorded by
 // compare-and-set on the lease, grouped with the outcomes that finish at the same time
-// into one transaction, and retried if recording fails until the lease ends.
+// into one transaction (record.go: an outcome the store refuses is isolated and kept in a
+// safe form, a transient failure is retried until the lease ends).
 type Dispatcher struct {
 	*Service
 	BatchSize   int           // most effects leased in one statement
@@ -333,106 +334,5 @@ func (d *Dispatcher) send(sendCtx context.Context, e store.Effect, owner string,
 	}
 	d.crash("after_send")
 	d.hook("sent")
-	d.rec.record(context.WithoutCancel(sendCtx), e, owner, res, deadline.Add(leaseMargin(d.Lease)))
-}
-
-// recorder groups outcomes that finish together into one transaction: the first caller
-// records everything queued meanwhile, the others wait for it (group commit).
-type recorder struct {
-	d       *Dispatcher
-	mu      sync.Mutex
-	pending []*record
-	leading bool
-}
-
-type record struct {
-	e     store.Effect
-	owner string
-	res   connector.Result
-	until time.Time // the lease's end: recording is retried until then
-	out   outcome
-	err   error
-	done  chan struct{}
-}
-
-func (r *recorder) record(ctx context.Context, e store.Effect, owner string, res connector.Result, until time.Time) {
-	it := &record{e: e, owner: owner, res: res, until: until, done: make(chan struct{})}
-	r.mu.Lock()
-	r.pending = append(r.pending, it)
-	if r.leading {
-		r.mu.Unlock()
-		<-it.done
-		return
-	}
-	r.leading = true
-	for len(r.pending) > 0 {
-		group := r.pending
-		r.pending = nil
-		r.mu.Unlock()
-		r.flush(ctx, group)
-		r.mu.Lock()
-	}
-	r.leading = false
-	r.mu.Unlock()
-	<-it.done
-}
-
-// flush records a group in one transaction, runs locked in key order (so two groups never
-// deadlock). If that fails, each outcome is recorded on its own, with retries.
-func (r *recorder) flush(ctx context.Context, group []*record) {
-	d := r.d
-	keys := make([]string, 0, len(group))
-	for _, it := range group {
-		keys = append(keys, it.e.RunKey)
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	err := d.store.Transact(ctx, func(q store.Queries) error {
-		if _, err := q.RunLockKeys(ctx, keys); err != nil {
-			return err
-		}
-		for _, it := range group {
-			it.out, it.err = d.finishIn(ctx, q, it.e, it.owner, it.res, "airlock", false)
-			if it.err != nil && !errors.Is(it.err, ErrEffectLeaseLost) {
-				return it.err
-			}
-		}
-		return nil
-	})
-	for _, it := range group {
-		if err != nil {
-			it.out, it.err = d.recordOne(ctx, it)
-		}
-		if it.err != nil {
-			d.log.WarnContext(ctx, "dispatch outcome not recorded", "key", it.e.RunKey, "effect_id", it.e.EffectID,
-				"outcome", it.res.Outcome.String(), "err", it.err)
-		} else {
-			d.raise(ctx, it.e, it.res, it.out.alert)
-		}
-		close(it.done)
-	}
-}
-
-// recordOne records one outcome in its own transaction, retrying with backoff while the
-// lease lasts: an outcome the provider gave is not dropped because one commit failed.
-func (d *Dispatcher) recordOne(ctx context.Context, it *record) (outcome, error) {
-	wait := 50 * time.Millisecond
-	for {
-		var out outcome
-		err := d.store.Transact(ctx, func(q store.Queries) error {
-			if _, err := q.RunLockKeys(ctx, []string{it.e.RunKey}); err != nil {
-				return err
-			}
-			var err error
-			out, err = d.finishIn(ctx, q, it.e, it.owner, it.res, "airlock", false)
-			return err
-		})
-		if err == nil || errors.Is(err, ErrEffectLeaseLost) || time.Now().Add(wait).After(it.until) {
-			return out, err
-		}
-		d.log.WarnContext(ctx, "recording a dispatch outcome failed: retrying", "key", it.e.RunKey,
-			"effect_id", it.e.EffectID, "retry_in", wait, "err", err)
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
-	}
+	d.deliver(sendCtx, e, owner, res, deadline.Add(leaseMargin(d.Lease)))
 }

@@ -524,6 +524,12 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 	if err != nil {
 		return out, err
 	}
+	if res.Outcome == connector.Sent {
+		// Whatever the connector: an id that some store cannot keep is kept in a safe form.
+		if id, note := connector.SafeProviderID(res.ProviderID); note != "" {
+			res.ProviderID, res.Note = id, note
+		}
+	}
 	class := res.Class
 	p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class,
 		LeaseExpired: expired, Now: s.At()}
@@ -536,6 +542,9 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 	case res.Outcome == connector.Sent:
 		p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, "effect_completed"
 		detail["provider_id"] = res.ProviderID
+		if res.Note != "" {
+			detail["provider_id_note"] = res.Note
+		}
 	case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
 		wait := policy.Backoff(retry.Backoff, retry.MaxBackoff, e.Attempts, res.RetryAfter)
 		nb := now.Add(wait)

@@ -24,6 +24,13 @@ var (
 	ErrSchemaOutdated = errors.New("database schema is not up to date")
 	// ErrRollback makes a backend's WriteCheck roll its transaction back.
 	ErrRollback = errors.New("rolled back on purpose")
+	// ErrInvalidValue: the database refused a value of the statement itself — bytes it
+	// cannot store (PostgreSQL's data exceptions, SQLSTATE class 22: NUL or invalid UTF-8
+	// in text, \u0000 in jsonb) or a broken constraint (class 23; SQLite's
+	// SQLITE_CONSTRAINT). The same statement with the same values fails the same way, so
+	// it is not retried; a transient failure (a lost connection) never carries this.
+	// Transact and Within return it alongside the driver's error (errors.Is finds both).
+	ErrInvalidValue = errors.New("the database refused a value")
 )
 
 // WriteCheckSQL is the write WriteCheck makes and rolls back: the newest migration's row

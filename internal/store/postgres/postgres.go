@@ -150,8 +150,28 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
+// invalidValue is a driver error that is also store.ErrInvalidValue.
+type invalidValue struct{ error }
+
+func (e invalidValue) Unwrap() []error { return []error{e.error, store.ErrInvalidValue} }
+
+// valueError marks a data exception (class 22: bytes the encoding cannot hold, a NUL in
+// text or jsonb) or an integrity constraint violation (class 23) as store.ErrInvalidValue:
+// the values, not the database, are at fault, and running the statement again cannot help.
+func valueError(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.Is(err, store.ErrInvalidValue) || !errors.As(err, &pgErr) {
+		return err
+	}
+	if strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23") {
+		return invalidValue{err}
+	}
+	return err
+}
+
 // transact runs fn in a READ COMMITTED transaction, or in a savepoint of the one ctx joins.
 func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err error) {
+	defer func() { err = valueError(err) }()
 	var tx pgx.Tx
 	if outer := s.bound(ctx); outer != nil {
 		tx, err = outer.Begin(ctx) // a savepoint

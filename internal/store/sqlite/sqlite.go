@@ -18,7 +18,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	msqlite "modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -173,8 +174,28 @@ func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) er
 	return s.transact(ctx, func(b *bound) error { return fn(queries{db: b.tx, now: s.now}) })
 }
 
+// invalidValue is a driver error that is also store.ErrInvalidValue.
+type invalidValue struct{ error }
+
+func (e invalidValue) Unwrap() []error { return []error{e.error, store.ErrInvalidValue} }
+
+// valueError marks SQLite's refusals of a statement's values (a constraint, a value too
+// big, a datatype mismatch) as store.ErrInvalidValue: running it again cannot help.
+func valueError(err error) error {
+	var se *msqlite.Error
+	if err == nil || errors.Is(err, store.ErrInvalidValue) || !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
+		return invalidValue{err}
+	}
+	return err
+}
+
 // transact runs fn in a transaction, or in a savepoint of the one ctx joins.
 func (s *Store) transact(ctx context.Context, fn func(b *bound) error) (err error) {
+	defer func() { err = valueError(err) }()
 	if b := s.bound(ctx); b != nil {
 		return s.savepoint(ctx, b, fn)
 	}

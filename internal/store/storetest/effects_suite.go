@@ -235,7 +235,7 @@ func RunEffects(t *testing.T, b Backend) {
 		{"ConcurrentDispatchersSendOnce", testConcurrentDispatchers},
 		{"SMTPDispatch", testSMTPDispatch},
 	}
-	for _, tt := range append(tests, outboxTests...) {
+	for _, tt := range append(append(tests, outboxTests...), poisonTests...) {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
 	}
 	t.Run("EnvOverrideStopsSends", func(t *testing.T) {

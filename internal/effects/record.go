@@ -1,0 +1,219 @@
+package effects
+
+// How a send's outcome reaches the store. One answer never blocks another (issue 20):
+//
+//   - Outcomes that finish together are recorded in one transaction (group commit).
+//   - When that transaction fails, each outcome of the group is recorded again in its own
+//     savepoint of one transaction. An outcome whose values the store refuses
+//     (store.ErrInvalidValue: bytes it cannot keep, a constraint) is recorded at once in
+//     a safe form instead — sanitised, then without its provider id — and the others
+//     commit beside it. Such a refusal is never retried as it was.
+//   - A transient failure (the store unreachable) is retried with backoff by the
+//     outcome's own send goroutine, never by the group's leader, until the lease ends.
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// recorder groups outcomes that finish together into one transaction: the first caller
+// records everything queued meanwhile, the others wait for it (group commit).
+type recorder struct {
+	d       *Dispatcher
+	mu      sync.Mutex
+	pending []*record
+	leading bool
+}
+
+type record struct {
+	e     store.Effect
+	owner string
+	res   connector.Result
+	out   outcome
+	err   error
+	done  chan struct{}
+}
+
+// record records one outcome, in a group with those queued meanwhile, once: it returns
+// the store's answer for this outcome alone.
+func (r *recorder) record(ctx context.Context, e store.Effect, owner string, res connector.Result) (outcome, error) {
+	it := &record{e: e, owner: owner, res: res, done: make(chan struct{})}
+	r.mu.Lock()
+	r.pending = append(r.pending, it)
+	if r.leading {
+		r.mu.Unlock()
+		<-it.done
+		return it.out, it.err
+	}
+	r.leading = true
+	for len(r.pending) > 0 {
+		group := r.pending
+		r.pending = nil
+		r.mu.Unlock()
+		r.flush(ctx, group)
+		r.mu.Lock()
+	}
+	r.leading = false
+	r.mu.Unlock()
+	<-it.done
+	return it.out, it.err
+}
+
+// flush records a group in one transaction, runs locked in key order (so two groups never
+// deadlock). If that fails, the outcomes are isolated from each other (isolate); a lone
+// outcome that failed for a reason other than its values just reports the failure.
+func (r *recorder) flush(ctx context.Context, group []*record) {
+	defer func() {
+		for _, it := range group {
+			close(it.done)
+		}
+	}()
+	d := r.d
+	keys := make([]string, 0, len(group))
+	for _, it := range group {
+		keys = append(keys, it.e.RunKey)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	err := d.store.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.RunLockKeys(ctx, keys); err != nil {
+			return err
+		}
+		for _, it := range group {
+			it.out, it.err = d.finishIn(ctx, q, it.e, it.owner, it.res, "airlock", false)
+			if it.err != nil && !errors.Is(it.err, ErrEffectLeaseLost) {
+				return it.err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		return
+	}
+	if len(group) == 1 && !errors.Is(err, store.ErrInvalidValue) {
+		group[0].out, group[0].err = outcome{}, err
+		return
+	}
+	r.isolate(ctx, keys, group)
+}
+
+// isolate records each outcome of a group that failed together in its own savepoint of
+// one transaction: the store's refusal of one outcome's values costs that outcome alone
+// (it is recorded in a safe form), and the rest commit. If the transaction itself fails,
+// the store is what failed: every outcome reports that, to be retried.
+func (r *recorder) isolate(ctx context.Context, keys []string, group []*record) {
+	d := r.d
+	err := d.store.Within(ctx, func(ctx context.Context) error {
+		for _, it := range group {
+			it.out, it.err = outcome{}, nil // Within may not run this again, but be plain
+		}
+		if _, err := d.store.RunLockKeys(ctx, keys); err != nil {
+			return err
+		}
+		for _, it := range group {
+			it.out, it.err = d.recordSafely(ctx, it)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, it := range group {
+			it.out, it.err = outcome{}, err
+		}
+	}
+}
+
+// recordSafely records one outcome in a savepoint of ctx's transaction, and if the store
+// refuses its values, in the next safe form (storable), each in a savepoint of its own.
+func (d *Dispatcher) recordSafely(ctx context.Context, it *record) (outcome, error) {
+	var out outcome
+	var err error
+	for _, res := range storable(it.res) {
+		err = d.store.Transact(ctx, func(q store.Queries) error {
+			var err error
+			out, err = d.finishIn(ctx, q, it.e, it.owner, res, "airlock", false)
+			return err
+		})
+		if !errors.Is(err, store.ErrInvalidValue) {
+			return out, err
+		}
+		d.log.WarnContext(ctx, "the store refused a dispatch outcome's values: recording it in a safe form",
+			"key", it.e.RunKey, "effect_id", it.e.EffectID, "outcome", res.Outcome.String(),
+			"provider_id", safeID(res.ProviderID), "err", err)
+	}
+	return out, err
+}
+
+// storable is a Sent or other outcome as it should be recorded, then the safer forms to
+// fall back on when the store refuses one: every text sanitised, then nothing but the
+// outcome itself (a Sent one without its provider id, with a note saying so).
+func storable(res connector.Result) []connector.Result {
+	forms := []connector.Result{res}
+	safe := res
+	safe.ProviderID, safe.Note = connector.SafeProviderID(res.ProviderID)
+	if safe.Note == "" {
+		safe.Note = res.Note
+	}
+	safe.Class, _ = connector.SafeProviderID(res.Class)
+	if safe != res {
+		forms = append(forms, safe)
+	}
+	bare := connector.Result{Outcome: res.Outcome, RetryAfter: res.RetryAfter}
+	if res.ProviderID != "" {
+		bare.Note = connector.NoteProviderIDUnstorable
+	}
+	if res.Class != "" {
+		bare.Class = "unstorable_class"
+	}
+	if bare != safe {
+		forms = append(forms, bare)
+	}
+	return forms
+}
+
+// safeID is a provider id as logs show it: the safe form.
+func safeID(id string) string {
+	s, _ := connector.SafeProviderID(id)
+	return s
+}
+
+// deliver records a send's outcome. A transient failure is retried here, on the send's
+// own goroutine, with backoff while the lease lasts and the drain allows. Store calls use
+// a context no one cancels: sendCtx only says when to stop retrying.
+func (d *Dispatcher) deliver(sendCtx context.Context, e store.Effect, owner string, res connector.Result, until time.Time) {
+	ctx := context.WithoutCancel(sendCtx)
+	wait := 50 * time.Millisecond
+	for {
+		out, err := d.rec.record(ctx, e, owner, res)
+		if err == nil {
+			d.raise(ctx, e, res, out.alert)
+			return
+		}
+		if errors.Is(err, ErrEffectLeaseLost) || errors.Is(err, store.ErrInvalidValue) {
+			// Someone else decided (or even the bare outcome was refused: the sweeper makes
+			// the effect unknown, for a person).
+			d.log.WarnContext(ctx, "dispatch outcome not recorded", "key", e.RunKey, "effect_id", e.EffectID,
+				"outcome", res.Outcome.String(), "provider_id", safeID(res.ProviderID), "err", err)
+			return
+		}
+		if sendCtx.Err() != nil || time.Now().Add(wait).After(until) {
+			d.log.WarnContext(ctx, "dispatch outcome not recorded before the lease ended: the effect becomes unknown",
+				"key", e.RunKey, "effect_id", e.EffectID, "outcome", res.Outcome.String(),
+				"provider_id", safeID(res.ProviderID), "err", err)
+			return
+		}
+		d.log.WarnContext(ctx, "recording a dispatch outcome failed: retrying", "key", e.RunKey,
+			"effect_id", e.EffectID, "outcome", res.Outcome.String(), "provider_id", safeID(res.ProviderID),
+			"retry_in", wait, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-sendCtx.Done():
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
