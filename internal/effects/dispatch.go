@@ -122,6 +122,14 @@ func (s *Service) KillSwitch(ctx context.Context) ([]store.KillSwitch, bool, err
 // recorded as blocked) again.
 const blockedRetry = 5 * time.Second
 
+// LeaseExpiredClass is the error class of an effect the sweeper marked unknown because
+// its sender's lease lapsed.
+const LeaseExpiredClass = "lease_expired"
+
+// LateOutcomeSource is the source, on its effect_reconciled event, of a dispatcher's
+// outcome applied after its lease had lapsed.
+const LateOutcomeSource = "dispatcher's late outcome"
+
 // SweepExpired handles effects whose sender's lease expired. A dispatcher that died before
 // it began the send provably sent nothing: the effect is queued again. One that died after
 // may have sent it: unknown (an idempotent connector's effect is queued again instead, to
@@ -143,7 +151,7 @@ func (s *Service) SweepExpired(ctx context.Context) error {
 				}
 				continue
 			}
-			res := connector.Result{Outcome: connector.Ambiguous, Class: "lease_expired"}
+			res := connector.Result{Outcome: connector.Ambiguous, Class: LeaseExpiredClass}
 			var out outcome
 			err := s.store.Transact(ctx, func(q store.Queries) error {
 				if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {

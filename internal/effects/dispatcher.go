@@ -26,7 +26,8 @@ import (
 // the connector is called with a deadline inside the lease; the outcome is recorded by
 // compare-and-set on the lease, grouped with the outcomes that finish at the same time
 // into one transaction (record.go: an outcome the store refuses is isolated and kept in a
-// safe form, a transient failure is retried until the lease ends).
+// safe form, a transient failure is retried until the lease ends, and a Sent outcome
+// still unrecorded then is applied late).
 type Dispatcher struct {
 	*Service
 	BatchSize   int           // most effects leased in one statement
@@ -45,6 +46,7 @@ type Dispatcher struct {
 	limiters map[string]*rate.Limiter
 	wakeC    chan struct{}
 	rec      recorder
+	late     lateOutcomes
 }
 
 func (d *Dispatcher) init() {
@@ -75,7 +77,8 @@ func (d *Dispatcher) wakeUp() {
 
 // Run dispatches until ctx ends, then stops leasing and lets in-flight sends finish (up to
 // Drain) and record their outcomes: a stopping instance does not turn sent effects into
-// unknown ones.
+// unknown ones. Meanwhile it applies the Sent outcomes kept past their lease as the store
+// accepts them, and at the end logs each one it could not apply, with its provider id.
 func (d *Dispatcher) Run(ctx context.Context) {
 	d.init()
 	wake := d.wakeUp
@@ -86,6 +89,8 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
+	lateDone := make(chan struct{})
+	go func() { defer close(lateDone); d.lateLoop(ctx) }()
 	var sends sync.WaitGroup
 	t := time.NewTicker(d.Interval)
 	defer t.Stop()
@@ -112,15 +117,19 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		cancelSends()
 		<-done
 	}
+	<-lateDone
+	d.flushLate(ctx)
 }
 
-// Tick runs one round and waits for it: expired leases are swept, then one batch of due
-// effects is leased, sent and recorded. It returns how many effects it leased.
+// Tick runs one round and waits for it: expired leases are swept, late outcomes that are
+// due applied, then one batch of due effects is leased, sent and recorded. It returns how
+// many effects it leased.
 func (d *Dispatcher) Tick(ctx context.Context) (int, error) {
 	d.init()
 	if err := d.SweepExpired(ctx); err != nil {
 		return 0, err
 	}
+	d.applyLate(ctx, false)
 	var sends sync.WaitGroup
 	n, _, err := d.fill(ctx, ctx, &sends)
 	sends.Wait()

@@ -562,10 +562,16 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 		}
 	}
 	out.effect, err = q.EffectUpdate(ctx, p)
-	if errors.Is(err, store.ErrNoMatch) && res.Outcome == connector.Sent {
-		// Our lease lapsed mid-send and the sweeper marked it unknown: we now know better.
+	if errors.Is(err, store.ErrNoMatch) && res.Outcome == connector.Sent && !expired {
+		// Our lease lapsed before the outcome was recorded (mid-send, or while the store
+		// refused writes) and the sweeper marked it unknown: a 2xx with its receipt is
+		// proof, so we reconcile it — but only the effect exactly as our lease left it
+		// (unknown for lease_expired, no lease since: the same attempt count), never one a
+		// person or a later send has moved on.
 		p.From, p.Owner, p.LeaseExpired = []store.EffectState{store.EffectUnknown}, "", false
+		p.Attempts, p.FromErrorClass = e.Attempts, LeaseExpiredClass
 		out.effect, err = q.EffectUpdate(ctx, p)
+		kind, detail["from"], detail["source"] = "effect_reconciled", store.EffectUnknown, LateOutcomeSource
 	}
 	if errors.Is(err, store.ErrNoMatch) {
 		return outcome{}, ErrEffectLeaseLost

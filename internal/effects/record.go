@@ -10,6 +10,11 @@ package effects
 //     commit beside it. Such a refusal is never retried as it was.
 //   - A transient failure (the store unreachable) is retried with backoff by the
 //     outcome's own send goroutine, never by the group's leader, until the lease ends.
+//   - A Sent outcome still unrecorded when the lease ends is kept in memory (bounded) and
+//     applied when the store accepts writes again: by compare-and-set on the effect as
+//     the lease left it, a reconciliation of the unknown effect the sweeper made of it
+//     (effect_reconciled, source "dispatcher's late outcome"). Other outcomes are only
+//     logged: the effect stays unknown for reconciliation or a person.
 
 import (
 	"context"
@@ -183,8 +188,9 @@ func safeID(id string) string {
 }
 
 // deliver records a send's outcome. A transient failure is retried here, on the send's
-// own goroutine, with backoff while the lease lasts and the drain allows. Store calls use
-// a context no one cancels: sendCtx only says when to stop retrying.
+// own goroutine, with backoff while the lease lasts and the drain allows; a Sent outcome
+// still unrecorded then is kept for a late apply. Store calls use a context no one
+// cancels: sendCtx only says when to stop retrying.
 func (d *Dispatcher) deliver(sendCtx context.Context, e store.Effect, owner string, res connector.Result, until time.Time) {
 	ctx := context.WithoutCancel(sendCtx)
 	wait := 50 * time.Millisecond
@@ -202,9 +208,7 @@ func (d *Dispatcher) deliver(sendCtx context.Context, e store.Effect, owner stri
 			return
 		}
 		if sendCtx.Err() != nil || time.Now().Add(wait).After(until) {
-			d.log.WarnContext(ctx, "dispatch outcome not recorded before the lease ended: the effect becomes unknown",
-				"key", e.RunKey, "effect_id", e.EffectID, "outcome", res.Outcome.String(),
-				"provider_id", safeID(res.ProviderID), "err", err)
+			d.keepLate(ctx, e, owner, res, err)
 			return
 		}
 		d.log.WarnContext(ctx, "recording a dispatch outcome failed: retrying", "key", e.RunKey,
@@ -215,5 +219,148 @@ func (d *Dispatcher) deliver(sendCtx context.Context, e store.Effect, owner stri
 		case <-sendCtx.Done():
 		}
 		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// maxLate bounds the outcomes kept past their lease in one instance; past it the oldest is
+// given up (logged with its provider id: a person can still resolve the effect).
+const maxLate = 10_000
+
+// lateRetryMax is the longest wait between two tries of one late outcome.
+const lateRetryMax = 30 * time.Second
+
+// lateOutcomes are Sent outcomes whose lease ended before the store accepted them.
+type lateOutcomes struct {
+	mu    sync.Mutex
+	items []*lateOutcome // oldest first
+}
+
+type lateOutcome struct {
+	e     store.Effect
+	owner string
+	res   connector.Result
+	next  time.Time     // the next try
+	wait  time.Duration // the last backoff
+}
+
+// keepLate keeps a Sent outcome the store did not accept within the lease; any other is
+// only logged (the effect becomes unknown: reconciliation or a person settles it).
+func (d *Dispatcher) keepLate(ctx context.Context, e store.Effect, owner string, res connector.Result, err error) {
+	if res.Outcome != connector.Sent {
+		d.log.WarnContext(ctx, "dispatch outcome not recorded before the lease ended: the effect becomes unknown",
+			"key", e.RunKey, "effect_id", e.EffectID, "outcome", res.Outcome.String(), "class", res.Class, "err", err)
+		return
+	}
+	d.log.WarnContext(ctx, "dispatch outcome kept past its lease: it is applied once the store accepts writes",
+		"key", e.RunKey, "effect_id", e.EffectID, "outcome", res.Outcome.String(), "provider_id", safeID(res.ProviderID), "err", err)
+	d.late.mu.Lock()
+	d.late.items = append(d.late.items, &lateOutcome{e: e, owner: owner, res: res, next: time.Now()})
+	var dropped *lateOutcome
+	if len(d.late.items) > maxLate {
+		dropped = d.late.items[0]
+		d.late.items = slices.Delete(d.late.items, 0, 1)
+	}
+	d.late.mu.Unlock()
+	if dropped != nil {
+		d.log.ErrorContext(ctx, "dispatch outcome given up: too many wait for the store; resolve the effect as sent",
+			"key", dropped.e.RunKey, "effect_id", dropped.e.EffectID, "provider_id", safeID(dropped.res.ProviderID), "kept", maxLate)
+	}
+}
+
+// takeLate removes and returns the late outcomes due at now (all of them with all).
+func (d *Dispatcher) takeLate(now time.Time, all bool) []*lateOutcome {
+	d.late.mu.Lock()
+	defer d.late.mu.Unlock()
+	var due []*lateOutcome
+	d.late.items = slices.DeleteFunc(d.late.items, func(l *lateOutcome) bool {
+		if all || !l.next.After(now) {
+			due = append(due, l)
+			return true
+		}
+		return false
+	})
+	return due
+}
+
+// LateOutcomes is how many Sent outcomes wait, past their lease, for the store.
+func (d *Dispatcher) LateOutcomes() int {
+	d.late.mu.Lock()
+	defer d.late.mu.Unlock()
+	return len(d.late.items)
+}
+
+// applyLate tries the late outcomes that are due (all with all), together so that they
+// group-commit. One the store still refuses waits twice as long as last time (1 s to
+// lateRetryMax); one the effect has moved past (resolved, reconciled, leased again) is
+// dropped with a log line.
+func (d *Dispatcher) applyLate(ctx context.Context, all bool) {
+	due := d.takeLate(time.Now(), all)
+	if len(due) == 0 {
+		return
+	}
+	sem := make(chan struct{}, max(d.Concurrency, 1))
+	var wg sync.WaitGroup
+	for _, l := range due {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			d.applyOneLate(ctx, l)
+		}()
+	}
+	wg.Wait()
+}
+
+func (d *Dispatcher) applyOneLate(ctx context.Context, l *lateOutcome) {
+	e, id := l.e, safeID(l.res.ProviderID)
+	out, err := d.rec.record(ctx, e, l.owner, l.res)
+	switch {
+	case err == nil:
+		d.log.InfoContext(ctx, "late dispatch outcome applied", "key", e.RunKey, "effect_id", e.EffectID,
+			"provider_id", id, "state", out.effect.State)
+		d.raise(ctx, e, l.res, out.alert)
+	case errors.Is(err, ErrEffectLeaseLost):
+		d.log.WarnContext(ctx, "late dispatch outcome not applied: the effect moved on (resolved, reconciled or leased again)",
+			"key", e.RunKey, "effect_id", e.EffectID, "provider_id", id)
+	case errors.Is(err, store.ErrInvalidValue):
+		d.log.ErrorContext(ctx, "late dispatch outcome refused by the store: resolve the effect as sent",
+			"key", e.RunKey, "effect_id", e.EffectID, "provider_id", id, "err", err)
+	default:
+		l.wait = min(max(2*l.wait, time.Second), lateRetryMax)
+		l.next = time.Now().Add(l.wait)
+		d.late.mu.Lock()
+		d.late.items = append(d.late.items, l)
+		d.late.mu.Unlock()
+	}
+}
+
+// lateLoop applies late outcomes as they fall due until ctx ends. The applies themselves
+// are not cancelled by ctx: they may share a group commit with sends still draining.
+func (d *Dispatcher) lateLoop(ctx context.Context) {
+	t := time.NewTicker(min(d.Interval, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			d.applyLate(context.WithoutCancel(ctx), false)
+		}
+	}
+}
+
+// lateShutdownTry bounds the last try of the late outcomes when the dispatcher stops.
+const lateShutdownTry = 5 * time.Second
+
+// flushLate tries every late outcome once more as the dispatcher stops (after its sends
+// have drained: nothing else shares the group), and logs each one still unapplied with
+// its provider id: the evidence a person needs to resolve it.
+func (d *Dispatcher) flushLate(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateShutdownTry)
+	defer cancel()
+	d.applyLate(ctx, true)
+	for _, l := range d.takeLate(time.Now(), true) {
+		d.log.ErrorContext(ctx, "dispatch outcome lost at shutdown: the provider accepted it; resolve the effect as sent",
+			"key", l.e.RunKey, "effect_id", l.e.EffectID, "id", l.e.ID, "provider_id", safeID(l.res.ProviderID))
 	}
 }

@@ -398,7 +398,13 @@ type EffectUpdateParams struct {
 	// statement that changes the row, never on a row it read earlier.
 	LeaseExpired bool
 	NotStarted   bool
-	Now          *time.Time
+	// Attempts, when non-zero, applies the change only if the effect's attempt count is
+	// that, and FromErrorClass, when non-empty, only if its last error class is that: with
+	// From they match the effect exactly as one lease left it (a later lease counts an
+	// attempt), so a late writer can never overwrite what a later send recorded.
+	Attempts       int
+	FromErrorClass string
+	Now            *time.Time
 }
 
 // EffectListParams filters effects for operators.

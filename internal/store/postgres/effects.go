@@ -273,8 +273,10 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4)
 		  AND (NOT $11 OR lease_expires_at <= coalesce($9::timestamptz, now()))
 		  AND (NOT $12 OR send_started_at IS NULL)
+		  AND ($14 = 0 OR attempts = $14) AND ($15 = '' OR last_error_class = $15)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
-		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted, jsonArg(p.Payload)))
+		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted, jsonArg(p.Payload),
+		p.Attempts, p.FromErrorClass))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
 	}

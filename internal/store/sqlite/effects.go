@@ -202,7 +202,7 @@ func (q queries) RunLockKeys(ctx context.Context, keys []string) (map[string]sto
 
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
 	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started,
-		p.LeaseExpired, p.NotStarted, nil}
+		p.LeaseExpired, p.NotStarted, nil, p.Attempts, p.FromErrorClass}
 	if p.Payload != nil {
 		args[11] = string(p.Payload)
 	}
@@ -228,7 +228,8 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    updated_at = ?8
 		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3)
 		  AND (NOT ?10 OR lease_expires_at <= ?8) AND (NOT ?11 OR send_started_at IS NULL)
-		  AND state IN (`+numbered(13, len(p.From))+`)
+		  AND (?13 = 0 OR attempts = ?13) AND (?14 = '' OR last_error_class = ?14)
+		  AND state IN (`+numbered(15, len(p.From))+`)
 		RETURNING `+effectColumns, args...))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch

@@ -1,13 +1,16 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +19,9 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// Poison answers (issue 20, 3): an answer the store cannot keep as it is must never cost
-// another outcome, nor the outcome itself.
+// Poison answers (issue 20, 3 and 7): an answer the store cannot keep as it is, or a store
+// that refuses every write for longer than the lease, must never cost another outcome, nor
+// the outcome itself when it is known.
 var poisonTests = []struct {
 	name string
 	fn   func(t *testing.T, e *EffectsEnv)
@@ -25,9 +29,10 @@ var poisonTests = []struct {
 	{"RefusedValuesAreMarked", testRefusedValuesMarked},
 	{"UnstorableProviderIDsDoNotStallTheGroup", testUnstorableProviderIDs},
 	{"RefusedOutcomeIsIsolatedAtOnce", testRefusedOutcomeIsolated},
+	{"KnownOutcomeOutlivesAnUnwritableStore", testLateOutcomeApplied},
+	{"LateOutcomeNeverOverwritesALaterSend", testLateOutcomeStale},
+	{"LateOutcomesAreLoggedAtShutdown", testLateOutcomeShutdown},
 }
-
-var errDown = errors.New("connection refused")
 
 // Each backend marks its refusal of a statement's values as store.ErrInvalidValue (the
 // recorder isolates such an outcome at once instead of retrying it), and nothing else.
@@ -216,4 +221,160 @@ func testRefusedOutcomeIsolated(t *testing.T, e *EffectsEnv) {
 	if d := eventDetail(t, e, "refused", "effect_completed"); d["provider_id_note"] != "provider_id_unstorable" {
 		t.Errorf("effect_completed %v, want provider_id_note provider_id_unstorable", d)
 	}
+}
+
+// downStore refuses every transaction while down is set, as an unreachable (or full)
+// database does.
+type downStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+var errDown = errors.New("connection refused")
+
+func (s *downStore) Transact(ctx context.Context, fn func(q store.Queries) error) error {
+	if s.down.Load() {
+		return errDown
+	}
+	return s.Store.Transact(ctx, fn)
+}
+
+func (s *downStore) Within(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.down.Load() {
+		return errDown
+	}
+	return s.Store.Within(ctx, fn)
+}
+
+// sendThenGoDown runs one round of a dispatcher whose store stops accepting writes right
+// after the provider answered, and stays down past the lease (300 ms): the outcome is
+// known, and unrecorded when the lease ends.
+func sendThenGoDown(t *testing.T, e *EffectsEnv, d *effects.Dispatcher, down *downStore, eff store.Effect) {
+	t.Helper()
+	d.Hook = hookOn("sent", func() { down.down.Store(true) })
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.Hook = nil
+	equal(t, "state while the store refused writes", effectState(t, e, eff.ID), store.EffectSending)
+	equal(t, "requests", e.Provider.Total(), 1)
+}
+
+// The store refuses writes from the provider's 2xx until after the lease ended: the
+// sweeper marks the effect unknown (lease_expired) once the store is back, and the
+// dispatcher, which kept the outcome, applies it then — completed with its provider id,
+// and an effect_reconciled event that says where the proof came from. Before: the outcome
+// was dropped at the lease's end and the effect stayed unknown.
+func testLateOutcomeApplied(t *testing.T, e *EffectsEnv) {
+	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+	down := &downStore{Store: e.Store}
+	d := &effects.Dispatcher{Service: e.NewService(down, e.Clock.Now), Lease: 300 * time.Millisecond}
+	sendThenGoDown(t, e, d, down, eff)
+	e.Clock.Advance(time.Minute) // the lease has lapsed on the database's clock too
+	down.down.Store(false)
+	if _, err := d.Tick(ctx); err != nil { // sweeps (unknown), then applies the kept outcome
+		t.Fatal(err)
+	}
+	got, _ := e.Effects.Get(ctx, eff.ID)
+	if want := "p-" + effects.ProviderKey(eff); got.State != store.EffectCompleted || got.ProviderID != want {
+		t.Fatalf("effect %s with provider id %q, want completed with %q", got.State, got.ProviderID, want)
+	}
+	equal(t, "events", kinds(t, e.Env, "k1")[2:], []string{"effect_unknown", "alert", "effect_reconciled"})
+	detail := eventDetail(t, e, "k1", "effect_reconciled")
+	if detail["source"] != "dispatcher's late outcome" || detail["provider_id"] != got.ProviderID {
+		t.Errorf("effect_reconciled %v: want source \"dispatcher's late outcome\" and the provider id", detail)
+	}
+	equal(t, "requests", e.Provider.Total(), 1)
+}
+
+// A kept outcome is applied only to the effect as its lease left it. Here, meanwhile, a
+// person resolved the unknown effect not_sent, another sender took it (a new attempt) and
+// its lease lapsed too: unknown for lease_expired again. The late outcome must not apply.
+func testLateOutcomeStale(t *testing.T, e *EffectsEnv) {
+	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+	down := &downStore{Store: e.Store}
+	d := &effects.Dispatcher{Service: e.NewService(down, e.Clock.Now), Lease: 300 * time.Millisecond}
+	sendThenGoDown(t, e, d, down, eff)
+	e.Clock.Advance(time.Minute)
+	if err := e.Effects.SweepExpired(ctx); err != nil { // another instance, on a working store
+		t.Fatal(err)
+	}
+	if _, err := e.Effects.Resolve(ctx, eff.ID, effects.OutcomeNotSent, "", "checked: not there", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Store.Transact(ctx, func(q store.Queries) error {
+		now := e.Clock.Now()
+		leased, err := q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: AllTypes(e.Policy),
+			Owner: "second", Lease: time.Minute, Limit: 10, Now: &now})
+		if err != nil || len(leased) != 1 {
+			return fmt.Errorf("lease again: %d %v", len(leased), err)
+		}
+		_, err = q.EffectUpdate(ctx, store.EffectUpdateParams{ID: eff.ID, From: []store.EffectState{store.EffectSending},
+			Owner: "second", To: store.EffectSending, Started: true, Now: &now})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Advance(2 * time.Minute)
+	if err := e.Effects.SweepExpired(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.Effects.Get(ctx, eff.ID)
+	equal(t, "after the second sender's lease lapsed", before.State, store.EffectUnknown)
+	equal(t, "attempts", before.Attempts, 2)
+	down.down.Store(false)
+	if _, err := d.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := e.Effects.Get(ctx, eff.ID)
+	if after.State != store.EffectUnknown || after.ProviderID != "" || after.LastErrorClass != "lease_expired" {
+		t.Fatalf("the stale outcome applied: %s, provider id %q, class %q", after.State, after.ProviderID, after.LastErrorClass)
+	}
+	if d.LateOutcomes() != 0 {
+		t.Errorf("%d late outcomes still kept: one that cannot apply is dropped", d.LateOutcomes())
+	}
+}
+
+// A dispatcher stopping while the store still refuses writes logs every kept outcome with
+// its provider id: what a person needs to resolve the effect as sent.
+func testLateOutcomeShutdown(t *testing.T, e *EffectsEnv) {
+	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+	down := &downStore{Store: e.Store}
+	logs := &lockedBuffer{}
+	svc := effects.NewService(effects.Options{Store: down, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
+		Now: e.Clock.Now, Budgets: e.Failures.Budget, Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	svc.Hook = hookOn("sent", func() { down.down.Store(true) })
+	d := &effects.Dispatcher{Service: svc, Lease: 300 * time.Millisecond, Interval: 10 * time.Millisecond, Drain: time.Second}
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { d.Run(runCtx); close(stopped) }()
+	waitFor(t, "the outcome to be kept past its lease", func() bool { return d.LateOutcomes() == 1 })
+	stop()
+	<-stopped
+	want := "p-" + effects.ProviderKey(eff)
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "lost at shutdown") && strings.Contains(line, `"provider_id":"`+want+`"`) {
+			return
+		}
+	}
+	t.Fatalf("no shutdown line with provider id %s in:\n%s", want, logs.String())
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
