@@ -66,6 +66,22 @@ func OpenSQLite(ctx context.Context, dir string) (store.Store, error) {
 // Start serves the API over st (migrated) with the policy given as YAML, and creates an
 // API key with the runs scope. log may be nil (discarded).
 func Start(ctx context.Context, st store.Store, policyYAML string, log *slog.Logger) (*Server, error) {
+	return StartWith(ctx, st, policyYAML, Options{Log: log})
+}
+
+// Options tune StartWith.
+type Options struct {
+	Log *slog.Logger // nil: discarded
+	// MaxBodyBytes is AIRLOCK_MAX_BODY_BYTES (default 1 MiB).
+	MaxBodyBytes int64
+}
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, st store.Store, policyYAML string, o Options) (*Server, error) {
+	log := o.Log
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
 	pol, err := policy.Parse([]byte(policyYAML), func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -86,7 +102,7 @@ func Start(ctx context.Context, st store.Store, policyYAML string, log *slog.Log
 		MaxLeaseLifetime: 24 * time.Hour, ReclaimAlertAfter: 3}, alerts, nil)
 	svc.Budgets = fail.Budget
 	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate,
-		Ledger: work, Web: web.New(st, gate, log, url, nil), Metrics: m, Log: log, MaxBodyBytes: 1 << 20})
+		Ledger: work, Web: web.New(st, gate, log, url, nil), Metrics: m, Log: log, MaxBodyBytes: o.MaxBodyBytes})
 	srv.Start()
 	_, key, err := apikeys.Create(ctx, st, "agent", []string{apikeys.ScopeRuns}, time.Now())
 	if err != nil {

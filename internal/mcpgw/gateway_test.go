@@ -46,6 +46,8 @@ mcp:
           effect: note_write
           lookup: {tool: find_notes, arguments: {text: "{arg.text}"}, items: /results, id_field: id}
         send_mail: {effect: mail_send}
+        write_blob: {effect: note_write}
+        write_big: {effect: note_write}
 `
 
 // lease is short so a restarted gateway takes its run over soon after its predecessor
@@ -88,6 +90,15 @@ func newUpstream() *upstream {
 	add("create_note", write)
 	add("send_mail", func(args map[string]any) *mcp.CallToolResult { return text(fmt.Sprintf("sent to %v", args["to"])) })
 	add("delete_all", func(map[string]any) *mcp.CallToolResult { u.notes = nil; return text("deleted") })
+	// Results PostgreSQL cannot store as they are (a NUL), or larger than a body limit.
+	add("write_blob", func(args map[string]any) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("wrote %v\x00bytes", args["name"])}},
+			StructuredContent: map[string]any{"raw": "a\x00b", "k\x00": 1}}
+	})
+	add("write_big", func(args map[string]any) *mcp.CallToolResult {
+		n, _ := args["bytes"].(float64)
+		return text(strings.Repeat("x", int(n)))
+	})
 	add("find_notes", func(args map[string]any) *mcp.CallToolResult {
 		found := []any{}
 		for _, n := range u.notes {
@@ -116,16 +127,17 @@ func (u *upstream) plant(text string) {
 // env is one airlock (restartable behind a stable URL), one upstream, and the agent's
 // side: a gateway and an MCP client on the official Go SDK.
 type env struct {
-	t      testing.TB
-	st     store.Store
-	srv    *airlocktest.Server
-	target atomic.Pointer[url.URL]
-	proxy  *httptest.Server
-	up     *upstream
-	pol    *policy.Policy
-	gw     *mcpgw.Gateway
-	agent  *mcp.ClientSession
-	hook   func(string) error
+	t       testing.TB
+	maxBody int64 // airlock's body limit (0: its default)
+	st      store.Store
+	srv     *airlocktest.Server
+	target  atomic.Pointer[url.URL]
+	proxy   *httptest.Server
+	up      *upstream
+	pol     *policy.Policy
+	gw      *mcpgw.Gateway
+	agent   *mcp.ClientSession
+	hook    func(string) error
 }
 
 func newEnv(t testing.TB, b storetest.Backend) *env {
@@ -150,7 +162,7 @@ func (e *env) startAirlock() {
 	if e.srv != nil {
 		e.srv.Close()
 	}
-	srv, err := airlocktest.Start(context.Background(), e.st, testPolicy, nil)
+	srv, err := airlocktest.StartWith(context.Background(), e.st, testPolicy, airlocktest.Options{MaxBodyBytes: e.maxBody})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -318,8 +330,8 @@ func TestReadPassesThroughAndUnclassifiedIsRefused(t *testing.T) {
 				t.Errorf("the unclassified tool is listed without saying it is refused: %q", tool.Description)
 			}
 		}
-		if len(names) != 6 {
-			t.Errorf("the gateway lists %v; want the upstream's 6 tools", names)
+		if len(names) != 8 {
+			t.Errorf("the gateway lists %v; want the upstream's 8 tools", names)
 		}
 		r := e.mustOK("read_note", map[string]any{"id": 7})
 		if text(r) != "note 7" || e.up.count("read_note") != 1 {
@@ -556,6 +568,86 @@ func TestLookupSettlesAnInterruptedCall(t *testing.T) {
 				}
 				if got := e.effectStatus(effectID(t, e.pol, "create_note", args)); got != c.wantState {
 					t.Errorf("effect state %s, want %s", got, c.wantState)
+				}
+			})
+		})
+	}
+}
+
+// storedMeta is the gateway's note on a replayed result that is not the upstream's own.
+func storedMeta(r *mcp.CallToolResult) map[string]any {
+	m, _ := r.Meta[mcpgw.StoredResultMeta].(map[string]any)
+	return m
+}
+
+// A tool result with NUL characters (PostgreSQL stores none in jsonb) is still confirmed:
+// the agent gets the real result, the effect completes, and the same call again is
+// answered from the ledger with the result as kept (NULs written \u0000, and a note) —
+// not refused reconcile_first as an effect that may or may not have happened (issue 20,
+// item 4). Before: the confirm was refused (400 nul_character), the call recorded
+// executed_unconfirmed, and the next identical call turned the effect unknown.
+func TestResultWithNULIsConfirmed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.startAgent()
+		args := map[string]any{"name": "f1"}
+		first := e.mustOK("write_blob", args)
+		if text(first) != "wrote f1\x00bytes" {
+			t.Errorf("the agent got %q, not the upstream's result", text(first))
+		}
+		if got := e.effectStatus(effectID(t, e.pol, "write_blob", args)); got != string(store.EffectCompleted) {
+			t.Fatalf("effect %s, want completed", got)
+		}
+		again := e.mustOK("write_blob", args)
+		if n := e.up.count("write_blob"); n != 1 {
+			t.Fatalf("the upstream performed it %d times", n)
+		}
+		if text(again) != `wrote f1\u0000bytes` {
+			t.Errorf("replayed text %q", text(again))
+		}
+		sc, _ := json.Marshal(again.StructuredContent)
+		if string(sc) != `{"k\\u0000":1,"raw":"a\\u0000b"}` {
+			t.Errorf("replayed structured content %s", sc)
+		}
+		if m := storedMeta(again); m["nul_escaped"] != float64(3) || !strings.HasPrefix(fmt.Sprint(m["receipt"]), "sha256:") {
+			t.Errorf("replayed _meta %v: want the count of escaped NULs and the receipt", again.Meta)
+		}
+		if got, want := strings.Join(e.decisions(), ","), "write_blob:executed,write_blob:replayed"; got != want {
+			t.Errorf("tool_call events: %s, want %s", got, want)
+		}
+	})
+}
+
+// A result larger than airlock's body limit (here 64 KiB), or than the 256 KiB kept, is
+// still confirmed: with a marker that says so in place of the result. Before: the confirm
+// was refused (413) and the effect went unknown on the next call.
+func TestOversizedResultIsConfirmed(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		maxBody int64
+		bytes   int
+		why     string
+	}{
+		{"over the body limit", 64 << 10, 100 << 10, "refused"},
+		{"over the kept size", 0, 300 << 10, "too_large"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, e *env) {
+				e.maxBody = c.maxBody
+				e.startAirlock()
+				e.startAgent()
+				args := map[string]any{"bytes": c.bytes}
+				if got := len(text(e.mustOK("write_big", args))); got != c.bytes {
+					t.Errorf("the agent got %d bytes, want the whole result's %d", got, c.bytes)
+				}
+				if got := e.effectStatus(effectID(t, e.pol, "write_big", args)); got != string(store.EffectCompleted) {
+					t.Fatalf("effect %s, want completed", got)
+				}
+				again := e.mustOK("write_big", args)
+				if n := e.up.count("write_big"); n != 1 {
+					t.Fatalf("the upstream performed it %d times", n)
+				}
+				if m := storedMeta(again); m["omitted"] != c.why || !strings.Contains(text(again), "not sent again") {
+					t.Errorf("replay %q, _meta %v: want the marker (%s)", text(again), again.Meta, c.why)
 				}
 			})
 		})
