@@ -3,6 +3,10 @@ package httpapi_test
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // TestUsageBounds: usage figures past what one report can carry are refused with a
@@ -48,4 +52,30 @@ func TestDurationBounds(t *testing.T) {
 		expect(t, h.do("POST", "/v1/effects/"+id+"/fail", h.workerKey, "application/json",
 			`{"lease_owner":"`+lo+`","retryable":true,"retry_after_ms":3600000}`), 200, "")
 	})
+}
+
+// TestWorkerClaimDefaultLeaseIsCapped: a worker claim without lease_seconds got 5 minutes
+// even where AIRLOCK_LEASE_MAX is lower (issue 20, item 5); the default is capped by it.
+func TestWorkerClaimDefaultLeaseIsCapped(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			h := newHarnessWith(t, b, func(env *storetest.EffectsEnv) {
+				cfg := storetest.TestConfig
+				cfg.DefaultLease, cfg.MaxLease = 30*time.Second, time.Minute
+				env.Runs = runs.NewService(env.Store, cfg, env.Alerts, env.Clock.Now)
+				env.Runs.Budgets = env.Failures.Budget
+			})
+			owner, v := h.claim("w-1")
+			expect(t, h.post("/v1/runs/w-1/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"task","target":"slack","payload":{"msg":"hi"}}`, owner, v)), 201, "")
+			c := h.do("POST", "/v1/effects/claim", h.workerKey, "application/json", `{"types":["task"]}`)
+			expect(t, c, 200, "")
+			until, err := time.Parse(time.RFC3339Nano, c.body["lease_expires_at"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := until.Sub(h.env.Clock.Now()); got != time.Minute {
+				t.Errorf("a worker claim without lease_seconds got a lease of %v; AIRLOCK_LEASE_MAX is 1m", got)
+			}
+		})
+	}
 }

@@ -145,6 +145,10 @@ func (s *server) reissueApproval(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// defaultWorkerLease is a worker claim's lease when it asks for none (capped by the
+// longest lease a client may ask for).
+const defaultWorkerLease = 5 * time.Minute
+
 func (s *server) effectsClaim(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Types        []string `json:"types"`
@@ -167,7 +171,7 @@ func (s *server) effectsClaim(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if lease == 0 {
-		lease = 5 * time.Minute
+		lease = min(defaultWorkerLease, s.Runs.MaxLease()) // never past AIRLOCK_LEASE_MAX
 	}
 	e, ok, err := s.Effects.WorkerClaim(r.Context(), body.Types, lease, actor(r))
 	if err != nil {
