@@ -98,6 +98,15 @@ type Service struct {
 	// Queued, when set, is told after an approval put an effect into the outbox (this
 	// instance's dispatcher wakes at once).
 	Queued func()
+	// Hook, when set, is called at named points between statements (approval_consumed):
+	// tests force interleavings with it. Never set in production.
+	Hook func(point string)
+}
+
+func (s *Service) hook(point string) {
+	if s.Hook != nil {
+		s.Hook(point)
+	}
 }
 
 func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, publicURL string, now func() time.Time) *Service {
@@ -316,7 +325,8 @@ func May(a store.Approval, who Person) error {
 
 // Decide consumes the approval and acts on it in one transaction: approve moves the run
 // to approved and inserts the held effect into the outbox; reject moves it to rejected
-// with the reason and queues nothing. Any failure rolls everything back.
+// with the reason and queues nothing. Any failure rolls everything back. Like every
+// transaction that locks a run and an approval of it, it locks the run first.
 func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string, who Person) (store.Approval, error) {
 	if decision != Approve && decision != Reject && decision != Cancel {
 		return store.Approval{}, ErrDecisionNotAllowed
@@ -338,6 +348,11 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		if !slices.Contains(a.AllowedDecisions, decision) {
 			return ErrDecisionNotAllowed
 		}
+		// The run's lock before the approval's, as everywhere (runs first, in key order):
+		// the operator's cancel (effects.Cancel) locks the run, then consumes this approval.
+		if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil {
+			return err
+		}
 		out, err = q.ApprovalConsume(ctx, store.ApprovalConsumeParams{TokenHash: tokenHash, Decision: decision,
 			Subject: who.Subject, Reason: reason, Now: s.At()})
 		if errors.Is(err, store.ErrNoMatch) {
@@ -346,6 +361,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		if err != nil {
 			return err
 		}
+		s.hook("approval_consumed")
 		if decision == Cancel {
 			return s.cancel(ctx, q, a, who, reason)
 		}
@@ -408,12 +424,10 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 }
 
 // cancel withdraws an act_with_window effect that is still pending and unleased; once the
-// dispatcher has it, it is too late and nothing changes.
+// dispatcher has it, it is too late and nothing changes. The caller holds the run's lock
+// (taken before the approval's), which the outbox's rule against write skew also needs
+// before its effects change openness.
 func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval, who Person, reason string) error {
-	// The run's lock before its effects change openness (the outbox's rule against write skew).
-	if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil {
-		return err
-	}
 	e, err := q.EffectByRunEffectID(ctx, a.RunKey, a.EffectID)
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrTooLate
@@ -456,6 +470,9 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 				kind, detail = "auto_approval_review_expired", map[string]any{"review_id": a.ID, "effect_id": a.EffectID}
 			}
 			err := s.store.Transact(ctx, func(q store.Queries) error {
+				if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
+					return err
+				}
 				if _, err := q.ApprovalExpire(ctx, a.ID, s.At()); err != nil {
 					return err
 				}
@@ -467,6 +484,9 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 			continue
 		}
 		err := s.store.Transact(ctx, func(q store.Queries) error {
+			if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
+				return err
+			}
 			if _, err := q.ApprovalExpire(ctx, a.ID, s.At()); err != nil {
 				return err
 			}
@@ -630,6 +650,9 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 	}
 	var out store.Approval
 	err = s.store.Transact(ctx, func(q store.Queries) error {
+		if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
+			return err
+		}
 		var err error
 		out, err = q.ApprovalConsume(ctx, store.ApprovalConsumeParams{TokenHash: a.TokenHash, Decision: decision,
 			Subject: who.Subject, Reason: note, Now: s.At()})

@@ -56,8 +56,8 @@ type Service struct {
 	// budgets returns a run's budget by action type; nil means unlimited.
 	budgets func(actionType string) runs.Budget
 	// Hook, when set, is called at named points between statements (sweep_listed,
-	// settle_counted, kill_switch_written, leased, sent): tests force interleavings with
-	// it. Never set in production.
+	// settle_counted, kill_switch_written, leased, sent, cancel_run_locked): tests force
+	// interleavings with it. Never set in production.
 	Hook func(point string)
 	// wake tells this instance's dispatcher that an effect is due (nil: none runs).
 	wake atomic.Pointer[func()]
@@ -661,6 +661,7 @@ func (s *Service) Cancel(ctx context.Context, id, reason, actor string, by Cance
 		if err != nil {
 			return err
 		}
+		s.hook("cancel_run_locked")
 		aps, err := q.ApprovalsByRun(ctx, e.RunKey)
 		if err != nil {
 			return err

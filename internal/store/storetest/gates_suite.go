@@ -1,12 +1,16 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
@@ -29,6 +33,7 @@ func RunGates(t *testing.T, b Backend) {
 		{"ApprovalKeepsRequesters", testGateRequesters},
 		{"EvidenceRecordedNotRequested", testGateEvidence},
 		{"CancelOnlyWindowSettlesApproved", testGateCancel},
+		{"CancelPathsLockInOneOrder", testGateCancelLockOrder},
 		{"LedgerUnknownIsAPersons", testGateLedgerUnknown},
 		{"ReissueReplacesTheLink", testGateReissue},
 	}
@@ -241,4 +246,71 @@ func testGateReissue(t *testing.T, e *EffectsEnv) {
 	if n != 1 {
 		t.Fatalf("%d reissue events, want 1", n)
 	}
+}
+
+// An operator's cancel of a window effect (effects.Cancel) and an approver's cancel link
+// (approvals.Decide) race on one effect, each inside an Idempotency-Key request (Within:
+// a deadlock there is not run again, it answers 500). Each waits for the other (up to
+// 300 ms) after its first lock: run then approval, approval then run, before the fix.
+// PostgreSQL found the deadlock and one request failed; now both take the run's lock
+// first, so the second waits, then sees the first's cancel and refuses cleanly.
+func testGateCancelLockOrder(t *testing.T, e *EffectsEnv) {
+	r := claimRun(t, e, "w-1")
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "w-1", Owner: r.LeaseOwner, Version: r.Version, ActionType: "digest",
+		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"}, e.Approvals)
+	if err != nil || sub.Approval == nil {
+		t.Fatalf("queue in a window: %+v %v", sub, err)
+	}
+	var arrived atomic.Int32
+	barrier := func() {
+		arrived.Add(1)
+		for i := 0; i < 60 && arrived.Load() < 2; i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	e.Effects.Hook = hookOn("cancel_run_locked", barrier)
+	e.Approvals.Hook = hookOn("approval_consumed", barrier)
+	defer func() { e.Effects.Hook, e.Approvals.Hook = nil, nil }()
+	var errs [2]error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errs[0] = e.Store.Within(ctx, func(ctx context.Context) error {
+			_, err := e.Effects.Cancel(ctx, sub.Effect.ID, "not this week", "cli:op", effects.Canceller{Operator: true})
+			return err
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		errs[1] = e.Store.Within(ctx, func(ctx context.Context) error {
+			_, err := e.Approvals.Decide(ctx, approvals.HashToken(sub.Approval.Token), approvals.Cancel, "no",
+				approvals.Person{Subject: "lead", Roles: []string{"support-lead"}})
+			return err
+		})
+	}()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && (strings.Contains(err.Error(), "deadlock") || strings.Contains(err.Error(), "40P01")) {
+			t.Fatalf("cancel path %d: %v", i, err)
+		}
+	}
+	wonOperator, wonLink := errs[0] == nil, errs[1] == nil
+	if wonOperator == wonLink {
+		t.Fatalf("exactly one cancel should win: operator %v, link %v", errs[0], errs[1])
+	}
+	if !wonOperator && !errors.Is(errs[0], effects.ErrNotResolvable) {
+		t.Errorf("the operator's cancel after the link's: %v, want ErrNotResolvable", errs[0])
+	}
+	if !wonLink && !errors.Is(errs[1], approvals.ErrNotFound) {
+		t.Errorf("the link's cancel after the operator's: %v, want ErrNotFound", errs[1])
+	}
+	equal(t, "effect", effectState(t, e, sub.Effect.ID), store.EffectCancelled)
+	n := 0
+	for _, k := range kinds(t, e.Env, "w-1") {
+		if k == "effect_cancelled" {
+			n++
+		}
+	}
+	equal(t, "effect_cancelled events", n, 1)
 }
