@@ -395,7 +395,7 @@ func sentBy(e event) (providerID string, ok bool) {
 	case "effect_confirmed":
 		return e.str("receipt"), true
 	case "effect_reconciled":
-		if e.str("provider_id") != "" { // the dispatcher's lookup found exactly one
+		if e.str("provider_id") != "" || e.str("source") != "" { // a lookup found exactly one, or the dispatcher's late 2xx
 			return e.str("provider_id"), true
 		}
 		if e.str("status") == "confirmed" { // the agent found exactly one

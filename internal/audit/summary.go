@@ -53,7 +53,8 @@ func Summary(se store.Event) string {
 	case "effect_claimed":
 		return fmt.Sprintf("effect %s leased by an external worker (attempt %s)", id, e.str("attempts"))
 	case "effect_completed":
-		return with(fmt.Sprintf("effect %s sent (attempt %s)", id, e.str("attempts")), "provider_id", "; provider id ")
+		s := with(fmt.Sprintf("effect %s sent (attempt %s)", id, e.str("attempts")), "provider_id", "; provider id ")
+		return with(s, "provider_id_note", ", ")
 	case "effect_retry_scheduled":
 		s := fmt.Sprintf("effect %s not sent (%s): retry in %sms", id, e.str("error_class"), e.str("retry_in_ms"))
 		if e.detail["ambiguous"] == true {
@@ -78,7 +79,8 @@ func Summary(se store.Event) string {
 		if st := e.str("status"); st != "" {
 			s += " → " + st
 		}
-		return with(s, "provider_id", "; provider id ")
+		s = with(s, "source", " by the ")
+		return with(with(s, "provider_id", "; provider id "), "provider_id_note", ", ")
 	case "effect_cancelled":
 		return with("effect "+id+" cancelled", "reason", ": ")
 	case "send_blocked":

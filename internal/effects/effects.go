@@ -571,7 +571,7 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 		p.From, p.Owner, p.LeaseExpired = []store.EffectState{store.EffectUnknown}, "", false
 		p.Attempts, p.FromErrorClass = e.Attempts, LeaseExpiredClass
 		out.effect, err = q.EffectUpdate(ctx, p)
-		kind, detail["from"], detail["source"] = "effect_reconciled", store.EffectUnknown, LateOutcomeSource
+		kind, detail["from"], detail["found"], detail["source"] = "effect_reconciled", store.EffectUnknown, 1, LateOutcomeSource
 	}
 	if errors.Is(err, store.ErrNoMatch) {
 		return outcome{}, ErrEffectLeaseLost

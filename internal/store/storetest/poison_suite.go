@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -283,6 +284,10 @@ func testLateOutcomeApplied(t *testing.T, e *EffectsEnv) {
 	detail := eventDetail(t, e, "k1", "effect_reconciled")
 	if detail["source"] != "dispatcher's late outcome" || detail["provider_id"] != got.ProviderID {
 		t.Errorf("effect_reconciled %v: want source \"dispatcher's late outcome\" and the provider id", detail)
+	}
+	evs, _ := e.Store.EventList(ctx, "k1", 0, 100)
+	if s, want := audit.Summary(evs[len(evs)-1]), "reconciled: 1 found by the dispatcher's late outcome; provider id "+got.ProviderID; !strings.HasSuffix(s, want) {
+		t.Errorf("timeline: %q, want it to end %q", s, want)
 	}
 	equal(t, "requests", e.Provider.Total(), 1)
 }
