@@ -253,6 +253,7 @@ func (d *Dispatcher) keepLate(ctx context.Context, e store.Effect, owner string,
 	}
 	d.log.WarnContext(ctx, "dispatch outcome kept past its lease: it is applied once the store accepts writes",
 		"key", e.RunKey, "effect_id", e.EffectID, "outcome", res.Outcome.String(), "provider_id", safeID(res.ProviderID), "err", err)
+	e.Payload = nil // not needed to record the outcome: kept, it would bound nothing
 	d.late.mu.Lock()
 	d.late.items = append(d.late.items, &lateOutcome{e: e, owner: owner, res: res, next: time.Now()})
 	var dropped *lateOutcome
