@@ -90,10 +90,10 @@ check the provider, then resolve it:
 					return err
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tKEY\tEFFECT_ID\tACTION\tTARGET\tSTATE\tATTEMPTS\tPROVIDER_ID\tERROR\tUPDATED")
+				fmt.Fprintln(tw, "ID\tKEY\tEFFECT_ID\tACTION\tTARGET\tSTATE\tVERSION\tATTEMPTS\tPROVIDER_ID\tERROR\tUPDATED")
 				for _, e := range list {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.ID, e.RunKey, e.EffectID, e.ActionType,
-						e.Target, e.State, e.Attempts, dash(e.ProviderID), dash(e.LastErrorClass), e.UpdatedAt.UTC().Format(time.RFC3339))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", e.ID, e.RunKey, e.EffectID, e.ActionType,
+						e.Target, e.State, e.Version, e.Attempts, dash(e.ProviderID), dash(e.LastErrorClass), e.UpdatedAt.UTC().Format(time.RFC3339))
 				}
 				return tw.Flush()
 			})
@@ -103,13 +103,15 @@ check the provider, then resolve it:
 	list.Flags().StringVar(&key, "key", "", "only this run's effects")
 
 	var outcome, providerID, note string
+	var version int64
 	resolve := &cobra.Command{
-		Use:   "resolve ID --outcome sent|not_sent|abandon --note TEXT [--provider-id ID]",
+		Use:   "resolve ID --outcome sent|not_sent|abandon --note TEXT [--provider-id ID] [--version N]",
 		Short: "Record an operator's decision on an unknown or failed effect",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withEffects(cmd, func(svc *effects.Service) error {
-				e, err := svc.Resolve(cmd.Context(), args[0], outcome, providerID, note, cliActor())
+				e, err := svc.Resolve(cmd.Context(), args[0],
+					effects.Resolution{Outcome: outcome, ProviderID: providerID, Note: note, Version: version}, cliActor())
 				if err != nil {
 					return err
 				}
@@ -121,6 +123,7 @@ check the provider, then resolve it:
 	resolve.Flags().StringVar(&outcome, "outcome", "", "sent, not_sent or abandon (required)")
 	resolve.Flags().StringVar(&providerID, "provider-id", "", "the provider's id, with --outcome sent")
 	resolve.Flags().StringVar(&note, "note", "", "what you checked (required; recorded)")
+	resolve.Flags().Int64Var(&version, "version", 0, "the effect's version you checked (effects list shows it): refused if it changed since")
 	cmd.AddCommand(list, resolve)
 	return cmd
 }

@@ -15,7 +15,7 @@ import (
 // checkEvents: every change has its event. The rows of runs, effects and approvals are
 // read from the database itself and compared, per run key, with the run's event log:
 //   - every version the run went through (1 … its version) has an event at that version;
-//   - every effect has its effect_queued, an event recording its last attempt count, and
+//   - every effect has its effect_queued (an agent's: effect_planned), an event recording its last attempt count, and
 //     an event for the state it ended in;
 //   - every approval has the event that opened it, and a consumed one the event of what
 //     consumed it (a decision, a cancel, an expiry).
@@ -105,14 +105,18 @@ func (h *harness) checkEvents(keys []string) {
 					maxAttempts = max(maxAttempts, int(n))
 				}
 			}
-			if !kinds["effect_queued"] {
-				gap("effect %s/%s has no effect_queued event", key, e.EffectID)
+			queued := "effect_queued"
+			if e.Executor == store.ExecutorAgent {
+				queued = "effect_planned" // an agent's, through the ledger
+			}
+			if !kinds[queued] {
+				gap("effect %s/%s has no %s event", key, e.EffectID, queued)
 			}
 			if e.Attempts > 0 && maxAttempts != e.Attempts {
 				gap("effect %s/%s made %d attempts; its events record %d (%v)", key, e.EffectID, e.Attempts, maxAttempts, kindsOf(mine))
 			}
 			want := map[store.EffectState][]string{
-				store.EffectCompleted: {"effect_completed", "effect_resolved", "effect_reconciled"},
+				store.EffectCompleted: {"effect_completed", "effect_resolved", "effect_reconciled", "effect_confirmed"},
 				store.EffectFailed:    {"effect_failed", "effect_resolved"},
 				store.EffectCancelled: {"effect_cancelled", "effect_resolved"},
 				store.EffectUnknown:   {"effect_unknown"},

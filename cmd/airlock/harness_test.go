@@ -15,6 +15,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -75,24 +76,30 @@ func TestHarness(t *testing.T) {
 	}
 }
 
-// oracle is the provider: it counts every request per idempotency key and answers by the
-// mode the effect's payload names.
+// oracle is the provider: it counts every request per idempotency key, stores a record
+// for every request it does not lose, and answers by the mode the effect's payload names.
+// Its lookup answers honestly from the records, after a random delay (a lookup is often
+// in flight while other things happen to its effect).
 type oracle struct {
 	*httptest.Server
 	mu       sync.Mutex
 	requests map[string]int
+	stored   map[string]int // records kept, per key: the invariant is about these
 	arrivals map[string][]time.Time
 	nonces   map[string][]string // the payload nonce of every request, per key
+	lookups  int
 }
 
 func newOracle(t *testing.T) *oracle {
-	o := &oracle{requests: map[string]int{}, arrivals: map[string][]time.Time{}, nonces: map[string][]string{}}
+	o := &oracle{requests: map[string]int{}, stored: map[string]int{}, arrivals: map[string][]time.Time{}, nonces: map[string][]string{}}
 	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet { // lookup: the records this key created
 			key := r.URL.Query().Get("key")
 			o.mu.Lock()
-			n := o.requests[key]
+			n := o.stored[key]
+			o.lookups++
 			o.mu.Unlock()
+			time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond) // answered as of its arrival
 			if n > 0 {
 				fmt.Fprintf(w, `[{"id":"p-%s"}]`, key)
 				return
@@ -106,9 +113,15 @@ func newOracle(t *testing.T) *oracle {
 		o.mu.Lock()
 		o.nonces[key] = append(o.nonces[key], body.Nonce)
 		o.requests[key]++
+		// lossy: the first request of a key is lost; refuse: nothing is kept.
+		if (body.Mode != "lossy" || o.requests[key] > 1) && body.Mode != "refuse" {
+			o.stored[key]++
+		}
 		o.arrivals[key] = append(o.arrivals[key], time.Now())
 		o.mu.Unlock()
 		switch body.Mode {
+		case "lossy", "store500": // kept (but the first of lossy), and answered 500: unknown
+			w.WriteHeader(http.StatusInternalServerError)
 		case "refuse":
 			w.WriteHeader(http.StatusBadRequest)
 		case "timeout": // accepted, answered after the connector's timeout
@@ -130,6 +143,13 @@ func (o *oracle) count(key string) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.requests[key]
+}
+
+// records is how many records the provider keeps for key.
+func (o *oracle) records(key string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stored[key]
 }
 
 type window struct{ from, to time.Time }
@@ -160,6 +180,7 @@ type harness struct {
 	offs      []window        // kill switch off: from its acknowledgement to the enable request
 	keys      []string
 	short     []string // keys held with 1 s leases (checked by checkLeases, not porcupine)
+	agents    []string // keys of agents' runs (2 s leases, one ledger effect each)
 	gated     []*gatedEffect
 	gatedKeys atomic.Int64
 	spans     map[string][]*leaseSpan
@@ -184,6 +205,13 @@ func newHarness(t *testing.T, backend string, env []string, seed uint64, d time.
     gate: none
     http: {url: %[1]s/note, timeout: 1s, lookup_url: "%[1]s/note?key={effect_id}"}
     retry: {max_attempts: 3, backoff: 100ms, max_backoff: 200ms}
+  invoice:
+    connector: http
+    gate: none
+    http: {url: %[1]s/invoice, timeout: 1s, lookup_url: "%[1]s/invoice?key={effect_id}", lookup_authoritative: true}
+  publish:
+    connector: worker
+    gate: none
   crm:
     connector: http
     gate: none
@@ -253,6 +281,9 @@ dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
 	for i := range 4 {
 		h.short = append(h.short, fmt.Sprintf("s%d-short%d", seed, i))
 	}
+	for i := range 12 {
+		h.agents = append(h.agents, fmt.Sprintf("s%d-agent%02d", seed, i))
+	}
 	return h
 }
 
@@ -298,11 +329,12 @@ func (h *harness) recentKeys() []string {
 	return keys
 }
 
-// allKeys are the keys of every run with effects: the deliveries' and the gated ones.
+// allKeys are the keys of every run with effects: the deliveries', the gated and the
+// agents' ones.
 func (h *harness) allKeys() []string {
 	h.hmu.Lock()
 	defer h.hmu.Unlock()
-	keys := slices.Clone(h.keys)
+	keys := append(slices.Clone(h.keys), h.agents...)
 	for _, g := range h.gated {
 		keys = append(keys, g.key)
 	}
@@ -513,6 +545,7 @@ type runJSON struct {
 		EffectID   string `json:"effect_id"`
 		ActionType string `json:"action_type"`
 		State      string `json:"state"`
+		Version    int64  `json:"version"`
 	} `json:"effects"`
 }
 
@@ -541,10 +574,17 @@ func (h *harness) delivery(ctx context.Context, key string) {
 		h.lease(key, "heartbeat", c.Owner, c.Version, "")
 	}
 	modes := []string{"ok", "ok", "ok", "refuse", "timeout", "hang"}
+	// invoice: reconciled by an authoritative lookup; its provider loses first sends, or
+	// keeps a send and answers 500.
+	invoiceModes := []string{"ok", "lossy", "lossy", "store500", "store500", "timeout", "refuse"}
 	for i := range h.intn(3) {
-		typ := []string{"note", "crm", "task", "note", "crm", "task", "note", "digest"}[h.intn(8)] // digest: a cancel window
+		typ := []string{"note", "crm", "task", "note", "crm", "task", "note", "digest", "invoice", "invoice"}[h.intn(10)] // digest: a cancel window
+		mode := modes[h.intn(len(modes))]
+		if typ == "invoice" {
+			mode = invoiceModes[h.intn(len(invoiceModes))]
+		}
 		body := fmt.Sprintf(`{"lease_owner":%q,"version":%d,"action_type":%q,"target":"default","effect_id":"e%d","payload":{"mode":%q}}`,
-			c.Owner, c.Version, typ, i, modes[h.intn(len(modes))])
+			c.Owner, c.Version, typ, i, mode)
 		var q struct {
 			Effect struct {
 				EffectID string `json:"effect_id"`
@@ -566,6 +606,7 @@ func (h *harness) delivery(ctx context.Context, key string) {
 			EffectID   string `json:"effect_id"`
 			ActionType string `json:"action_type"`
 			State      string `json:"state"`
+			Version    int64  `json:"version"`
 		}) bool {
 			return e.State == "pending" || e.State == "sending" || e.State == "unknown" || e.State == "failed"
 		}) {
@@ -639,6 +680,76 @@ func (h *harness) shortDelivery(key string) {
 	if st == 200 && call.After(sp.expiry.Add(harnessClockTolerance)) {
 		sp.wonLate = append(sp.wonLate, fmt.Sprintf("transition sent %s after the lease expired", call.Sub(sp.expiry)))
 	}
+}
+
+// agentDelivery is an agent's turn on its run through the work ledger, as `airlock mcp`
+// drives it: plan the effect, perform it at the provider, confirm it. The agent may die
+// before performing it or between performing and confirming; the next turn (after the 2 s
+// lease) is told to reconcile first, looks the provider up and reconciles, and only an
+// effect found absent runs again. finish makes the agent reliable (the quiesce). It
+// reports whether the effect is confirmed.
+func (h *harness) agentDelivery(key string, finish bool) bool {
+	var c claimOut
+	if st := h.call("POST", "/v1/runs/claim", `{"key":"`+key+`","payload_hash":"h-`+key+`","lease_seconds":2}`, &c); (st != 200 && st != 201) || !c.Claimed {
+		return false
+	}
+	h.ack("run:" + key)
+	pk, path := key+"/publish", "/v1/runs/"+key+"/ledger/effects/publish/"
+	for range 3 {
+		var p struct {
+			Execute bool   `json:"execute"`
+			Receipt string `json:"receipt"`
+		}
+		st := h.call("POST", path+"plan", fmt.Sprintf(`{"lease_owner":%q,"action":"publish","target":"default","input_hash":"in-%s"}`, c.Owner, key), &p)
+		switch {
+		case st == 200 && p.Execute:
+			fate := h.intn(4)
+			if finish {
+				fate = 3
+			}
+			if fate == 0 {
+				h.count("agent_died_before_acting")
+				return false
+			}
+			h.prov.act(h.t, pk)
+			if fate == 1 {
+				h.count("agent_died_before_confirming")
+				return false
+			}
+			if h.call("POST", path+"confirm", fmt.Sprintf(`{"lease_owner":%q,"receipt":"p-%s"}`, c.Owner, pk), nil) != 200 {
+				return false
+			}
+		case st == 200 && p.Receipt != "": // confirmed by an earlier turn
+		case st == 409: // reconcile first: what happened to the last plan?
+			found := "[]"
+			if h.prov.records(pk) > 0 {
+				found = fmt.Sprintf(`["p-%s"]`, pk)
+			}
+			if h.call("POST", path+"reconcile", fmt.Sprintf(`{"lease_owner":%q,"found":%s}`, c.Owner, found), nil) != 200 {
+				return false
+			}
+			h.count("agent_reconciled")
+			continue
+		default:
+			return false
+		}
+		h.call("POST", "/v1/runs/"+key+"/transition", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"to":"completed"}`, c.Owner, c.Version), nil)
+		return true
+	}
+	return false
+}
+
+// act is an agent performing its effect at the provider itself.
+func (o *oracle) act(t *testing.T, key string) {
+	req, _ := http.NewRequest("POST", o.URL+"/publish", strings.NewReader(`{"mode":"ok"}`))
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("agent's own send: %v", err)
+		return
+	}
+	resp.Body.Close()
 }
 
 // gatedEffect is an effect of the gated type: its approval, what a person decided, and the
@@ -820,7 +931,7 @@ func (h *harness) worker(performed *sync.Map, reliable bool) {
 	if h.call("POST", "/v1/effects/claim", `{"types":["task"],"lease_seconds":2}`, &e) != 200 {
 		return
 	}
-	fate := h.intn(4)
+	fate := h.intn(5)
 	if reliable {
 		fate = 3
 	}
@@ -829,6 +940,11 @@ func (h *harness) worker(performed *sync.Map, reliable bool) {
 		if h.intn(2) == 0 {
 			performed.Store(e.ID, true)
 		}
+	case 4: // performs it, but its report arrives after the lease lapsed
+		performed.Store(e.ID, true)
+		time.Sleep(time.Duration(2000+h.intn(1500)) * time.Millisecond)
+		h.call("POST", "/v1/effects/"+e.ID+"/complete", fmt.Sprintf(`{"lease_owner":%q,"provider_id":"w-late"}`, e.LeaseOwner), nil)
+		h.count("worker_late_report")
 	case 1:
 		h.call("POST", "/v1/effects/"+e.ID+"/fail", fmt.Sprintf(`{"lease_owner":%q,"retryable":true}`, e.LeaseOwner), nil)
 	default:
@@ -853,7 +969,9 @@ func (h *harness) operator(performed *sync.Map, all bool) {
 			if e.State != "unknown" {
 				continue
 			}
-			sent := h.prov.count(key+"/"+e.EffectID) > 0
+			// Decided on the row just read: the version goes with the decision, so a row
+			// that moved on meanwhile (reconciled, resent and unknown again) refuses it.
+			sent := h.prov.records(key+"/"+e.EffectID) > 0
 			if e.ActionType == "task" {
 				_, sent = performed.Load(e.ID)
 			}
@@ -861,14 +979,19 @@ func (h *harness) operator(performed *sync.Map, all bool) {
 			if sent {
 				outcome = "sent"
 			}
-			h.call("POST", "/v1/effects/"+e.ID+"/resolve", fmt.Sprintf(`{"outcome":%q,"note":"harness oracle"}`, outcome), nil)
+			st := h.call("POST", "/v1/effects/"+e.ID+"/resolve", fmt.Sprintf(`{"outcome":%q,"note":"harness oracle","version":%d}`, outcome, e.Version), nil)
+			if st == 409 {
+				h.count("operator_decision_on_a_moved_effect")
+			}
 		}
 	}
 }
 
 // fault injects one fault.
 func (h *harness) fault() {
-	switch f := h.intn(5); {
+	switch f := h.intn(6); {
+	case f == 5 && h.intn(2) == 0: // the store refuses writes for longer than a send lease
+		h.storeOutage()
 	case f <= 1: // SIGKILL an instance; restart it, sometimes with a crash point armed
 		h.imu.Lock()
 		i := h.intn(len(h.insts))
@@ -937,6 +1060,49 @@ func (h *harness) fault() {
 	}
 }
 
+// storeOutage makes the store refuse every write for longer than a send lease (3 s), so
+// outcomes the providers gave cannot be recorded in time. PostgreSQL: this run's backends
+// are terminated over and over for 4 s (nothing commits). SQLite: the harness holds the
+// file's write lock for 6.5 s, past the instances' 5 s busy timeout (writes fail).
+func (h *harness) storeOutage() {
+	ctx := context.Background()
+	if h.backend == "postgres" {
+		conn, err := pgx.Connect(ctx, os.Getenv("AIRLOCK_TEST_DATABASE_URL"))
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, h.appName)
+		}
+		h.count("store_outage")
+		return
+	}
+	var path string
+	for _, kv := range h.env {
+		if v, ok := strings.CutPrefix(kv, "AIRLOCK_DATABASE_URL="); ok {
+			path = v
+		}
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		h.t.Errorf("store outage: %v", err)
+		return
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		return
+	}
+	time.Sleep(6500 * time.Millisecond)
+	_, _ = conn.ExecContext(ctx, "ROLLBACK")
+	h.count("store_outage")
+}
+
 // crashed restarts instances that died at an armed crash point.
 func (h *harness) crashed() {
 	h.imu.Lock()
@@ -962,7 +1128,9 @@ func (h *harness) run() {
 	for range 8 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				switch h.intn(10) {
+				switch h.intn(11) {
+				case 10:
+					h.agentDelivery(h.agents[h.intn(len(h.agents))], false)
 				case 0, 1:
 					h.worker(&performed, false)
 				case 2:
@@ -1014,13 +1182,16 @@ func (h *harness) run() {
 		h.operator(&performed, true)
 		h.worker(&performed, true) // pending tasks wait for a worker
 		h.approver(jar, true)      // and waiting approvals for a person
+		for _, key := range h.agents {
+			h.agentDelivery(key, true) // and planned agent effects for their agent
+		}
 		open := 0
 		for _, key := range h.allKeys() {
 			var r runJSON
 			switch st := h.call("GET", "/v1/runs/"+key, "", &r); st {
 			case 200:
 				for _, e := range r.Effects {
-					if e.State == "pending" || e.State == "sending" || e.State == "unknown" {
+					if e.State == "pending" || e.State == "sending" || e.State == "unknown" || e.State == "planned" {
 						open++
 					}
 				}
@@ -1071,7 +1242,7 @@ func (h *harness) check() {
 	})
 	slices.Sort(faults)
 	h.prov.mu.Lock()
-	sends := 0
+	sends, lookups := 0, h.prov.lookups
 	for _, n := range h.prov.requests {
 		sends += n
 	}
@@ -1080,14 +1251,15 @@ func (h *harness) check() {
 	for _, g := range h.gated {
 		decided[cmp.Or(g.decided, "undecided")]++
 	}
-	t.Logf("seed %d: %d run operations, %d provider requests, %d instance deaths, gated %v; clock offsets %v; faults %s", h.seed, len(h.history), sends,
-		h.kills.Load(), decided, h.skews, strings.Join(faults, " "))
+	t.Logf("seed %d: %d run operations, %d provider requests, %d lookups, %d instance deaths, gated %v; clock offsets %v; faults %s", h.seed, len(h.history), sends,
+		lookups, h.kills.Load(), decided, h.skews, strings.Join(faults, " "))
 
-	// 1. No non-idempotent effect reached its provider twice.
+	// 1. No non-idempotent effect is stored twice by its provider (a lost first send may be
+	// sent again; a kept one never).
 	h.prov.mu.Lock()
-	for key, n := range h.prov.requests {
+	for key, n := range h.prov.stored {
 		if n > 1 && !h.isCRM(key) {
-			t.Errorf("seed %d: %s reached the provider %d times", h.seed, key, n)
+			t.Errorf("seed %d: %s stored by the provider %d times (%d requests)", h.seed, key, n, h.prov.requests[key])
 		}
 	}
 	// 2. Nothing was sent while the kill switch was off (sends begun before the disable
@@ -1106,7 +1278,7 @@ func (h *harness) check() {
 
 	// 3. Every acknowledged write is there after recovery; every effect ended, with its
 	// events; no run hangs in approved or a parked state.
-	keys := slices.Clone(h.keys)
+	keys := append(slices.Clone(h.keys), h.agents...)
 	for _, g := range h.gated {
 		keys = append(keys, g.key)
 	}
@@ -1141,7 +1313,7 @@ func (h *harness) check() {
 				EffectID string `json:"effect_id"`
 			}
 			_ = json.Unmarshal(e.Detail, &d)
-			if e.Kind == "effect_queued" {
+			if e.Kind == "effect_queued" || e.Kind == "effect_planned" {
 				queued[d.EffectID] = true
 			}
 		}
@@ -1157,8 +1329,8 @@ func (h *harness) check() {
 			if !queued[e.EffectID] {
 				t.Errorf("seed %d: effect %s/%s has no effect_queued event", h.seed, key, e.EffectID)
 			}
-			if e.ActionType == "note" && e.State == "completed" && h.prov.count(key+"/"+e.EffectID) != 1 {
-				t.Errorf("seed %d: note %s/%s completed after %d requests", h.seed, key, e.EffectID, h.prov.count(key+"/"+e.EffectID))
+			if (e.ActionType == "note" || e.ActionType == "invoice" || e.ActionType == "publish") && e.State == "completed" && h.prov.records(key+"/"+e.EffectID) != 1 {
+				t.Errorf("seed %d: %s %s/%s completed with %d records at the provider", h.seed, e.ActionType, key, e.EffectID, h.prov.records(key+"/"+e.EffectID))
 			}
 		}
 		for w := range h.acked {

@@ -261,17 +261,31 @@ const (
 	OutcomeAbandon = "abandon"  // give it up: cancelled
 )
 
+// Resolution is an operator's decision on an unknown or failed effect.
+type Resolution struct {
+	Outcome    string // OutcomeSent, OutcomeNotSent or OutcomeAbandon
+	ProviderID string // with OutcomeSent, the provider's id if known
+	Note       string // what the operator checked: required
+	// Version is the effect's version the operator looked at: the decision applies only
+	// if the effect is still that row (ErrEffectChanged otherwise). 0 applies it to the
+	// effect as it is now, if it is unknown or failed.
+	Version int64
+}
+
 // Resolve is an operator's decision on an unknown or failed effect, audited on its run.
-func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, actor string) (store.Effect, error) {
-	to := map[string]store.EffectState{OutcomeSent: store.EffectCompleted, OutcomeNotSent: store.EffectPending, OutcomeAbandon: store.EffectCancelled}[outcome]
+func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor string) (store.Effect, error) {
+	to := map[string]store.EffectState{OutcomeSent: store.EffectCompleted, OutcomeNotSent: store.EffectPending, OutcomeAbandon: store.EffectCancelled}[r.Outcome]
 	if to == "" {
 		return store.Effect{}, &runs.FieldError{Field: "outcome", Msg: "must be sent, not_sent or abandon"}
 	}
-	if strings.TrimSpace(note) == "" {
+	if strings.TrimSpace(r.Note) == "" {
 		return store.Effect{}, &runs.FieldError{Field: "note", Msg: "required: say what you checked"}
 	}
-	if providerID != "" && outcome != OutcomeSent {
+	if r.ProviderID != "" && r.Outcome != OutcomeSent {
 		return store.Effect{}, &runs.FieldError{Field: "provider_id", Msg: "only with outcome sent"}
+	}
+	if r.Version < 0 {
+		return store.Effect{}, &runs.FieldError{Field: "version", Msg: "must be the version the effect had when you checked it (GET /v1/runs/{key} lists it)"}
 	}
 	var out store.Effect
 	err := s.store.Transact(ctx, func(q store.Queries) error {
@@ -279,17 +293,22 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 		if err != nil {
 			return err
 		}
+		if r.Version != 0 && e.Version != r.Version {
+			return fmt.Errorf("%w: you decided on version %d; it is now %s at version %d: look again", ErrEffectChanged, r.Version, e.State, e.Version)
+		}
 		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
-		p := store.EffectUpdateParams{ID: id, From: []store.EffectState{store.EffectUnknown, store.EffectFailed}, To: to, Now: s.At()}
-		if outcome == OutcomeSent {
-			p.ProviderID = &providerID
+		// The row just read, under its run's lock, is the row decided on.
+		p := store.EffectUpdateParams{ID: id, From: []store.EffectState{store.EffectUnknown, store.EffectFailed}, Version: e.Version, To: to, Now: s.At()}
+		if r.Outcome == OutcomeSent {
+			p.ProviderID = &r.ProviderID
 		}
-		if outcome == OutcomeNotSent {
+		if r.Outcome == OutcomeNotSent {
 			p.NotBefore = &now
 		}
+		s.hook("resolve_read")
 		out, err = q.EffectUpdate(ctx, p)
 		if errors.Is(err, store.ErrNoMatch) {
 			return fmt.Errorf("%w: it is %s; only unknown or failed effects are resolved", ErrNotResolvable, e.State)
@@ -306,7 +325,8 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 			}
 		}
 		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_resolved", 0, actor, nil, map[string]any{
-			"effect_id": e.EffectID, "from": e.State, "outcome": outcome, "provider_id": providerID, "note": note,
+			"effect_id": e.EffectID, "from": e.State, "outcome": r.Outcome, "provider_id": r.ProviderID, "note": r.Note,
+			"version": e.Version,
 		})
 	})
 	if err != nil {
@@ -315,14 +335,31 @@ func (s *Service) Resolve(ctx context.Context, id, outcome, providerID, note, ac
 	return out, nil
 }
 
-// reconcileBatch is how many unknown effects one reconciliation round looks up.
-const reconcileBatch = 100
+// reconcileBatch is how many unknown effects one claim takes, and reconcileClaims how
+// many claims one reconciliation round makes at most.
+const (
+	reconcileBatch  = 10
+	reconcileClaims = 10
+)
+
+// reconcileClaim keeps a claimed unknown effect from other instances' reconciliation while
+// this one looks it up: longer than a batch of lookups takes (10 × the default 10 s
+// timeout). A claim that lapses (its instance died) makes the effect due again; one that
+// lapses mid-lookup costs a second lookup, never a second send: every answer is applied
+// by compare-and-set on the version the claim returned.
+const reconcileClaim = 5 * time.Minute
 
 // Reconcile asks connectors with a lookup about unknown effects that are due: one match
 // completes the effect; none queues it again under the same effect id where the lookup is
 // authoritative (it stays unknown otherwise); several keep it unknown and alert once.
-// Every effect that stays unknown is checked again later, with backoff, and goes behind
-// the others: effects that can never be settled automatically cannot starve newer ones.
+//
+// Each effect is claimed in the statement that lists it, so two instances never look up
+// the same one at once, and the answer is applied only to the row that was claimed: if
+// the effect changed meanwhile — an operator resolved it, or it was queued, sent and
+// became unknown again — the answer is about a send that is no longer the latest, and is
+// dropped (the effect is due again for a fresh lookup). Every effect that stays unknown is
+// checked again later, with backoff, and goes behind the others: effects that can never
+// be settled automatically cannot starve newer ones.
 func (s *Service) Reconcile(ctx context.Context) error {
 	var types []string
 	for t, c := range s.connectors {
@@ -335,37 +372,56 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	if len(types) == 0 {
 		return nil
 	}
-	unknown, err := s.store.EffectsUnknownDue(ctx, types, s.At(), reconcileBatch)
-	if err != nil {
-		return fmt.Errorf("list unknown effects: %w", err)
-	}
-	for _, e := range unknown {
-		lk := s.connectors[e.ActionType].(connector.Lookup)
-		ids, err := lk.Lookup(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
-			ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
+	for range reconcileClaims {
+		var claimed []store.Effect
+		err := s.store.Transact(ctx, func(q store.Queries) error {
+			var err error
+			claimed, err = q.EffectClaimUnknown(ctx, types, s.At(), reconcileClaim, reconcileBatch)
+			return err
+		})
 		if err != nil {
-			s.log.WarnContext(ctx, "reconcile lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
-		} else if err := s.reconcileOne(ctx, e, ids, lk.Authoritative()); err != nil {
-			return err
+			return fmt.Errorf("claim unknown effects: %w", err)
 		}
-		if err := s.checkLater(ctx, e); err != nil {
-			return err
+		s.hook("reconcile_claimed")
+		for _, e := range claimed {
+			lk := s.connectors[e.ActionType].(connector.Lookup)
+			ids, err := lk.Lookup(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
+				ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
+			s.hook("reconcile_looked_up")
+			if err != nil {
+				s.log.WarnContext(ctx, "reconcile lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
+				err = s.store.Transact(ctx, func(q store.Queries) error { return s.checkLater(ctx, q, e) })
+			} else {
+				err = s.reconcileOne(ctx, e, ids, lk.Authoritative())
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if len(claimed) < reconcileBatch {
+			return nil
 		}
 	}
 	return nil
 }
 
-// checkLater puts a still-unknown effect behind the others: the next check waits twice as
-// long each time, from 30 s up to 1 h.
-func (s *Service) checkLater(ctx context.Context, e store.Effect) error {
-	now, err := s.Read(ctx, s.store)
+// checkLater puts a still-unknown effect, still at e's version, behind the others: the
+// next check waits twice as long each time, from 30 s up to 1 h. An effect that moved on
+// is left as it is.
+func (s *Service) checkLater(ctx context.Context, q store.Queries, e store.Effect) error {
+	now, err := s.Read(ctx, q)
 	if err != nil {
 		return err
 	}
 	wait := min(30*time.Second<<min(e.Checks, 7), time.Hour)
-	return s.store.EffectCheckLater(ctx, e.ID, now.Add(wait))
+	if err := q.EffectCheckLater(ctx, e.ID, e.Version, now.Add(wait)); err != nil && !errors.Is(err, store.ErrNoMatch) {
+		return err
+	}
+	return nil
 }
 
+// reconcileOne applies a lookup's answer to e, the row that was claimed, by
+// compare-and-set on its version.
 func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string, authoritative bool) error {
 	const several = "reconcile_several"
 	var alert bool
@@ -378,7 +434,7 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 		if err != nil {
 			return err
 		}
-		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectUnknown}, Now: s.At()}
+		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectUnknown}, Version: e.Version, Now: s.At()}
 		detail := map[string]any{"effect_id": e.EffectID, "found": len(ids)}
 		switch {
 		case len(ids) == 1:
@@ -387,35 +443,50 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 		case len(ids) == 0 && authoritative:
 			p.To, p.NotBefore = store.EffectPending, &now
 		case len(ids) == 0:
-			return nil // not proof of absence: a person decides
+			return s.checkLater(ctx, q, e) // not proof of absence: a person decides
 		default:
 			if e.LastErrorClass == several {
-				return nil // already alerted
+				return s.checkLater(ctx, q, e) // already alerted
 			}
 			class := several
 			p.To, p.ErrorClass, alert = store.EffectUnknown, &class, true
 			detail["provider_ids"] = ids
 		}
-		if _, err := q.EffectUpdate(ctx, p); err != nil {
-			if errors.Is(err, store.ErrNoMatch) {
-				return nil // resolved meanwhile
-			}
+		moved, err := q.EffectUpdate(ctx, p)
+		if errors.Is(err, store.ErrNoMatch) {
+			// Resolved, or queued and sent again, since the claim: the answer is stale.
+			s.log.InfoContext(ctx, "reconcile answer dropped: the effect changed during the lookup",
+				"key", e.RunKey, "effect_id", e.EffectID, "found", len(ids))
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		if err := s.settleApproved(ctx, q, e.RunKey, p.To); err != nil {
 			return err
 		}
+		if p.To == store.EffectPending {
+			if err := q.EffectNotify(ctx); err != nil {
+				return err
+			}
+		}
 		if err := runs.Event(ctx, q, s.At(), e.RunKey, "effect_reconciled", 0, "airlock", nil, detail); err != nil {
 			return err
 		}
 		if alert {
-			return runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
-				map[string]any{"alert": several, "effect_id": e.EffectID})
+			if err := runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
+				map[string]any{"alert": several, "effect_id": e.EffectID}); err != nil {
+				return err
+			}
+			return s.checkLater(ctx, q, moved)
 		}
 		return nil
 	})
 	if err == nil && alert {
 		s.alerts.Alert(ctx, several, e.RunKey, slog.String("effect_id", e.EffectID), slog.Int("found", len(ids)))
+	}
+	if err == nil && len(ids) == 0 && authoritative {
+		s.Wake()
 	}
 	return err
 }

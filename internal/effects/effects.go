@@ -38,6 +38,7 @@ var (
 	ErrNotFound          = errors.New("effect not found")
 	ErrEffectLeaseLost   = errors.New("the effect's lease is not held")
 	ErrNotResolvable     = errors.New("the effect is not in a state this operation applies to")
+	ErrEffectChanged     = errors.New("the effect changed since the version the decision was made on")
 	ErrNotValidated      = errors.New("this action type has a schema: queue it after a passing validation on this run")
 )
 

@@ -205,7 +205,15 @@ func TestConsoleRoles(t *testing.T) {
 		if body := post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "note": {" "}}, 422); !strings.Contains(body, "required") {
 			t.Fatalf("resolve without a note:\n%s", body)
 		}
-		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "provider_id": {"ts-9"}, "note": {"seen in Slack"}}, 303)
+		// The form carries the version the page showed: one the effect has left is refused.
+		seen := fmt.Sprint(h.get("/v1/runs/job-1").body["effects"].([]any)[0].(map[string]any)["version"])
+		if body := post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "note": {"x"}}, 422); !strings.Contains(body, "version") {
+			t.Fatalf("resolve without the form's version:\n%s", body)
+		}
+		if body := post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"not_sent"}, "note": {"x"}, "version": {"1"}}, 409); !strings.Contains(body, "changed") {
+			t.Fatalf("resolve on a version the effect has left:\n%s", body)
+		}
+		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "provider_id": {"ts-9"}, "note": {"seen in Slack"}, "version": {seen}}, 303)
 		eff := h.get("/v1/runs/job-1").body["effects"].([]any)[0].(map[string]any)
 		if eff["state"] != "completed" || eff["provider_id"] != "ts-9" {
 			t.Fatalf("after resolving: %v", eff)
@@ -213,7 +221,7 @@ func TestConsoleRoles(t *testing.T) {
 		if e := h.lastEvent("job-1", "effect_resolved"); e.Actor != "console:ops" || !strings.Contains(string(e.Detail), "seen in Slack") {
 			t.Fatalf("resolve event: %+v %s", e, e.Detail)
 		}
-		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "note": {"again"}}, 409)
+		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "note": {"again"}, "version": {seen}}, 409)
 		post(ops, "/console/runs/job-2/unpark", url.Values{"csrf": {opsTok}, "to": {"failed_terminal"}, "reason": {"sent by hand"}}, 303)
 		if run := h.get("/v1/runs/job-2"); run.body["state"] != "failed_terminal" {
 			t.Fatalf("after unparking: %s", run.raw)

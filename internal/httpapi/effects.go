@@ -31,6 +31,7 @@ type effectView struct {
 	PayloadHash    string            `json:"payload_hash"`
 	ProviderID     string            `json:"provider_id,omitempty"`
 	Attempts       int               `json:"attempts"`
+	Version        int64             `json:"version"`
 	NotBefore      time.Time         `json:"not_before"`
 	LastErrorClass string            `json:"last_error_class,omitempty"`
 	CreatedAt      time.Time         `json:"created_at"`
@@ -40,7 +41,7 @@ type effectView struct {
 func viewEffect(e store.Effect) effectView {
 	return effectView{ID: e.ID, Key: e.RunKey, EffectID: e.EffectID, ActionType: e.ActionType, Target: e.Target,
 		Executor: e.Executor, State: e.State, PayloadHash: e.PayloadHash, ProviderID: e.ProviderID,
-		Attempts: e.Attempts, NotBefore: e.NotBefore, LastErrorClass: e.LastErrorClass,
+		Attempts: e.Attempts, Version: e.Version, NotBefore: e.NotBefore, LastErrorClass: e.LastErrorClass,
 		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
 }
 
@@ -245,6 +246,7 @@ func (s *server) resolveEffect(w http.ResponseWriter, r *http.Request) error {
 		Outcome    string `json:"outcome"`
 		ProviderID string `json:"provider_id"`
 		Note       string `json:"note"`
+		Version    int64  `json:"version"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -255,7 +257,8 @@ func (s *server) resolveEffect(w http.ResponseWriter, r *http.Request) error {
 	if err := validText("note", body.Note, 2000); err != nil {
 		return err
 	}
-	e, err := s.Effects.Resolve(r.Context(), r.PathValue("id"), body.Outcome, body.ProviderID, body.Note, actor(r))
+	e, err := s.Effects.Resolve(r.Context(), r.PathValue("id"),
+		effects.Resolution{Outcome: body.Outcome, ProviderID: body.ProviderID, Note: body.Note, Version: body.Version}, actor(r))
 	if err != nil {
 		return err
 	}

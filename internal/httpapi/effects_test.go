@@ -80,12 +80,18 @@ func TestWorkerAndOperatorRoutes(t *testing.T) {
 		}
 		expect(t, h.do("POST", "/v1/effects/claim", h.workerKey, "application/json", `{"types":["note"]}`), 422, "unknown_action_type")
 		expect(t, h.do("POST", "/v1/effects/"+id+"/complete", h.workerKey, "application/json", `{"lease_owner":"nope"}`), 409, "lease_lost")
-		expect(t, h.do("POST", "/v1/effects/"+id+"/unknown", h.workerKey, "application/json", `{"lease_owner":"`+lo+`","class":"timeout"}`), 200, "")
+		unknown := h.do("POST", "/v1/effects/"+id+"/unknown", h.workerKey, "application/json", `{"lease_owner":"`+lo+`","class":"timeout"}`)
+		expect(t, unknown, 200, "")
 
 		// An operator resolves the unknown effect.
 		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.workerKey, "application/json", `{"outcome":"sent","note":"x"}`), 403, "forbidden")
 		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"maybe","note":"x"}`), 400, "invalid_field")
-		r := h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"sent","provider_id":"ts-1","note":"seen in the channel"}`)
+		// A decision names the version it was taken on: one the effect has left is refused.
+		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"not_sent","note":"x","version":1}`), 409, "effect_changed")
+		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"not_sent","note":"x","version":"2"}`), 400, "wrong_type")
+		seen := unknown.body["version"].(float64)
+		r := h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json",
+			fmt.Sprintf(`{"outcome":"sent","provider_id":"ts-1","note":"seen in the channel","version":%d}`, int(seen)))
 		expect(t, r, 200, "")
 		if r.body["state"] != "completed" || r.body["provider_id"] != "ts-1" {
 			t.Fatalf("resolve: %s", r.raw)

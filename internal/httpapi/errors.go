@@ -52,6 +52,7 @@ var errorTable = []struct {
 	{effects.ErrNotFound, http.StatusNotFound, "effect_not_found"},
 	{effects.ErrEffectLeaseLost, http.StatusConflict, "lease_lost"},
 	{effects.ErrNotResolvable, http.StatusConflict, "not_resolvable"},
+	{effects.ErrEffectChanged, http.StatusConflict, "effect_changed"},
 	{effects.ErrNotValidated, http.StatusUnprocessableEntity, "not_validated"},
 	{runs.ErrBudgetExhausted, http.StatusTooManyRequests, "budget_exhausted"},
 	{failures.ErrNoSchema, http.StatusUnprocessableEntity, "no_schema"},

@@ -305,7 +305,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 		case e.State == store.EffectPending:
 			// Reconciled as not done: it may run again, under the same id.
 			if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPending},
-				To: store.EffectPlanned, Now: s.At()}); err != nil {
+				Version: e.Version, To: store.EffectPlanned, Now: s.At()}); err != nil {
 				return err
 			}
 			res.Execute = true
@@ -422,7 +422,7 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		if e.State == store.EffectUnknown {
 			return fmt.Errorf("%w: its outcome is unknown; a person resolves it (airlock effects resolve, or POST /v1/effects/{id}/resolve with an operator key)", ErrNotPlanned)
 		}
-		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned}, Now: s.At()}
+		p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned}, Version: e.Version, Now: s.At()}
 		switch {
 		case undetermined || len(found) > 1:
 			p.To = store.EffectUnknown

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -20,6 +21,9 @@ var (
 	// ErrNoMatch: a compare-and-set found no row in the expected condition. The caller
 	// reads the row to tell the client why.
 	ErrNoMatch = errors.New("compare-and-set matched no row")
+	// ErrUnfenced: an EffectUpdate would make an effect sendable again without naming the
+	// row it decided on (neither Owner nor Version). A programming error, never retried.
+	ErrUnfenced = errors.New("store: an effect is made sendable again only by compare-and-set on its lease owner or version")
 	// ErrSchemaOutdated: the database has not been migrated to what this binary needs.
 	ErrSchemaOutdated = errors.New("database schema is not up to date")
 	// ErrRollback makes a backend's WriteCheck roll its transaction back.
@@ -346,6 +350,9 @@ type Effect struct {
 	LastErrorClass string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// Version is 1 when queued; every statement that changes the effect adds one. A
+	// decision taken on a row read earlier is applied by compare-and-set on its version.
+	Version int64
 }
 
 // KillSwitch is one scope's setting: "global" or "action:<type>".
@@ -377,11 +384,19 @@ type EffectLeaseParams struct {
 }
 
 // EffectUpdateParams is a compare-and-set on an effect: it applies only when the effect is
-// in one of From and, when Owner is set, leased by Owner.
+// in one of From and, when Owner is set, leased by Owner, and, when Version is set, still
+// at that version.
+//
+// A change that makes an effect sendable again (To pending or planned) must name the exact
+// row it decided on: by Owner (a lease is one send attempt: its owner is never reused) or
+// by Version. EffectUpdate refuses one with neither (ErrUnfenced): a state that comes back
+// round — unknown → pending → sending → unknown — must never be taken for the one that was
+// looked at, or an answer about the first send queues a second.
 type EffectUpdateParams struct {
 	ID         string
 	From       []EffectState
 	Owner      string
+	Version    int64 // 0: any version
 	To         EffectState
 	ProviderID *string    // nil keeps the stored value
 	NotBefore  *time.Time // nil keeps the stored value
@@ -405,6 +420,16 @@ type EffectUpdateParams struct {
 	Attempts       int
 	FromErrorClass string
 	Now            *time.Time
+}
+
+// CheckFenced refuses an update that makes an effect sendable again (To pending or
+// planned) without the lease owner or the version it was decided on. Every backend's
+// EffectUpdate calls it first.
+func (p EffectUpdateParams) CheckFenced() error {
+	if (p.To == EffectPending || p.To == EffectPlanned) && p.Owner == "" && p.Version == 0 {
+		return fmt.Errorf("%w (effect %s to %s)", ErrUnfenced, p.ID, p.To)
+	}
+	return nil
 }
 
 // EffectListParams filters effects for operators.
@@ -435,12 +460,15 @@ type EffectQueries interface {
 	// leases with a live lease at now, not yet begun, whose run is not failed_terminal;
 	// it returns the ids it marked.
 	EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error)
-	// EffectsUnknownDue lists unknown effects of the given types whose next
-	// reconciliation is due at now, the longest waiting first.
-	EffectsUnknownDue(ctx context.Context, types []string, now *time.Time, limit int) ([]Effect, error)
-	// EffectCheckLater counts one reconciliation check of an unknown effect and sets when
-	// it is next due.
-	EffectCheckLater(ctx context.Context, id string, at time.Time) error
+	// EffectClaimUnknown claims up to limit unknown dispatcher effects of the given types
+	// whose next reconciliation is due at now, the longest waiting first: in the statement
+	// that lists them, each is made due again only after claim (and its version moves), so
+	// two instances never look up the same effect at once. The claimed rows are returned
+	// at their new version.
+	EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]Effect, error)
+	// EffectCheckLater counts one reconciliation check of an unknown effect still at
+	// version and sets when it is next due; ErrNoMatch if the effect moved on.
+	EffectCheckLater(ctx context.Context, id string, version int64, at time.Time) error
 	// EffectCancelPending cancels the run's pending effects (its run ended: they never
 	// leave) and returns them.
 	EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]Effect, error)

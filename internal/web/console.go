@@ -457,7 +457,14 @@ func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) 
 	if outcome != effects.OutcomeSent {
 		provider = "" // the field is on every form; only "sent" takes it
 	}
-	_, err := w.console.Effects.Resolve(r.Context(), r.PathValue("id"), outcome, provider, note, consoleActor(v))
+	// The version the page showed: a decision on a row that changed since is refused.
+	version, perr := strconv.ParseInt(r.PostFormValue("version"), 10, 64)
+	if perr != nil || version < 1 {
+		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not resolved", "The form is missing the effect's version: reload the page. Nothing was changed.", "/console/effects")
+		return
+	}
+	_, err := w.console.Effects.Resolve(r.Context(), r.PathValue("id"),
+		effects.Resolution{Outcome: outcome, ProviderID: provider, Note: note, Version: version}, consoleActor(v))
 	if err != nil {
 		w.actionError(rw, r, v, err, "Not resolved", "/console/effects")
 		return
@@ -474,7 +481,8 @@ func (w *Web) actionError(rw http.ResponseWriter, r *http.Request, v viewer, err
 		status = http.StatusUnprocessableEntity
 	case errors.Is(err, effects.ErrNotFound), errors.Is(err, runs.ErrNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, effects.ErrNotResolvable), errors.Is(err, failures.ErrNotParked), errors.Is(err, effects.ErrUnknownActionType):
+	case errors.Is(err, effects.ErrNotResolvable), errors.Is(err, effects.ErrEffectChanged), errors.Is(err, failures.ErrNotParked),
+		errors.Is(err, effects.ErrUnknownActionType):
 	default:
 		w.log.Error("console action", "route", r.Pattern, "err", err)
 		w.cmessage(rw, r, v, http.StatusInternalServerError, title, "Something went wrong; nothing was changed. The log has the details.", back)

@@ -22,7 +22,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks`
+	last_error_class, created_at, updated_at, next_check_at, checks, version`
 
 func scanEffect(row pgx.Row) (store.Effect, error) {
 	var e store.Effect
@@ -30,7 +30,7 @@ func scanEffect(row pgx.Row) (store.Effect, error) {
 	var payload []byte
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
-		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks)
+		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -125,7 +125,7 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 		  LIMIT $5
 		)
 		UPDATE effects e
-		SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL,
+		SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
 		    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
 		    updated_at = coalesce($6::timestamptz, now())
 		FROM due WHERE e.id = due.id
@@ -134,7 +134,8 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 
 func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
 	rows, err := q.db.Query(ctx, `
-		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), updated_at = coalesce($3::timestamptz, now())
+		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), updated_at = coalesce($3::timestamptz, now()),
+		  version = e.version + 1
 		WHERE e.id = ANY($1) AND e.state = 'sending' AND e.lease_owner = $2 AND e.send_started_at IS NULL
 		  AND e.lease_expires_at > coalesce($3::timestamptz, now())
 		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
@@ -146,22 +147,34 @@ func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []stri
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-func (q queries) EffectsUnknownDue(ctx context.Context, types []string, now *time.Time, limit int) ([]store.Effect, error) {
-	return collectEffects(q.db.Query(ctx, `SELECT `+effectColumns+` FROM effects
-		WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type = ANY($1)
-		  AND (next_check_at IS NULL OR next_check_at <= coalesce($2::timestamptz, now()))
-		ORDER BY next_check_at NULLS FIRST, updated_at LIMIT $3`, types, now, limit))
+func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	// SKIP LOCKED: an instance claiming at the same moment takes the next ones instead.
+	return collectEffects(q.db.Query(ctx, `
+		WITH due AS (
+		  SELECT id FROM effects
+		  WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type = ANY($1)
+		    AND (next_check_at IS NULL OR next_check_at <= coalesce($2::timestamptz, now()))
+		  ORDER BY next_check_at NULLS FIRST, updated_at LIMIT $3
+		  FOR UPDATE SKIP LOCKED
+		)
+		UPDATE effects e SET next_check_at = coalesce($2::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+		  version = e.version + 1
+		FROM due WHERE e.id = due.id
+		RETURNING `+prefixed("e.", effectColumns), types, now, limit, micros(claim)))
 }
 
-func (q queries) EffectCheckLater(ctx context.Context, id string, at time.Time) error {
-	_, err := q.db.Exec(ctx, `UPDATE effects SET next_check_at = $2, checks = checks + 1
-		WHERE id = $1 AND state = 'unknown'`, id, at)
+func (q queries) EffectCheckLater(ctx context.Context, id string, version int64, at time.Time) error {
+	tag, err := q.db.Exec(ctx, `UPDATE effects SET next_check_at = $3, checks = checks + 1, version = version + 1
+		WHERE id = $1 AND version = $2 AND state = 'unknown'`, id, version, at)
+	if err == nil && tag.RowsAffected() == 0 {
+		return store.ErrNoMatch
+	}
 	return err
 }
 
 func (q queries) EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]store.Effect, error) {
 	return collectEffects(q.db.Query(ctx, `UPDATE effects SET state = 'cancelled', last_error_class = $2,
-		  updated_at = coalesce($3::timestamptz, now())
+		  updated_at = coalesce($3::timestamptz, now()), version = version + 1
 		WHERE idempotency_key = $1 AND state = 'pending'
 		RETURNING `+effectColumns, key, class, now))
 }
@@ -251,6 +264,9 @@ func (s *Store) listen(ctx context.Context, wake func()) error {
 }
 
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
+	if err := p.CheckFenced(); err != nil {
+		return store.Effect{}, err
+	}
 	from := make([]string, len(p.From))
 	for i, s := range p.From {
 		from[i] = string(s)
@@ -269,14 +285,15 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		                           WHEN $10 THEN coalesce($9::timestamptz, now()) ELSE send_started_at END,
 		    next_check_at = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN next_check_at END,
 		    checks = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
-		    updated_at = coalesce($9::timestamptz, now())
-		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4)
+		    updated_at = coalesce($9::timestamptz, now()),
+		    version = version + 1
+		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4) AND ($16 = 0 OR version = $16)
 		  AND (NOT $11 OR lease_expires_at <= coalesce($9::timestamptz, now()))
 		  AND (NOT $12 OR send_started_at IS NULL)
 		  AND ($14 = 0 OR attempts = $14) AND ($15 = '' OR last_error_class = $15)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
 		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted, jsonArg(p.Payload),
-		p.Attempts, p.FromErrorClass))
+		p.Attempts, p.FromErrorClass, p.Version))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
 	}

@@ -62,7 +62,7 @@ func (q queries) FailureAttempt(ctx context.Context, key, class string) (int, er
 func (q queries) EffectRequeueFailed(ctx context.Context, key string, now *time.Time) ([]store.Effect, error) {
 	return collectEffects(q.db.Query(ctx, `
 		UPDATE effects SET state = 'pending', not_before = coalesce($2::timestamptz, now()),
-		  updated_at = coalesce($2::timestamptz, now())
+		  updated_at = coalesce($2::timestamptz, now()), version = version + 1
 		WHERE idempotency_key = $1 AND state = 'failed' AND executor = 'dispatcher'
 		RETURNING `+effectColumns, key, now))
 }

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -24,7 +25,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks`
+	last_error_class, created_at, updated_at, next_check_at, checks, version`
 
 func scanEffect(row scanner) (store.Effect, error) {
 	var e store.Effect
@@ -34,7 +35,7 @@ func scanEffect(row scanner) (store.Effect, error) {
 	var notBefore, created, updated int64
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &started, &e.ProviderID, &e.Attempts,
-		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks)
+		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks, &e.Version)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -126,7 +127,7 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 	}
 	args = append(args, p.Limit)
 	query := `UPDATE effects
-		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1, send_started_at = NULL,
+		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1, send_started_at = NULL, version = version + 1,
 		    lease_expires_at = ?2 + ?3, updated_at = ?2
 		WHERE id IN (SELECT id FROM (` + strings.Join(probes, " UNION ALL ") + `) ORDER BY not_before LIMIT ?` +
 		fmt.Sprint(len(args)) + `) RETURNING ` + effectColumns
@@ -144,7 +145,7 @@ func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []stri
 	return selectAll(ctx, q.db, func(row scanner) (string, error) {
 		var id string
 		return id, row.Scan(&id)
-	}, `UPDATE effects SET send_started_at = ?2, updated_at = ?2
+	}, `UPDATE effects SET send_started_at = ?2, updated_at = ?2, version = version + 1
 		WHERE id IN (`+numbered(3, len(ids))+`) AND state = 'sending' AND lease_owner = ?1
 		  AND send_started_at IS NULL AND lease_expires_at > ?2
 		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
@@ -152,28 +153,40 @@ func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []stri
 		RETURNING id`, args...)
 }
 
-func (q queries) EffectsUnknownDue(ctx context.Context, types []string, now *time.Time, limit int) ([]store.Effect, error) {
+// EffectClaimUnknown needs no SKIP LOCKED: the IMMEDIATE transaction holds the only write
+// lock, so no other instance lists between the select and the update.
+func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
 	if len(types) == 0 {
 		return nil, nil
 	}
-	args := []any{q.at(now), limit}
+	at := q.at(now)
+	args := []any{at, limit, at + claim.Microseconds()}
 	for _, t := range types {
 		args = append(args, t)
 	}
-	return selectAll(ctx, q.db, scanEffect, `SELECT `+effectColumns+` FROM effects
-		WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type IN (`+numbered(3, len(types))+`)
-		  AND (next_check_at IS NULL OR next_check_at <= ?1)
-		ORDER BY next_check_at NULLS FIRST, updated_at LIMIT ?2`, args...)
+	return selectAll(ctx, q.db, scanEffect, `UPDATE effects SET next_check_at = ?3, version = version + 1
+		WHERE id IN (SELECT id FROM effects
+		  WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type IN (`+numbered(4, len(types))+`)
+		    AND (next_check_at IS NULL OR next_check_at <= ?1)
+		  ORDER BY next_check_at NULLS FIRST, updated_at LIMIT ?2)
+		RETURNING `+effectColumns, args...)
 }
 
-func (q queries) EffectCheckLater(ctx context.Context, id string, at time.Time) error {
-	_, err := q.db.ExecContext(ctx, `UPDATE effects SET next_check_at = ?, checks = checks + 1
-		WHERE id = ? AND state = 'unknown'`, at.UnixMicro(), id)
-	return err
+func (q queries) EffectCheckLater(ctx context.Context, id string, version int64, at time.Time) error {
+	res, err := q.db.ExecContext(ctx, `UPDATE effects SET next_check_at = ?, checks = checks + 1, version = version + 1
+		WHERE id = ? AND version = ? AND state = 'unknown'`, at.UnixMicro(), id, version)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return cmp.Or(err, store.ErrNoMatch)
+	}
+	return nil
 }
 
 func (q queries) EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]store.Effect, error) {
-	return selectAll(ctx, q.db, scanEffect, `UPDATE effects SET state = 'cancelled', last_error_class = ?2, updated_at = ?3
+	return selectAll(ctx, q.db, scanEffect, `UPDATE effects SET state = 'cancelled', last_error_class = ?2, updated_at = ?3,
+		  version = version + 1
 		WHERE idempotency_key = ?1 AND state = 'pending'
 		RETURNING `+effectColumns, key, class, q.at(now))
 }
@@ -201,8 +214,11 @@ func (q queries) RunLockKeys(ctx context.Context, keys []string) (map[string]sto
 }
 
 func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
+	if err := p.CheckFenced(); err != nil {
+		return store.Effect{}, err
+	}
 	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started,
-		p.LeaseExpired, p.NotStarted, nil, p.Attempts, p.FromErrorClass}
+		p.LeaseExpired, p.NotStarted, nil, p.Attempts, p.FromErrorClass, p.Version}
 	if p.Payload != nil {
 		args[11] = string(p.Payload)
 	}
@@ -225,11 +241,12 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    send_started_at = CASE WHEN ?2 <> 'sending' THEN NULL WHEN ?9 THEN ?8 ELSE send_started_at END,
 		    next_check_at = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN next_check_at END,
 		    checks = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
-		    updated_at = ?8
-		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3)
+		    updated_at = ?8,
+		    version = version + 1
+		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3) AND (?15 = 0 OR version = ?15)
 		  AND (NOT ?10 OR lease_expires_at <= ?8) AND (NOT ?11 OR send_started_at IS NULL)
 		  AND (?13 = 0 OR attempts = ?13) AND (?14 = '' OR last_error_class = ?14)
-		  AND state IN (`+numbered(15, len(p.From))+`)
+		  AND state IN (`+numbered(16, len(p.From))+`)
 		RETURNING `+effectColumns, args...))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch

@@ -63,7 +63,7 @@ func (q queries) FailureAttempt(ctx context.Context, key, class string) (int, er
 func (q queries) EffectRequeueFailed(ctx context.Context, key string, now *time.Time) ([]store.Effect, error) {
 	at := q.at(now)
 	return selectAll(ctx, q.db, scanEffect, `
-		UPDATE effects SET state = 'pending', not_before = ?2, updated_at = ?2
+		UPDATE effects SET state = 'pending', not_before = ?2, updated_at = ?2, version = version + 1
 		WHERE idempotency_key = ?1 AND state = 'failed' AND executor = 'dispatcher'
 		RETURNING `+effectColumns, key, at)
 }

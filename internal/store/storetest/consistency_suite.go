@@ -330,7 +330,7 @@ func testRetentionKeepsResendablePayloads(t *testing.T, e *EffectsEnv) {
 	if got, err := e.Effects.Get(ctx, eff.ID); err != nil || got.Payload == nil {
 		t.Fatalf("the failed effect's payload after retention: %s, %v", got.Payload, err)
 	}
-	if _, err := e.Effects.Resolve(ctx, eff.ID, effects.OutcomeNotSent, "", "checked the CRM: nothing there", "op"); err != nil {
+	if _, err := e.Effects.Resolve(ctx, eff.ID, effects.Resolution{Outcome: effects.OutcomeNotSent, ProviderID: "", Note: "checked the CRM: nothing there"}, "op"); err != nil {
 		t.Fatal(err)
 	}
 	tick(t, e)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,10 @@ type Provider struct {
 	Reply func(w http.ResponseWriter, r *http.Request, n int)
 	// Found is what the lookup endpoint returns per effect id (ids of records).
 	Found map[string][]string
+	// Lookup, when set, is called with each lookup's key after its answer was read and
+	// before it is written: a test holds an answer there to make it stale.
+	Lookup  func(key string)
+	lookups int
 }
 
 func NewProvider(t testing.TB) *Provider {
@@ -42,8 +47,13 @@ func NewProvider(t testing.TB) *Provider {
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet { // lookup
 			p.mu.Lock()
-			ids := p.Found[r.URL.Query().Get("key")]
+			ids := slices.Clone(p.Found[r.URL.Query().Get("key")])
+			p.lookups++
+			hold := p.Lookup
 			p.mu.Unlock()
+			if hold != nil {
+				hold(r.URL.Query().Get("key"))
+			}
 			recs := []map[string]string{}
 			for _, id := range ids {
 				recs = append(recs, map[string]string{"id": id})
@@ -73,6 +83,27 @@ func (p *Provider) Requests(key string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.byKey[key]
+}
+
+// Lookups returns the number of lookups received.
+func (p *Provider) Lookups() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lookups
+}
+
+// Store records a send under key: the lookup finds it from then on.
+func (p *Provider) Store(key, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Found[key] = append(p.Found[key], id)
+}
+
+// Stored returns how many records the provider holds for key.
+func (p *Provider) Stored(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.Found[key])
 }
 
 // Total returns the number of send requests received.
@@ -107,8 +138,8 @@ func (e *EffectsEnv) NewService(st store.Store, now func() time.Time) *effects.S
 		Now: now, AIActionsEnabled: e.envOverride, AIActionsEnabledSet: e.envOverride != "", Budgets: e.Failures.Budget})
 }
 
-// TestPolicy configures: note (http, not idempotent, lookup), crm (http, idempotent,
-// authoritative lookup), task (worker), email (gated); console operators have the role
+// TestPolicy configures: note (http, not idempotent, lookup), invoice (http, not
+// idempotent, authoritative lookup), crm (http, idempotent, authoritative lookup), task (worker), email (gated); console operators have the role
 // ops, admins sre.
 func TestPolicy(providerURL string) string {
 	return fmt.Sprintf(`
@@ -121,6 +152,10 @@ actions:
     gate: none
     http: {url: %[1]s/notes, timeout: 2s, lookup_url: "%[1]s/notes?key={effect_id}"}
     retry: {max_attempts: 3, backoff: 1s, max_backoff: 4s}
+  invoice:
+    connector: http
+    gate: none
+    http: {url: %[1]s/invoice, timeout: 2s, lookup_url: "%[1]s/invoice?key={effect_id}", lookup_authoritative: true}
   crm:
     connector: http
     gate: none
@@ -196,7 +231,7 @@ func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	}
 	e.Policy = pol
 	conns := map[string]connector.Connector{}
-	for _, name := range []string{"note", "crm", "email", "digest", "triage", "ping"} {
+	for _, name := range []string{"note", "invoice", "crm", "email", "digest", "triage", "ping"} {
 		h := pol.Action(name).HTTP
 		c, err := httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Timeout: h.Timeout.D(),
 			LookupURL: h.LookupURL, LookupAuthoritative: h.LookupAuthoritative})
@@ -626,27 +661,27 @@ func testResolve(t *testing.T, e *EffectsEnv) {
 	c := queue(t, e, "k-c", "note", "default", `{"x":3}`)
 	pending := queue(t, e, "k-p", "task", "t", `{"x":4}`)
 	tick(t, e)
-	if _, err := e.Effects.Resolve(ctx, a.ID, "sent", "crm-77", "found it in the CRM", "cli:ana"); err != nil {
+	if _, err := e.Effects.Resolve(ctx, a.ID, effects.Resolution{Outcome: "sent", ProviderID: "crm-77", Note: "found it in the CRM"}, "cli:ana"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := e.Effects.Get(ctx, a.ID)
 	equal(t, "sent", got.State, store.EffectCompleted)
 	equal(t, "receipt", got.ProviderID, "crm-77")
-	if _, err := e.Effects.Resolve(ctx, b.ID, "not_sent", "", "not in the CRM", "cli:ana"); err != nil {
+	if _, err := e.Effects.Resolve(ctx, b.ID, effects.Resolution{Outcome: "not_sent", ProviderID: "", Note: "not in the CRM"}, "cli:ana"); err != nil {
 		t.Fatal(err)
 	}
 	equal(t, "not sent → queued", effectState(t, e, b.ID), store.EffectPending)
-	if _, err := e.Effects.Resolve(ctx, c.ID, "abandon", "", "customer handled by phone", "cli:ana"); err != nil {
+	if _, err := e.Effects.Resolve(ctx, c.ID, effects.Resolution{Outcome: "abandon", ProviderID: "", Note: "customer handled by phone"}, "cli:ana"); err != nil {
 		t.Fatal(err)
 	}
 	equal(t, "abandoned", effectState(t, e, c.ID), store.EffectCancelled)
-	if _, err := e.Effects.Resolve(ctx, pending.ID, "sent", "", "x", "cli:ana"); !errors.Is(err, effects.ErrNotResolvable) {
+	if _, err := e.Effects.Resolve(ctx, pending.ID, effects.Resolution{Outcome: "sent", ProviderID: "", Note: "x"}, "cli:ana"); !errors.Is(err, effects.ErrNotResolvable) {
 		t.Fatalf("resolve a pending effect: %v", err)
 	}
-	if _, err := e.Effects.Resolve(ctx, c.ID, "sent", "", "", "cli:ana"); err == nil {
+	if _, err := e.Effects.Resolve(ctx, c.ID, effects.Resolution{Outcome: "sent", ProviderID: "", Note: ""}, "cli:ana"); err == nil {
 		t.Fatal("resolve without a note")
 	}
-	if _, err := e.Effects.Resolve(ctx, "nope", "sent", "", "x", "cli:ana"); !errors.Is(err, effects.ErrNotFound) {
+	if _, err := e.Effects.Resolve(ctx, "nope", effects.Resolution{Outcome: "sent", ProviderID: "", Note: "x"}, "cli:ana"); !errors.Is(err, effects.ErrNotFound) {
 		t.Fatalf("resolve a missing effect: %v", err)
 	}
 	evs, _ := e.Store.EventList(ctx, "k-a", 0, 100)

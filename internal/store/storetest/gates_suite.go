@@ -169,7 +169,7 @@ func testGateCancel(t *testing.T, e *EffectsEnv) {
 	tick(t, e)
 	effs, _ := e.Effects.List(ctx, store.EffectListParams{RunKey: "c-3"})
 	equal(t, "sent into the unknown", effs[0].State, store.EffectUnknown)
-	if _, err := e.Effects.Resolve(ctx, effs[0].ID, effects.OutcomeAbandon, "", "never arrived", "cli:op"); err != nil {
+	if _, err := e.Effects.Resolve(ctx, effs[0].ID, effects.Resolution{Outcome: effects.OutcomeAbandon, ProviderID: "", Note: "never arrived"}, "cli:op"); err != nil {
 		t.Fatal(err)
 	}
 	run, _ := e.Runs.Get(ctx, "c-3")

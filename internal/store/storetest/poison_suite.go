@@ -304,7 +304,7 @@ func testLateOutcomeStale(t *testing.T, e *EffectsEnv) {
 	if err := e.Effects.SweepExpired(ctx); err != nil { // another instance, on a working store
 		t.Fatal(err)
 	}
-	if _, err := e.Effects.Resolve(ctx, eff.ID, effects.OutcomeNotSent, "", "checked: not there", "ops"); err != nil {
+	if _, err := e.Effects.Resolve(ctx, eff.ID, effects.Resolution{Outcome: effects.OutcomeNotSent, ProviderID: "", Note: "checked: not there"}, "ops"); err != nil {
 		t.Fatal(err)
 	}
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
