@@ -14,7 +14,9 @@ fi
 
 go vet ./...
 
-scripts/with-postgres.sh go test -race -count=1 ./... "$@"
+# -timeout: the default 10 m per package is too short for storetest under -race on a busy
+# 2-core machine (it takes ~4 m alone).
+scripts/with-postgres.sh go test -race -count=1 -timeout 30m ./... "$@"
 
 # The n8n community node (integrations/n8n) against a real airlock binary; skipped when
 # arguments narrow the run to some Go tests.
