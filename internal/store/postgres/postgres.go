@@ -208,11 +208,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 			return fmt.Errorf("create schema_migrations: %w", err)
 		}
-		var current int
-		if err := db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-			return fmt.Errorf("read schema version: %w", err)
+		applied, err := appliedVersions(ctx, db)
+		if err != nil {
+			return err
 		}
-		for _, m := range ms[min(current, len(ms)):] {
+		for _, m := range store.Pending(ms, applied) {
 			if _, err := db.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
@@ -229,19 +229,33 @@ func (s *Store) SchemaCurrent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var current int
-	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current)
+	applied, err := appliedVersions(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	return store.Outdated(ms, applied)
+}
+
+// appliedVersions reads the versions schema_migrations records (none before the first
+// migration made the table).
+func appliedVersions(ctx context.Context, db dbtx) (map[int]bool, error) {
+	rows, err := db.Query(ctx, `SELECT version FROM schema_migrations`)
+	var versions []int
+	if err == nil {
+		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		current, err = 0, nil
+		return map[int]bool{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return nil, fmt.Errorf("read schema versions: %w", err)
 	}
-	if current < len(ms) {
-		return fmt.Errorf("%w: at version %d, this binary needs %d (run `airlock migrate`)", store.ErrSchemaOutdated, current, len(ms))
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
 	}
-	return nil
+	return applied, nil
 }
 
 // dbtx is what pgxpool.Pool and pgx.Tx share.

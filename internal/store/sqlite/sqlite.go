@@ -271,11 +271,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 			return fmt.Errorf("create schema_migrations: %w", err)
 		}
-		var current int
-		if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-			return fmt.Errorf("read schema version: %w", err)
+		applied, err := appliedVersions(ctx, db)
+		if err != nil {
+			return err
 		}
-		for _, m := range ms[min(current, len(ms)):] {
+		for _, m := range store.Pending(ms, applied) {
 			if _, err := db.ExecContext(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
@@ -293,18 +293,32 @@ func (s *Store) SchemaCurrent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var current int
-	err = s.db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current)
+	applied, err := appliedVersions(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	return store.Outdated(ms, applied)
+}
+
+// appliedVersions reads the versions schema_migrations records (none before the first
+// migration made the table).
+func appliedVersions(ctx context.Context, db dbtx) (map[int]bool, error) {
+	versions, err := selectAll(ctx, db, func(row scanner) (int, error) {
+		var v int
+		err := row.Scan(&v)
+		return v, err
+	}, `SELECT version FROM schema_migrations`)
 	if err != nil && strings.Contains(err.Error(), "no such table") {
-		current, err = 0, nil
+		return map[int]bool{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return nil, fmt.Errorf("read schema versions: %w", err)
 	}
-	if current < len(ms) {
-		return fmt.Errorf("%w: at version %d, this binary needs %d (run `airlock migrate`)", store.ErrSchemaOutdated, current, len(ms))
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
 	}
-	return nil
+	return applied, nil
 }
 
 // dbtx is what *sql.DB and *sql.Tx share.
