@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -24,7 +25,24 @@ var (
 	ErrSchemaOutdated = errors.New("database schema is not up to date")
 	// ErrRollback makes a backend's WriteCheck roll its transaction back.
 	ErrRollback = errors.New("rolled back on purpose")
+	// ErrUnavailable: the database cannot do the work now — it is unreachable,
+	// restarting or shutting down, read-only (a standby, a failover in progress, a
+	// read-only file), out of disk, memory or connections, failing I/O, or locked past the
+	// busy timeout — and the same request may succeed when sent again. Each backend
+	// classifies its driver's errors into it (Unavailable); the cause stays wrapped, for
+	// the log only.
+	ErrUnavailable = errors.New("the database is unavailable")
 )
+
+// Unavailable marks err, a driver error that says the database cannot serve now, as
+// ErrUnavailable; the cause stays reachable with errors.Is and errors.As. A nil error, or
+// one already marked, is returned as it is.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
 
 // WriteCheckSQL is the write WriteCheck makes and rolls back: the newest migration's row
 // rewritten unchanged (both schemas have it, and nothing else writes it after start).

@@ -45,11 +45,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
 	}
 	st := &Store{pool: pool}
 	st.queries = queries{db: joined{st}}
@@ -65,14 +65,14 @@ func (s *Store) bound(ctx context.Context) pgx.Tx {
 }
 
 // joined runs a statement in the transaction of a Within whose ctx it is given, else
-// on the pool (autocommit).
+// on the pool (autocommit); its errors are classified.
 type joined struct{ s *Store }
 
 func (j joined) on(ctx context.Context) dbtx {
 	if tx := j.s.bound(ctx); tx != nil {
-		return tx
+		return classified{tx}
 	}
-	return j.s.pool
+	return classified{j.s.pool}
 }
 
 func (j joined) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -106,7 +106,7 @@ func redact(err error) error {
 func (s *Store) Backend() string { return "postgres" }
 func (s *Store) Close() error    { s.pool.Close(); return nil }
 func (s *Store) Ping(ctx context.Context) error {
-	return s.pool.Ping(ctx)
+	return classify(s.pool.Ping(ctx))
 }
 
 // Pool exposes the pool for benchmarks that measure raw statements beside the store.
@@ -125,7 +125,7 @@ const transactTries = 4
 // Inside a Within, fn runs in a savepoint of that transaction instead, once: the whole
 // request is what may be retried (by its client, with its Idempotency-Key).
 func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	run := func(tx pgx.Tx) error { return fn(queries{db: tx}) }
+	run := func(tx pgx.Tx) error { return fn(queries{db: classified{tx}}) }
 	if s.bound(ctx) != nil {
 		return s.transact(ctx, run)
 	}
@@ -159,7 +159,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err err
 		tx, err = s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	}
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", classify(err))
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -174,7 +174,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err err
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", classify(err))
 	}
 	return nil
 }

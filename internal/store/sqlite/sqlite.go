@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	msqlite "modernc.org/sqlite"
 
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -64,10 +64,8 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	// Every transaction here reads then writes; a deferred one fails with SQLITE_BUSY at
 	// once when another writer got there first, busy_timeout or not.
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
+	// Through connector: every error SQLite returns is classified (unavailable.go).
+	db := sql.OpenDB(connector{dsn: "file:" + path + "?" + q.Encode(), drv: &msqlite.Driver{}})
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(0)
