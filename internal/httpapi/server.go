@@ -194,8 +194,14 @@ func (s *server) handle(h handlerFunc) http.Handler {
 // render answers a handler's error.
 func (s *server) render(w http.ResponseWriter, r *http.Request, err error) {
 	ae, known := toAPIError(err)
-	if !known {
+	switch {
+	case !known:
 		s.Log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
+	case errors.Is(err, store.ErrUnavailable):
+		s.Log.WarnContext(r.Context(), "request failed: the database is unavailable", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
+	}
+	if ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
 	writeJSON(w, ae.Status, ae)
 }
