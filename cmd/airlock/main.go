@@ -140,9 +140,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	} else if err := st.SchemaCurrent(ctx); err != nil {
 		return err
 	}
-	// A database that answers reads but refuses writes would fail every request but reads.
-	if err := st.WriteCheck(ctx); err != nil {
-		return fmt.Errorf("the database does not accept writes (read-only file, session or standby?): %w", err)
+	// A database that answers reads but refuses writes would fail every request but reads:
+	// the readiness write (a committed one) at start, as /readyz makes it after.
+	instance := httpapi.InstanceName()
+	if err := st.ReadinessWrite(ctx, instance); err != nil {
+		return fmt.Errorf("the database does not accept writes (read-only file, session or standby, or a full disk?): %w", err)
 	}
 	pol, err := loadPolicy(cfg)
 	if err != nil {
@@ -183,7 +185,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer stopTracing(context.Background())
 	api := httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work,
 		Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes,
-		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer})
+		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer, Instance: instance})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -215,7 +217,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
-	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(),
+	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(), "instance", instance,
 		"action_types", len(pol.Actions), "dispatcher", !pol.Dispatch.Disabled)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

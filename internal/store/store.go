@@ -23,8 +23,6 @@ var (
 	ErrNoMatch = errors.New("compare-and-set matched no row")
 	// ErrSchemaOutdated: the database has not been migrated to what this binary needs.
 	ErrSchemaOutdated = errors.New("database schema is not up to date")
-	// ErrRollback makes a backend's WriteCheck roll its transaction back.
-	ErrRollback = errors.New("rolled back on purpose")
 	// ErrUnavailable: the database cannot do the work now — it is unreachable,
 	// restarting or shutting down, read-only (a standby, a failover in progress, a
 	// read-only file), out of disk, memory or connections, failing I/O, or locked past the
@@ -44,9 +42,14 @@ func Unavailable(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// WriteCheckSQL is the write WriteCheck makes and rolls back: the newest migration's row
-// rewritten unchanged (both schemas have it, and nothing else writes it after start).
-const WriteCheckSQL = `UPDATE schema_migrations SET name = name WHERE version = (SELECT max(version) FROM schema_migrations)`
+// Headroom is a store that can tell how much its database may still grow: the embedded
+// SQLite file, whose disk is this machine's. (A PostgreSQL server's disk is not visible
+// to its clients: a full one shows as ErrUnavailable on the write that needs it.)
+type Headroom interface {
+	// Headroom returns how many bytes the database can still grow by: the free space of
+	// the file system that holds it, or less if the database is capped (max_page_count).
+	Headroom(ctx context.Context) (int64, error)
+}
 
 // State is a run's state; the CHECK constraint in both schemas lists the same set.
 type State string
@@ -158,9 +161,12 @@ type Store interface {
 	// SchemaCurrent returns ErrSchemaOutdated when migrations are pending.
 	SchemaCurrent(ctx context.Context) error
 	Ping(ctx context.Context) error
-	// WriteCheck writes in a transaction it rolls back: a database that answers reads but
-	// refuses writes (a read-only file, a standby, a read-only session) fails it.
-	WriteCheck(ctx context.Context) error
+	// ReadinessWrite proves the database takes a committed write: it records that
+	// instance checked now in its row of readiness (0014_readiness.sql), forgets instances
+	// silent for a day, and commits durably (synchronous_commit on, for PostgreSQL). A
+	// write that is rolled back proves nothing — it needs no disk space, and a standby
+	// takes it until the end — so this one commits.
+	ReadinessWrite(ctx context.Context, instance string) error
 	Backend() string
 	Close() error
 }

@@ -179,17 +179,24 @@ func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err err
 	return nil
 }
 
-func (s *Store) WriteCheck(ctx context.Context) error {
-	err := s.Transact(ctx, func(q store.Queries) error {
-		if _, err := q.(queries).db.Exec(ctx, store.WriteCheckSQL); err != nil {
-			return fmt.Errorf("write check: %w", err)
+// ReadinessWrite upserts the instance's row and forgets instances silent for a day, in
+// one transaction committed with synchronous_commit on: the commit waits for its WAL to
+// reach the disk, as every other commit does unless an operator turned that off.
+func (s *Store) ReadinessWrite(ctx context.Context, instance string) error {
+	return s.Transact(ctx, func(q store.Queries) error {
+		db := q.(queries).db
+		if _, err := db.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
 		}
-		return store.ErrRollback
-	})
-	if errors.Is(err, store.ErrRollback) {
+		if _, err := db.Exec(ctx, `INSERT INTO readiness (instance, checked_at) VALUES ($1, now())
+			ON CONFLICT (instance) DO UPDATE SET checked_at = EXCLUDED.checked_at, checks = readiness.checks + 1`, instance); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
+		}
+		if _, err := db.Exec(ctx, `DELETE FROM readiness WHERE checked_at < now() - interval '1 day'`); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
+		}
 		return nil
-	}
-	return err
+	})
 }
 
 func (s *Store) Migrate(ctx context.Context) error {

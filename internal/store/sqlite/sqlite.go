@@ -38,7 +38,8 @@ type Options struct {
 // Store is one SQLite file.
 type Store struct {
 	queries
-	db *sql.DB
+	db   *sql.DB
+	path string
 	// writeMu serialises this process's write transactions so they queue in Go instead of
 	// polling SQLite's busy handler; other processes still wait on the file lock.
 	writeMu sync.Mutex
@@ -77,7 +78,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	st := &Store{db: db}
+	st := &Store{db: db, path: path}
 	st.queries = queries{db: joined{st}, now: now}
 	return st, nil
 }
@@ -159,6 +160,8 @@ func writable(path string) error {
 	probe.Close()
 	return os.Remove(probe.Name())
 }
+
+var _ store.Headroom = (*Store)(nil)
 
 func (s *Store) Backend() string                { return "sqlite" }
 func (s *Store) Close() error                   { return s.db.Close() }
@@ -243,17 +246,45 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (out store.Claim
 	return out, err
 }
 
-func (s *Store) WriteCheck(ctx context.Context) error {
-	err := s.Transact(ctx, func(q store.Queries) error {
-		if _, err := q.(queries).db.ExecContext(ctx, store.WriteCheckSQL); err != nil {
-			return fmt.Errorf("write check: %w", err)
+// ReadinessWrite upserts the instance's row and forgets instances silent for a day, in
+// one transaction that commits (synchronous as the file is opened: FULL by default).
+func (s *Store) ReadinessWrite(ctx context.Context, instance string) error {
+	return s.Transact(ctx, func(q store.Queries) error {
+		db, now := q.(queries).db, s.now().UnixMicro()
+		if _, err := db.ExecContext(ctx, `INSERT INTO readiness (instance, checked_at) VALUES (?, ?)
+			ON CONFLICT (instance) DO UPDATE SET checked_at = excluded.checked_at, checks = checks + 1`, instance, now); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
 		}
-		return store.ErrRollback
-	})
-	if errors.Is(err, store.ErrRollback) {
+		if _, err := db.ExecContext(ctx, `DELETE FROM readiness WHERE checked_at < ?`, now-(24*time.Hour).Microseconds()); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
+		}
 		return nil
+	})
+}
+
+// Headroom is the least of the free space of the file system that holds the database
+// (to this user) and what the page limit (max_page_count) still allows.
+func (s *Store) Headroom(ctx context.Context) (int64, error) {
+	free, err := freeBytes(filepath.Dir(s.path))
+	if err != nil {
+		return 0, store.Unavailable(fmt.Errorf("headroom: %w", err))
 	}
-	return err
+	// The page limit holds per connection: the four values are read on one.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("headroom: %w", err)
+	}
+	defer conn.Close()
+	var maxPages, pages, freePages, pageSize int64
+	for _, p := range []struct {
+		pragma string
+		v      *int64
+	}{{"max_page_count", &maxPages}, {"page_count", &pages}, {"freelist_count", &freePages}, {"page_size", &pageSize}} {
+		if err := conn.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(p.v); err != nil {
+			return 0, fmt.Errorf("headroom: %w", err)
+		}
+	}
+	return min(free, (maxPages-pages+freePages)*pageSize), nil
 }
 
 func (s *Store) Migrate(ctx context.Context) error {

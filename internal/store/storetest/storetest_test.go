@@ -24,3 +24,4 @@ func TestGatesConformance(t *testing.T)       { onEachBackend(t, storetest.RunGa
 func TestConsoleConformance(t *testing.T)     { onEachBackend(t, storetest.RunConsole) }
 func TestCostConformance(t *testing.T)        { onEachBackend(t, storetest.RunCost) }
 func TestConsistencyConformance(t *testing.T) { onEachBackend(t, storetest.RunConsistency) }
+func TestOutageConformance(t *testing.T)      { onEachBackend(t, storetest.RunOutage) }
