@@ -422,14 +422,21 @@ some action types: it never receives another type's payloads.`,
 	return cmd
 }
 
-// healthcheckCmd asks the local server's /readyz: the container image's HEALTHCHECK,
-// which has no shell or curl to do it.
+// healthcheckCmd asks the local server's /readyz, or with --live its /healthz: for
+// container health checks, in an image that has no shell or curl to do it.
 func healthcheckCmd() *cobra.Command {
 	var timeout time.Duration
+	var live bool
 	cmd := &cobra.Command{
 		Use:   "healthcheck",
-		Short: "Exit 0 if the server on --listen answers /readyz with 200 (for container health checks)",
-		Args:  cobra.NoArgs,
+		Short: "Exit 0 if the server on --listen answers /readyz (--live: /healthz) with 200 (for container health checks)",
+		Long: `healthcheck asks the server on --listen whether it is ready (/readyz: the database
+answers, its schema is current, a write commits, and a SQLite disk has room), or with
+--live only whether it is alive (/healthz: the process serves HTTP). The image's
+HEALTHCHECK uses --live: an orchestrator that replaces unhealthy containers must not
+replace every instance while the database restarts. Use the readiness form where health
+decides traffic, not restarts.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
@@ -439,20 +446,25 @@ func healthcheckCmd() *cobra.Command {
 			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 				host = "127.0.0.1"
 			}
-			url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+			path, state := "/readyz", "ready"
+			if live {
+				path, state = "/healthz", "alive"
+			}
+			url := "http://" + net.JoinHostPort(host, port) + path
 			resp, err := (&http.Client{Timeout: timeout}).Get(url)
 			if err != nil {
-				return fmt.Errorf("not ready: %w", err)
+				return fmt.Errorf("not %s: %w", state, err)
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("not ready: %s answered %d", url, resp.StatusCode)
+				return fmt.Errorf("not %s: %s answered %d", state, url, resp.StatusCode)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "ready")
+			fmt.Fprintln(cmd.OutOrStdout(), state)
 			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
+	cmd.Flags().BoolVar(&live, "live", false, "ask /healthz (alive) instead of /readyz (ready)")
 	return cmd
 }
 
