@@ -27,7 +27,10 @@ ENV AIRLOCK_DATABASE_URL=/data/airlock.db \
     AIRLOCK_LISTEN=0.0.0.0:8080
 VOLUME ["/data"]
 EXPOSE 8080
+# Liveness (/healthz), not readiness: an orchestrator that replaces unhealthy containers
+# (Swarm) must not replace every instance while the database restarts. Route traffic on
+# /readyz (docs/deployment.md, Health checks).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["/usr/local/bin/airlock", "healthcheck"]
+  CMD ["/usr/local/bin/airlock", "healthcheck", "--live"]
 ENTRYPOINT ["/usr/local/bin/airlock"]
 CMD ["serve"]

@@ -26,7 +26,9 @@ type Client struct {
 	APIKey  string // sent as Authorization: Bearer; needs the runs scope to act
 	HTTP    *http.Client
 	// Retries is how many times a request is sent again after a transport error (no
-	// answer), a 5xx answer or 409 request_in_progress, with growing pauses. A mutating
+	// answer), a 5xx answer — 503 store_unavailable is airlock's database out for a
+	// moment — or 409 request_in_progress, with growing pauses, each at least the
+	// answer's Retry-After (at most 5 s). A mutating
 	// request is retried with the same Idempotency-Key, so airlock answers a retry of a
 	// request that already committed from its record instead of running it again. New
 	// sets 2; the zero Client does not retry.

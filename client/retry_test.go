@@ -7,7 +7,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/airlocktest"
@@ -93,5 +95,50 @@ func TestRetriesReuseTheIdempotencyKey(t *testing.T) {
 				t.Fatalf("the same step again: %+v %v (want the first answer)", again, err)
 			}
 		})
+	}
+}
+
+// Issue 20 item 6: an outage of airlock's database is 503 store_unavailable with
+// Retry-After. The client waits that long and sends the same request again, with the same
+// Idempotency-Key, so a request that did commit before the outage is not run twice.
+func TestRetriesWaitRetryAfterOfAnOutage(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	var at []time.Time
+	var outage atomic.Bool // the next request is answered 503
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys, at = append(keys, r.Header.Get("Idempotency-Key")), append(at, time.Now())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if outage.Swap(false) {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":"store_unavailable","message":"airlock cannot use its database just now"}`))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"claimed":true,"state":"processing","version":1,"lease_owner":"o-1"}`))
+	}))
+	t.Cleanup(srv.Close)
+	outage.Store(true)
+	cl, err := client.New(srv.URL, "k").Claim(context.Background(), client.ClaimRequest{Key: "r-1", Payload: 1})
+	if err != nil || !cl.Claimed {
+		t.Fatalf("claim through an outage: %+v %v", cl, err)
+	}
+	mu.Lock()
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Fatalf("Idempotency-Keys %q; want one key sent twice", keys)
+	}
+	if wait := at[1].Sub(at[0]); wait < 900*time.Millisecond {
+		t.Fatalf("retried after %s; Retry-After said 1 s", wait)
+	}
+	mu.Unlock()
+	// Without retries, the outage is the answer, by its code.
+	c := client.New(srv.URL, "k")
+	c.Retries = 0
+	outage.Store(true)
+	if _, err := c.Claim(context.Background(), client.ClaimRequest{Key: "r-2", Payload: 1}); !client.IsCode(err, "store_unavailable") {
+		t.Fatalf("no retries: %v; want store_unavailable", err)
 	}
 }

@@ -140,9 +140,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	} else if err := st.SchemaCurrent(ctx); err != nil {
 		return err
 	}
-	// A database that answers reads but refuses writes would fail every request but reads.
-	if err := st.WriteCheck(ctx); err != nil {
-		return fmt.Errorf("the database does not accept writes (read-only file, session or standby?): %w", err)
+	// A database that answers reads but refuses writes would fail every request but reads:
+	// the readiness write (a committed one) at start, as /readyz makes it after.
+	instance := httpapi.InstanceName()
+	if err := st.ReadinessWrite(ctx, instance); err != nil {
+		return fmt.Errorf("the database does not accept writes (read-only file, session or standby, or a full disk?): %w", err)
 	}
 	pol, err := loadPolicy(cfg)
 	if err != nil {
@@ -183,7 +185,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer stopTracing(context.Background())
 	api := httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work,
 		Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes,
-		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer})
+		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer, Instance: instance})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -215,7 +217,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
-	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(),
+	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(), "instance", instance,
 		"action_types", len(pol.Actions), "dispatcher", !pol.Dispatch.Disabled)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -420,14 +422,21 @@ some action types: it never receives another type's payloads.`,
 	return cmd
 }
 
-// healthcheckCmd asks the local server's /readyz: the container image's HEALTHCHECK,
-// which has no shell or curl to do it.
+// healthcheckCmd asks the local server's /readyz, or with --live its /healthz: for
+// container health checks, in an image that has no shell or curl to do it.
 func healthcheckCmd() *cobra.Command {
 	var timeout time.Duration
+	var live bool
 	cmd := &cobra.Command{
 		Use:   "healthcheck",
-		Short: "Exit 0 if the server on --listen answers /readyz with 200 (for container health checks)",
-		Args:  cobra.NoArgs,
+		Short: "Exit 0 if the server on --listen answers /readyz (--live: /healthz) with 200 (for container health checks)",
+		Long: `healthcheck asks the server on --listen whether it is ready (/readyz: the database
+answers, its schema is current, a write commits, and a SQLite disk has room), or with
+--live only whether it is alive (/healthz: the process serves HTTP). The image's
+HEALTHCHECK uses --live: an orchestrator that replaces unhealthy containers must not
+replace every instance while the database restarts. Use the readiness form where health
+decides traffic, not restarts.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
@@ -437,20 +446,25 @@ func healthcheckCmd() *cobra.Command {
 			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 				host = "127.0.0.1"
 			}
-			url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+			path, state := "/readyz", "ready"
+			if live {
+				path, state = "/healthz", "alive"
+			}
+			url := "http://" + net.JoinHostPort(host, port) + path
 			resp, err := (&http.Client{Timeout: timeout}).Get(url)
 			if err != nil {
-				return fmt.Errorf("not ready: %w", err)
+				return fmt.Errorf("not %s: %w", state, err)
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("not ready: %s answered %d", url, resp.StatusCode)
+				return fmt.Errorf("not %s: %s answered %d", state, url, resp.StatusCode)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "ready")
+			fmt.Fprintln(cmd.OutOrStdout(), state)
 			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
+	cmd.Flags().BoolVar(&live, "live", false, "ask /healthz (alive) instead of /readyz (ready)")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/validation"
 )
 
@@ -23,6 +24,8 @@ type Error struct {
 	Message string `json:"message"`
 	// Errors lists schema violations (invalid_input).
 	Errors []validation.Error `json:"errors,omitempty"`
+	// RetryAfter, when set, is sent as the Retry-After header (seconds).
+	RetryAfter int `json:"-"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -74,12 +77,29 @@ var errorTable = []struct {
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }
 
+// storeRetryAfter is the Retry-After of store_unavailable, in seconds: a PostgreSQL
+// restart or failover takes a few, and clients that wait it do not pile onto a database
+// that is coming back.
+const storeRetryAfter = 2
+
+// storeUnavailable is the answer to store.ErrUnavailable, whatever the route: the
+// database cannot do the work now (a backend classified its driver's error). Its message
+// is fixed: the cause names hosts, files or SQL and is only logged.
+func storeUnavailable() *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Code: "store_unavailable", RetryAfter: storeRetryAfter,
+		Message: "airlock cannot use its database just now; retry after Retry-After seconds with the same Idempotency-Key"}
+}
+
 // toAPIError classifies err. Unknown errors become 500 "internal" with a generic message:
 // their text may name hosts or SQL and is only logged.
 func toAPIError(err error) (*Error, bool) {
 	var ae *Error
 	if errors.As(err, &ae) {
 		return ae, true
+	}
+	// An outage first: whatever the request was doing, it was not refused on its merits.
+	if errors.Is(err, store.ErrUnavailable) {
+		return storeUnavailable(), true
 	}
 	var ie *failures.InputError
 	if errors.As(err, &ie) {

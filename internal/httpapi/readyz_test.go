@@ -67,10 +67,10 @@ func TestReadyzChecksTheStoreCanWrite(t *testing.T) {
 		checkLive(t, resp.Request, resp, raw)
 		var body map[string]string
 		_ = json.Unmarshal(raw, &body)
-		if resp.StatusCode != 503 || body["error"] != "unavailable" || !strings.Contains(body["message"], "does not accept writes") {
+		if resp.StatusCode != 503 || body["error"] != "store_unavailable" || body["check"] != "write" || !strings.Contains(body["message"], "does not accept writes") {
 			t.Fatalf("readyz on a read-only store: %d %s", resp.StatusCode, raw)
 		}
-		if !strings.Contains(h.logs.String(), "not ready: the database does not accept writes") {
+		if !strings.Contains(h.logs.String(), "not ready: the database answers but does not accept writes") {
 			t.Fatal("the reason is not logged")
 		}
 	})

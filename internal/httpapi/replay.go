@@ -117,6 +117,12 @@ func (s *server) idempotent(route string, next handlerFunc) handlerFunc {
 			return s.replay(w, r, sc, rec)
 		case errors.Is(err, errInProgress):
 			return inProgress()
+		case err != nil && out.status >= 500:
+			// The handler failed first (an outage, most often) and its answer says so; the
+			// commit of what it had done failed too (PostgreSQL refuses to commit a
+			// transaction a failed statement aborted). Nothing committed, nothing was
+			// recorded: a retry runs; nothing waits for a commit.
+			after = nil
 		case err != nil:
 			return err
 		}

@@ -78,7 +78,7 @@ type ackLost struct {
 func (a *ackLost) Within(ctx context.Context, fn func(ctx context.Context) error) error {
 	err := a.Store.Within(ctx, fn)
 	if err == nil && a.lose.Load() {
-		return errors.New("unexpected EOF: the connection closed before the commit was acknowledged")
+		return store.Unavailable(errors.New("unexpected EOF: the connection closed before the commit was acknowledged"))
 	}
 	return err
 }
@@ -170,8 +170,8 @@ func TestIdempotencyReplaysAReplyLostAfterCommit(t *testing.T) {
 }
 
 // The issue's own case: PostgreSQL restarted between commit and its acknowledgement, so
-// the first answer is a 500. The retry gets the committed outcome, not claimed:false or
-// version_conflict.
+// the first answer is a 503 (it was a 500 before issue 20). The retry gets the committed
+// outcome, not claimed:false or version_conflict.
 func TestIdempotencyAfterCommitAcknowledgementLost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		st := &ackLost{Store: h.env.Store}
@@ -186,7 +186,7 @@ func TestIdempotencyAfterCommitAcknowledgementLost(t *testing.T) {
 		}
 		claim := `{"key":"ack-1","payload":{"n":1}}`
 		st.lose.Store(true)
-		expect(t, do("c-1", "/v1/runs/claim", claim), 500, "internal")
+		expect(t, do("c-1", "/v1/runs/claim", claim), 503, "store_unavailable")
 		st.lose.Store(false)
 		r := do("c-1", "/v1/runs/claim", claim)
 		expect(t, r, 201, "")
@@ -196,7 +196,7 @@ func TestIdempotencyAfterCommitAcknowledgementLost(t *testing.T) {
 		owner := r.body["lease_owner"].(string)
 		transition := fmt.Sprintf(`{"lease_owner":%q,"version":1,"to":"completed","result":{"id":"T-1"}}`, owner)
 		st.lose.Store(true)
-		expect(t, do("t-1", "/v1/runs/ack-1/transition", transition), 500, "internal")
+		expect(t, do("t-1", "/v1/runs/ack-1/transition", transition), 503, "store_unavailable")
 		st.lose.Store(false)
 		r = do("t-1", "/v1/runs/ack-1/transition", transition)
 		expect(t, r, 200, "")

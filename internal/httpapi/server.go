@@ -54,6 +54,9 @@ type Deps struct {
 	// request's key up in the store.
 	APIKeys *apikeys.Cache
 	Tracer  *tracing.Tracer // nil: no tracing
+	// Instance names this process in the readiness table ("" : the host name and a
+	// random suffix).
+	Instance string
 }
 
 type server struct {
@@ -62,6 +65,7 @@ type server struct {
 	mux         *http.ServeMux
 	traced      map[string]bool // the API's route patterns ("POST /v1/runs/claim")
 	inflight    sync.Map        // requests with an Idempotency-Key running here (see idempotent)
+	ready       readiness
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -120,6 +124,9 @@ func New(d Deps) http.Handler {
 	// A missing part would surface as a 500 on its first request; fail at start instead.
 	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Approvals == nil || d.Ledger == nil || d.Web == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
 		panic("httpapi.New: every dependency is required")
+	}
+	if d.Instance == "" {
+		d.Instance = InstanceName()
 	}
 	mux := http.NewServeMux()
 	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}), mux: mux, traced: map[string]bool{}}
@@ -194,8 +201,14 @@ func (s *server) handle(h handlerFunc) http.Handler {
 // render answers a handler's error.
 func (s *server) render(w http.ResponseWriter, r *http.Request, err error) {
 	ae, known := toAPIError(err)
-	if !known {
+	switch {
+	case !known:
 		s.Log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
+	case errors.Is(err, store.ErrUnavailable):
+		s.Log.WarnContext(r.Context(), "request failed: the database is unavailable", "route", r.Pattern, "request_id", requestID(r.Context()), "err", err)
+	}
+	if ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
 	writeJSON(w, ae.Status, ae)
 }
@@ -314,20 +327,13 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// readyz answers readiness (readiness.go); healthz, liveness, never asks the store: a
+// database outage must not make an orchestrator restart every instance.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.Store.Ping(ctx); err != nil {
-		s.Log.Warn("not ready: database unreachable", "err", err)
-		return apiError(http.StatusServiceUnavailable, "unavailable", "the database is unreachable")
-	}
-	if err := s.Store.SchemaCurrent(ctx); err != nil {
-		s.Log.Warn("not ready", "err", err)
-		return apiError(http.StatusServiceUnavailable, "unavailable", "the database schema is not current; run `airlock migrate`")
-	}
-	if err := s.Store.WriteCheck(ctx); err != nil {
-		s.Log.Warn("not ready: the database does not accept writes", "err", err)
-		return apiError(http.StatusServiceUnavailable, "unavailable", "the database answers but does not accept writes (read-only file or directory, read-only session or standby, full disk, or held locked); see the server log")
+	if nr := s.ready.get(r.Context(), s.checkReady, s.Log); nr != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(storeRetryAfter))
+		writeJSON(w, http.StatusServiceUnavailable, nr)
+		return nil
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "backend": s.Store.Backend()})
 	return nil

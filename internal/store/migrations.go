@@ -16,9 +16,10 @@ type Migration struct {
 	SQL     string
 }
 
-// LoadMigrations reads the *.sql files of dir in fsys, ordered by version. Versions must
-// run 1, 2, 3… without gaps, so a missing file is caught at build time by the tests,
-// not by a half-migrated production database.
+// LoadMigrations reads the *.sql files of dir in fsys, ordered by version. Versions are
+// unique. A gap is allowed: branches number their migrations while others land theirs
+// (0014 may be merged before 0013), so the backends apply every version the database
+// has not recorded, not every version above the highest it has (Pending).
 func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
@@ -41,10 +42,34 @@ func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 		ms = append(ms, Migration{Version: v, Name: e.Name(), SQL: string(b)})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
-	for i, m := range ms {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("migration %q: expected version %d", m.Name, i+1)
+	for i := 1; i < len(ms); i++ {
+		if ms[i].Version == ms[i-1].Version {
+			return nil, fmt.Errorf("migrations %q and %q have the same version", ms[i-1].Name, ms[i].Name)
 		}
 	}
 	return ms, nil
+}
+
+// Pending returns the migrations of ms whose version is not in applied, in version order.
+func Pending(ms []Migration, applied map[int]bool) []Migration {
+	var out []Migration
+	for _, m := range ms {
+		if !applied[m.Version] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Outdated returns ErrSchemaOutdated when migrations of ms are not in applied.
+func Outdated(ms []Migration, applied map[int]bool) error {
+	p := Pending(ms, applied)
+	if len(p) == 0 {
+		return nil
+	}
+	names := make([]string, len(p))
+	for i, m := range p {
+		names[i] = m.Name
+	}
+	return fmt.Errorf("%w: %s not applied (run `airlock migrate`)", ErrSchemaOutdated, strings.Join(names, ", "))
 }

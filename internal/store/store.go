@@ -26,8 +26,6 @@ var (
 	ErrUnfenced = errors.New("store: an effect is made sendable again only by compare-and-set on its lease owner or version")
 	// ErrSchemaOutdated: the database has not been migrated to what this binary needs.
 	ErrSchemaOutdated = errors.New("database schema is not up to date")
-	// ErrRollback makes a backend's WriteCheck roll its transaction back.
-	ErrRollback = errors.New("rolled back on purpose")
 	// ErrInvalidValue: the database refused a value of the statement itself — bytes it
 	// cannot store (PostgreSQL's data exceptions, SQLSTATE class 22: NUL or invalid UTF-8
 	// in text, \u0000 in jsonb) or a broken constraint (class 23; SQLite's
@@ -35,11 +33,33 @@ var (
 	// it is not retried; a transient failure (a lost connection) never carries this.
 	// Transact and Within return it alongside the driver's error (errors.Is finds both).
 	ErrInvalidValue = errors.New("the database refused a value")
+	// ErrUnavailable: the database cannot do the work now — it is unreachable,
+	// restarting or shutting down, read-only (a standby, a failover in progress, a
+	// read-only file), out of disk, memory or connections, failing I/O, or locked past the
+	// busy timeout — and the same request may succeed when sent again. Each backend
+	// classifies its driver's errors into it (Unavailable); the cause stays wrapped, for
+	// the log only.
+	ErrUnavailable = errors.New("the database is unavailable")
 )
 
-// WriteCheckSQL is the write WriteCheck makes and rolls back: the newest migration's row
-// rewritten unchanged (both schemas have it, and nothing else writes it after start).
-const WriteCheckSQL = `UPDATE schema_migrations SET name = name WHERE version = (SELECT max(version) FROM schema_migrations)`
+// Unavailable marks err, a driver error that says the database cannot serve now, as
+// ErrUnavailable; the cause stays reachable with errors.Is and errors.As. A nil error, or
+// one already marked, is returned as it is.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// Headroom is a store that can tell how much its database may still grow: the embedded
+// SQLite file, whose disk is this machine's. (A PostgreSQL server's disk is not visible
+// to its clients: a full one shows as ErrUnavailable on the write that needs it.)
+type Headroom interface {
+	// Headroom returns how many bytes the database can still grow by: the free space of
+	// the file system that holds it, or less if the database is capped (max_page_count).
+	Headroom(ctx context.Context) (int64, error)
+}
 
 // State is a run's state; the CHECK constraint in both schemas lists the same set.
 type State string
@@ -151,9 +171,12 @@ type Store interface {
 	// SchemaCurrent returns ErrSchemaOutdated when migrations are pending.
 	SchemaCurrent(ctx context.Context) error
 	Ping(ctx context.Context) error
-	// WriteCheck writes in a transaction it rolls back: a database that answers reads but
-	// refuses writes (a read-only file, a standby, a read-only session) fails it.
-	WriteCheck(ctx context.Context) error
+	// ReadinessWrite proves the database takes a committed write: it records that
+	// instance checked now in its row of readiness (0014_readiness.sql), forgets instances
+	// silent for a day, and commits durably (synchronous_commit on, for PostgreSQL). A
+	// write that is rolled back proves nothing — it needs no disk space, and a standby
+	// takes it until the end — so this one commits.
+	ReadinessWrite(ctx context.Context, instance string) error
 	Backend() string
 	Close() error
 }

@@ -79,16 +79,16 @@ func (v viewer) may(l level) bool {
 	return v.Person != nil
 }
 
-func (w *Web) viewer(r *http.Request) (viewer, bool) {
-	who := w.person(r)
+func (w *Web) viewer(r *http.Request) (viewer, bool, error) {
+	who, err := w.person(r)
 	if who == nil {
-		return viewer{}, false
+		return viewer{}, false, err
 	}
 	c := w.console.Policy.Console
 	v := viewer{Person: who, Admin: c.Admins.Has(who.Subject, who.Roles)}
 	v.Operator = v.Admin || c.Operators.Has(who.Subject, who.Roles)
 	v.CSRF = csrfToken(r)
-	return v, true
+	return v, true, nil
 }
 
 // csrfToken binds a form to the session: an HMAC of a fixed label under the session
@@ -215,7 +215,11 @@ func (w *Web) now(r *http.Request) time.Time {
 // else is sent to sign in, or told the page is not for their role.
 func (w *Web) cget(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
 	return headers(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		v, ok := w.viewer(r)
+		v, ok, err := w.viewer(r)
+		if err != nil {
+			w.fail(rw, "console session", err)
+			return
+		}
 		if !ok {
 			http.Redirect(rw, r, "/login", http.StatusSeeOther)
 			return
@@ -235,7 +239,11 @@ func (w *Web) cget(need level, h func(rw http.ResponseWriter, r *http.Request, v
 func (w *Web) cpost(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	return headers(cop.Handler(w.sameOrigin(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		v, ok := w.viewer(r)
+		v, ok, err := w.viewer(r)
+		if err != nil {
+			w.fail(rw, "console session", err)
+			return
+		}
 		if !ok {
 			w.cmessage(rw, r, v, http.StatusForbidden, "Sign in first", "You are not signed in. Nothing was changed.", "/login")
 			return
@@ -326,8 +334,7 @@ func (w *Web) consoleWaiting(rw http.ResponseWriter, r *http.Request, v viewer) 
 	for range 10 {
 		batch, err := w.store.ApprovalsPending(r.Context(), after, &now, 2*consolePageSize)
 		if err != nil {
-			w.log.Error("console: pending approvals", "err", err)
-			http.Error(rw, "internal error", http.StatusInternalServerError)
+			w.fail(rw, "console: pending approvals", err)
 			return
 		}
 		for _, a := range batch {
@@ -357,6 +364,10 @@ func (w *Web) consoleWaiting(rw http.ResponseWriter, r *http.Request, v viewer) 
 
 func (w *Web) consoleApproval(rw http.ResponseWriter, r *http.Request, v viewer) {
 	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrUnavailable) {
+		w.fail(rw, "console: approval", err)
+		return
+	}
 	if err != nil {
 		w.neutral(rw, v.Person)
 		return
@@ -368,6 +379,10 @@ func (w *Web) consoleApproval(rw http.ResponseWriter, r *http.Request, v viewer)
 // reached by the approval's stored token hash): May, separation of duties, single use.
 func (w *Web) consoleDecide(rw http.ResponseWriter, r *http.Request, v viewer) {
 	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrUnavailable) {
+		w.fail(rw, "console: approval", err)
+		return
+	}
 	if err != nil {
 		w.neutral(rw, v.Person)
 		return
@@ -387,6 +402,10 @@ type reissuedPage struct {
 // The new link is shown once, on this page.
 func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) {
 	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrUnavailable) {
+		w.fail(rw, "console: approval", err)
+		return
+	}
 	if err != nil {
 		w.neutral(rw, v.Person)
 		return
@@ -400,6 +419,9 @@ func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) 
 	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
 		msg := err.Error()
 		w.cmessage(rw, r, v, http.StatusConflict, "No new link", strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", "/console")
+		return
+	case errors.Is(err, store.ErrUnavailable):
+		w.fail(rw, "console: reissue", err)
 		return
 	case err != nil:
 		w.log.Error("console: reissue", "err", err)
@@ -440,8 +462,7 @@ func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) 
 		p.Failed, p.NextFailed, err = list(store.EffectFailed, p.AfterFailed)
 	}
 	if err != nil {
-		w.log.Error("console: effects", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "console: effects", err)
 		return
 	}
 	w.crender(rw, http.StatusOK, "console_effects.html", p)
@@ -483,6 +504,9 @@ func (w *Web) actionError(rw http.ResponseWriter, r *http.Request, v viewer, err
 		status = http.StatusNotFound
 	case errors.Is(err, effects.ErrNotResolvable), errors.Is(err, effects.ErrEffectChanged), errors.Is(err, failures.ErrNotParked),
 		errors.Is(err, effects.ErrUnknownActionType):
+	case errors.Is(err, store.ErrUnavailable):
+		w.fail(rw, "console action", err)
+		return
 	default:
 		w.log.Error("console action", "route", r.Pattern, "err", err)
 		w.cmessage(rw, r, v, http.StatusInternalServerError, title, "Something went wrong; nothing was changed. The log has the details.", back)
@@ -505,8 +529,7 @@ func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) {
 	p := parkedPage{cpage: w.page(r, v, "Parked runs", "parked"), After: r.URL.Query().Get("after")}
 	rs, err := w.store.RunsParked(r.Context(), parseCursor(p.After), consolePageSize+1)
 	if err != nil {
-		w.log.Error("console: parked runs", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "console: parked runs", err)
 		return
 	}
 	if len(rs) > consolePageSize {
@@ -551,8 +574,7 @@ func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) {
 		case errors.Is(err, runs.ErrNotFound):
 			p.Err = "No run has the key " + strconv.Quote(p.Key) + "."
 		case err != nil:
-			w.log.Error("console: explain", "err", err)
-			http.Error(rw, "internal error", http.StatusInternalServerError)
+			w.fail(rw, "console: explain", err)
 			return
 		default:
 			p.Found, p.X, p.Title = true, x, "Run "+p.Key
@@ -584,8 +606,7 @@ func (w *Web) consoleKillSwitch(rw http.ResponseWriter, r *http.Request, v viewe
 	p := killSwitchPage{cpage: w.page(r, v, "Kill switch", "kill")}
 	switches, env, err := w.console.Effects.KillSwitch(r.Context())
 	if err != nil {
-		w.log.Error("console: kill switch", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "console: kill switch", err)
 		return
 	}
 	p.EnvDisabled = env
@@ -640,8 +661,7 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) {
 	for i := 1; i <= weeks; i++ {
 		rep, err := w.console.Audit.Report(r.Context(), p.Now.Add(-time.Duration(i)*7*24*time.Hour))
 		if err != nil {
-			w.log.Error("console: report", "err", err)
-			http.Error(rw, "internal error", http.StatusInternalServerError)
+			w.fail(rw, "console: report", err)
 			return
 		}
 		cum[i] = rep

@@ -208,8 +208,7 @@ func (w *Web) login(rw http.ResponseWriter, r *http.Request) {
 	u, err := w.store.UserByName(ctx, name)
 	known := err == nil && u.DisabledAt == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		w.log.Error("sign-in", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "sign-in", err)
 		return
 	}
 	user := ""
@@ -230,8 +229,7 @@ func (w *Web) login(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		w.log.Error("sign-in throttle", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "sign-in throttle", err)
 		return
 	}
 	hash := dummyHash()

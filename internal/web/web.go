@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,18 +140,58 @@ func (w *Web) setCookie(rw http.ResponseWriter, name, value string, maxAge time.
 		SameSite: http.SameSiteLaxMode, MaxAge: int(maxAge.Seconds())})
 }
 
-// person returns the signed-in person, or nil.
-func (w *Web) person(r *http.Request) *approvals.Person {
+// person returns the signed-in person, or nil. The error is store.ErrUnavailable when
+// the database could not say (the session is touched, a write): nobody is taken for
+// signed out, and sent to sign in, because of an outage.
+func (w *Web) person(r *http.Request) (*approvals.Person, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" {
-		return nil
+		return nil, nil
 	}
 	s, err := w.store.SessionTouch(r.Context(), hashOf(c.Value), SessionIdle, w.At())
-	if err != nil {
-		return nil
+	if errors.Is(err, store.ErrUnavailable) {
+		return nil, err
 	}
-	return &approvals.Person{Subject: s.Subject, Roles: s.Roles}
+	if err != nil {
+		return nil, nil
+	}
+	return &approvals.Person{Subject: s.Subject, Roles: s.Roles}, nil
 }
+
+// whoIs is person for a page: when the database cannot say, it answers the request with
+// the try-again page and ok is false.
+func (w *Web) whoIs(rw http.ResponseWriter, r *http.Request) (who *approvals.Person, ok bool) {
+	who, err := w.person(r)
+	if err != nil {
+		w.fail(rw, "session", err)
+		return nil, false
+	}
+	return who, true
+}
+
+// fail answers a request that the store failed: 503 and a page that says to try again
+// when the database is unavailable (store.ErrUnavailable), else 500. Both are logged.
+func (w *Web) fail(rw http.ResponseWriter, what string, err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		w.log.Warn(what+": the database is unavailable", "err", err)
+		w.unavailable(rw)
+		return
+	}
+	w.log.Error(what, "err", err)
+	http.Error(rw, "internal error", http.StatusInternalServerError)
+}
+
+// unavailable is the page of an outage: nothing is wrong with the request, and sending
+// it again (the browser's reload, the form again) is safe — a decision is taken once,
+// and a sign-in only signs in.
+func (w *Web) unavailable(rw http.ResponseWriter) {
+	rw.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	w.render(rw, http.StatusServiceUnavailable, "neutral.html", page{Title: "Try again in a moment",
+		Message: "airlock cannot use its database just now. Try again in a few seconds: what you sent is safe to send again, and a decision already recorded is not taken twice."})
+}
+
+// RetryAfterSeconds is the Retry-After of the outage page, as of the API's 503.
+const RetryAfterSeconds = 2
 
 type page struct {
 	Title, Message, Error string
@@ -182,7 +223,11 @@ type loginPage struct {
 }
 
 func (w *Web) loginPage(rw http.ResponseWriter, r *http.Request) {
-	if who := w.person(r); who != nil {
+	who, ok := w.whoIs(rw, r)
+	if !ok {
+		return
+	}
+	if who != nil {
 		w.signedIn(rw, who)
 		return
 	}
@@ -212,14 +257,12 @@ func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approval
 	// instance's process clock may differ from this one's.
 	now, err := w.Read(r.Context(), w.store)
 	if err != nil {
-		w.log.Error("create session", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "create session", err)
 		return false
 	}
 	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), UserID: userID, Subject: who.Subject, Roles: who.Roles,
 		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
-		w.log.Error("create session", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "create session", err)
 		return false
 	}
 	w.setCookie(rw, sessionCookie, value, SessionLifetime)
@@ -245,8 +288,7 @@ func (w *Web) logout(rw http.ResponseWriter, r *http.Request) {
 func (w *Web) askLogin(rw http.ResponseWriter, r *http.Request, tokenHash string) {
 	value, err := w.sealIntent(r.Context(), tokenHash)
 	if err != nil {
-		w.log.Error("keep login intent", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "keep login intent", err)
 		return
 	}
 	w.setCookie(rw, intentCookie, value, intentLifetime)
@@ -278,6 +320,10 @@ func (w *Web) notApprover(rw http.ResponseWriter, who *approvals.Person, why err
 
 func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action string, who *approvals.Person, status int, errMsg string) {
 	a, run, err := w.approvals.Lookup(r.Context(), tokenHash)
+	if errors.Is(err, store.ErrUnavailable) {
+		w.fail(rw, "approval page", err)
+		return
+	}
 	if err != nil {
 		if !errors.Is(err, approvals.ErrNotFound) {
 			w.log.Error("approval page", "err", err)
@@ -326,9 +372,15 @@ func (w *Web) model(ctx context.Context, a store.Approval) string {
 
 func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) {
 	th := approvals.HashToken(r.PathValue("token"))
-	who := w.person(r)
+	who, ok := w.whoIs(rw, r)
+	if !ok {
+		return
+	}
 	if who == nil {
-		if _, _, err := w.approvals.Lookup(r.Context(), th); err != nil {
+		if _, _, err := w.approvals.Lookup(r.Context(), th); errors.Is(err, store.ErrUnavailable) {
+			w.fail(rw, "approval page", err)
+			return
+		} else if err != nil {
 			w.neutral(rw, nil)
 			return
 		}
@@ -343,7 +395,10 @@ func (w *Web) continueTokenHash(r *http.Request) (string, bool) {
 }
 
 func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) {
-	who := w.person(r)
+	who, ok := w.whoIs(rw, r)
+	if !ok {
+		return
+	}
 	th, ok := w.continueTokenHash(r)
 	switch {
 	case !ok:
@@ -362,14 +417,20 @@ func (w *Web) decide(rw http.ResponseWriter, r *http.Request) {
 func (w *Web) continueDecide(rw http.ResponseWriter, r *http.Request) {
 	th, ok := w.continueTokenHash(r)
 	if !ok {
-		w.neutral(rw, w.person(r))
+		who, ok := w.whoIs(rw, r)
+		if ok {
+			w.neutral(rw, who)
+		}
 		return
 	}
 	w.decideHash(rw, r, th, "/approve/continue")
 }
 
 func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action string) {
-	who := w.person(r)
+	who, ok := w.whoIs(rw, r)
+	if !ok {
+		return
+	}
 	if who == nil {
 		w.askLogin(rw, r, th)
 		return
@@ -400,8 +461,7 @@ func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action str
 		w.neutral(rw, who)
 		return
 	case err != nil:
-		w.log.Error("decide approval", "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
+		w.fail(rw, "decide approval", err)
 		return
 	}
 	msg := "Approved: the action is queued and will be sent once."

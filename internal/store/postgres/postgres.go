@@ -45,11 +45,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
 	}
 	st := &Store{pool: pool}
 	st.queries = queries{db: joined{st}}
@@ -65,14 +65,14 @@ func (s *Store) bound(ctx context.Context) pgx.Tx {
 }
 
 // joined runs a statement in the transaction of a Within whose ctx it is given, else
-// on the pool (autocommit).
+// on the pool (autocommit); its errors are classified.
 type joined struct{ s *Store }
 
 func (j joined) on(ctx context.Context) dbtx {
 	if tx := j.s.bound(ctx); tx != nil {
-		return tx
+		return classified{tx}
 	}
-	return j.s.pool
+	return classified{j.s.pool}
 }
 
 func (j joined) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -106,7 +106,7 @@ func redact(err error) error {
 func (s *Store) Backend() string { return "postgres" }
 func (s *Store) Close() error    { s.pool.Close(); return nil }
 func (s *Store) Ping(ctx context.Context) error {
-	return s.pool.Ping(ctx)
+	return classify(s.pool.Ping(ctx))
 }
 
 // Pool exposes the pool for benchmarks that measure raw statements beside the store.
@@ -125,7 +125,7 @@ const transactTries = 4
 // Inside a Within, fn runs in a savepoint of that transaction instead, once: the whole
 // request is what may be retried (by its client, with its Idempotency-Key).
 func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	run := func(tx pgx.Tx) error { return fn(queries{db: tx}) }
+	run := func(tx pgx.Tx) error { return fn(queries{db: classified{tx}}) }
 	if s.bound(ctx) != nil {
 		return s.transact(ctx, run)
 	}
@@ -179,7 +179,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err err
 		tx, err = s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	}
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", classify(err))
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -194,22 +194,29 @@ func (s *Store) transact(ctx context.Context, fn func(tx pgx.Tx) error) (err err
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", classify(err))
 	}
 	return nil
 }
 
-func (s *Store) WriteCheck(ctx context.Context) error {
-	err := s.Transact(ctx, func(q store.Queries) error {
-		if _, err := q.(queries).db.Exec(ctx, store.WriteCheckSQL); err != nil {
-			return fmt.Errorf("write check: %w", err)
+// ReadinessWrite upserts the instance's row and forgets instances silent for a day, in
+// one transaction committed with synchronous_commit on: the commit waits for its WAL to
+// reach the disk, as every other commit does unless an operator turned that off.
+func (s *Store) ReadinessWrite(ctx context.Context, instance string) error {
+	return s.Transact(ctx, func(q store.Queries) error {
+		db := q.(queries).db
+		if _, err := db.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
 		}
-		return store.ErrRollback
-	})
-	if errors.Is(err, store.ErrRollback) {
+		if _, err := db.Exec(ctx, `INSERT INTO readiness (instance, checked_at) VALUES ($1, now())
+			ON CONFLICT (instance) DO UPDATE SET checked_at = EXCLUDED.checked_at, checks = readiness.checks + 1`, instance); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
+		}
+		if _, err := db.Exec(ctx, `DELETE FROM readiness WHERE checked_at < now() - interval '1 day'`); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
+		}
 		return nil
-	}
-	return err
+	})
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
@@ -228,11 +235,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 			return fmt.Errorf("create schema_migrations: %w", err)
 		}
-		var current int
-		if err := db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-			return fmt.Errorf("read schema version: %w", err)
+		applied, err := appliedVersions(ctx, db)
+		if err != nil {
+			return err
 		}
-		for _, m := range ms[min(current, len(ms)):] {
+		for _, m := range store.Pending(ms, applied) {
 			if _, err := db.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
@@ -249,19 +256,33 @@ func (s *Store) SchemaCurrent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var current int
-	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current)
+	applied, err := appliedVersions(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	return store.Outdated(ms, applied)
+}
+
+// appliedVersions reads the versions schema_migrations records (none before the first
+// migration made the table).
+func appliedVersions(ctx context.Context, db dbtx) (map[int]bool, error) {
+	rows, err := db.Query(ctx, `SELECT version FROM schema_migrations`)
+	var versions []int
+	if err == nil {
+		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		current, err = 0, nil
+		return map[int]bool{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return nil, fmt.Errorf("read schema versions: %w", err)
 	}
-	if current < len(ms) {
-		return fmt.Errorf("%w: at version %d, this binary needs %d (run `airlock migrate`)", store.ErrSchemaOutdated, current, len(ms))
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
 	}
-	return nil
+	return applied, nil
 }
 
 // dbtx is what pgxpool.Pool and pgx.Tx share.

@@ -39,7 +39,8 @@ type Options struct {
 // Store is one SQLite file.
 type Store struct {
 	queries
-	db *sql.DB
+	db   *sql.DB
+	path string
 	// writeMu serialises this process's write transactions so they queue in Go instead of
 	// polling SQLite's busy handler; other processes still wait on the file lock.
 	writeMu sync.Mutex
@@ -65,10 +66,8 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	// Every transaction here reads then writes; a deferred one fails with SQLITE_BUSY at
 	// once when another writer got there first, busy_timeout or not.
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
+	// Through connector: every error SQLite returns is classified (unavailable.go).
+	db := sql.OpenDB(connector{dsn: "file:" + path + "?" + q.Encode(), drv: &msqlite.Driver{}})
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(0)
@@ -80,7 +79,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	st := &Store{db: db}
+	st := &Store{db: db, path: path}
 	st.queries = queries{db: joined{st}, now: now}
 	return st, nil
 }
@@ -162,6 +161,8 @@ func writable(path string) error {
 	probe.Close()
 	return os.Remove(probe.Name())
 }
+
+var _ store.Headroom = (*Store)(nil)
 
 func (s *Store) Backend() string                { return "sqlite" }
 func (s *Store) Close() error                   { return s.db.Close() }
@@ -266,17 +267,45 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (out store.Claim
 	return out, err
 }
 
-func (s *Store) WriteCheck(ctx context.Context) error {
-	err := s.Transact(ctx, func(q store.Queries) error {
-		if _, err := q.(queries).db.ExecContext(ctx, store.WriteCheckSQL); err != nil {
-			return fmt.Errorf("write check: %w", err)
+// ReadinessWrite upserts the instance's row and forgets instances silent for a day, in
+// one transaction that commits (synchronous as the file is opened: FULL by default).
+func (s *Store) ReadinessWrite(ctx context.Context, instance string) error {
+	return s.Transact(ctx, func(q store.Queries) error {
+		db, now := q.(queries).db, s.now().UnixMicro()
+		if _, err := db.ExecContext(ctx, `INSERT INTO readiness (instance, checked_at) VALUES (?, ?)
+			ON CONFLICT (instance) DO UPDATE SET checked_at = excluded.checked_at, checks = checks + 1`, instance, now); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
 		}
-		return store.ErrRollback
-	})
-	if errors.Is(err, store.ErrRollback) {
+		if _, err := db.ExecContext(ctx, `DELETE FROM readiness WHERE checked_at < ?`, now-(24*time.Hour).Microseconds()); err != nil {
+			return fmt.Errorf("readiness write: %w", err)
+		}
 		return nil
+	})
+}
+
+// Headroom is the least of the free space of the file system that holds the database
+// (to this user) and what the page limit (max_page_count) still allows.
+func (s *Store) Headroom(ctx context.Context) (int64, error) {
+	free, err := freeBytes(filepath.Dir(s.path))
+	if err != nil {
+		return 0, store.Unavailable(fmt.Errorf("headroom: %w", err))
 	}
-	return err
+	// The page limit holds per connection: the four values are read on one.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("headroom: %w", err)
+	}
+	defer conn.Close()
+	var maxPages, pages, freePages, pageSize int64
+	for _, p := range []struct {
+		pragma string
+		v      *int64
+	}{{"max_page_count", &maxPages}, {"page_count", &pages}, {"freelist_count", &freePages}, {"page_size", &pageSize}} {
+		if err := conn.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(p.v); err != nil {
+			return 0, fmt.Errorf("headroom: %w", err)
+		}
+	}
+	return min(free, (maxPages-pages+freePages)*pageSize), nil
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
@@ -292,11 +321,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 			return fmt.Errorf("create schema_migrations: %w", err)
 		}
-		var current int
-		if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-			return fmt.Errorf("read schema version: %w", err)
+		applied, err := appliedVersions(ctx, db)
+		if err != nil {
+			return err
 		}
-		for _, m := range ms[min(current, len(ms)):] {
+		for _, m := range store.Pending(ms, applied) {
 			if _, err := db.ExecContext(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
@@ -314,18 +343,32 @@ func (s *Store) SchemaCurrent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var current int
-	err = s.db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current)
+	applied, err := appliedVersions(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	return store.Outdated(ms, applied)
+}
+
+// appliedVersions reads the versions schema_migrations records (none before the first
+// migration made the table).
+func appliedVersions(ctx context.Context, db dbtx) (map[int]bool, error) {
+	versions, err := selectAll(ctx, db, func(row scanner) (int, error) {
+		var v int
+		err := row.Scan(&v)
+		return v, err
+	}, `SELECT version FROM schema_migrations`)
 	if err != nil && strings.Contains(err.Error(), "no such table") {
-		current, err = 0, nil
+		return map[int]bool{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return nil, fmt.Errorf("read schema versions: %w", err)
 	}
-	if current < len(ms) {
-		return fmt.Errorf("%w: at version %d, this binary needs %d (run `airlock migrate`)", store.ErrSchemaOutdated, current, len(ms))
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
 	}
-	return nil
+	return applied, nil
 }
 
 // dbtx is what *sql.DB and *sql.Tx share.

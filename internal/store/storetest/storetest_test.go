@@ -25,3 +25,4 @@ func TestConsoleConformance(t *testing.T)     { onEachBackend(t, storetest.RunCo
 func TestCostConformance(t *testing.T)        { onEachBackend(t, storetest.RunCost) }
 func TestConsistencyConformance(t *testing.T) { onEachBackend(t, storetest.RunConsistency) }
 func TestRequeueConformance(t *testing.T)     { onEachBackend(t, storetest.RunRequeue) }
+func TestOutageConformance(t *testing.T)      { onEachBackend(t, storetest.RunOutage) }

@@ -676,6 +676,8 @@ function fail(ctx: IExecuteFunctions, i: number, r: Reply): NodeApiError {
 		version_conflict: 'The run moved on since this execution claimed it: do not act.',
 		unauthenticated: 'Check the airlock API credential.',
 		forbidden: 'The API key lacks the scope this operation needs.',
+		store_unavailable:
+			"airlock's database is unavailable for a moment (restart, failover, full disk). Safe to retry: turn on the node's Retry On Fail (a few seconds apart); the retry sends the same Idempotency-Key, so a request that did go through is not run twice.",
 	};
 	const err = new NodeApiError(ctx.getNode(), r.body as JsonObject, {
 		message: `airlock ${code}: ${message}`,
@@ -683,7 +685,10 @@ function fail(ctx: IExecuteFunctions, i: number, r: Reply): NodeApiError {
 		httpCode: String(r.status),
 		itemIndex: i,
 	});
-	(err as NodeApiError & { airlock: IDataObject }).airlock = { code, status: r.status };
+	// retryable: an outage of airlock (503) or of its database, or the same request still
+	// running; sending the same request again is safe (same Idempotency-Key).
+	const retryable = r.status === 503 || code === 'request_in_progress';
+	(err as NodeApiError & { airlock: IDataObject }).airlock = { code, status: r.status, retryable };
 	return err;
 }
 
