@@ -139,12 +139,6 @@ func newOracle(t *testing.T) *oracle {
 	return o
 }
 
-func (o *oracle) count(key string) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.requests[key]
-}
-
 // records is how many records the provider keeps for key.
 func (o *oracle) records(key string) int {
 	o.mu.Lock()

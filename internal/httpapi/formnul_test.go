@@ -50,6 +50,9 @@ func TestBadFormInputRefused(t *testing.T) {
 				t.Errorf("sign-in with %s: %d (cookie %q); want a 400 page", c.name, resp.StatusCode, resp.Header.Get("Set-Cookie"))
 			}
 		}
+		if after := storetest.DumpAll(t, h.env.Store); after != before {
+			t.Fatal("a refused sign-in changed the database")
+		}
 
 		lead := newBrowser(t)
 		if code, _, _ := h.signIn(lead, "lead"); code != http.StatusSeeOther && code != http.StatusOK {

@@ -271,8 +271,3 @@ func unseal(raw string, sc store.ReplayScope, sealed []byte) (replayed, error) {
 	return resp, json.Unmarshal(plain, &resp)
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}

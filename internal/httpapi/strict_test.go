@@ -124,7 +124,7 @@ func TestTracingDecidedByRoute(t *testing.T) {
 			names = append(names, s.Name)
 			all := s.Name
 			for _, a := range s.Attributes {
-				all += " " + string(a.Key) + "=" + a.Value.Emit()
+				all += " " + string(a.Key) + "=" + a.Value.String()
 			}
 			for _, e := range s.Events {
 				all += " " + e.Name

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -121,7 +122,7 @@ func checkShape(b []byte) error {
 		return fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if len(doc.Content) == 0 {
-		return fmt.Errorf("the policy file is empty: it needs at least one section, such as actions:")
+		return errors.New("the policy file is empty: it needs at least one section (actions, for one)")
 	}
 	var out []string
 	unknownFields(&doc, reflect.TypeFor[Policy](), "", &out)

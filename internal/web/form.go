@@ -8,11 +8,6 @@ import (
 	"unicode/utf8"
 )
 
-// errBadForm is a posted form airlock refuses before it looks anything up: malformed,
-// or a field with a NUL, invalid UTF-8, a control character or too many characters.
-// (PostgreSQL refuses NUL in text; nothing of it should reach a store or a log.)
-var errBadForm = errors.New("bad form")
-
 // formField is one posted field and its rules.
 type formField struct {
 	name      string

@@ -302,7 +302,7 @@ func testBudgets(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("heartbeat past the deadline: %v", err)
 	}
 	equal(t, "state", current(t, e, "t3").State, store.StateFailedTerminal)
-	r = claimRun(t, e, "t4")
+	claimRun(t, e, "t4")
 	validate(t, e, "t4", `{"label":"refund","text":"x"}`)
 	e.Clock.Advance(4 * time.Minute)
 	if _, err := e.Runs.Heartbeat(ctx, lease(current(t, e, "t4")), 10*time.Minute); err != nil {
