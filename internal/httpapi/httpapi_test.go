@@ -150,7 +150,13 @@ type response struct {
 
 func (h *harness) do(method, path, key, contentType, body string) response {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.url+path, strings.NewReader(body))
+	return h.doAt(h.url, method, path, key, contentType, body)
+}
+
+// doAt is do against another server (one that h.another started).
+func (h *harness) doAt(base, method, path, key, contentType, body string) response {
+	h.t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -431,8 +431,11 @@ func (g *Gateway) execute(ctx context.Context, runID, owner, effectID, name stri
 		return nil, err
 	}
 	recorded := json.RawMessage(raw)
-	if len(raw) > 256<<10 {
-		recorded = nil // only its hash: a replay answers the receipt
+	if len(raw) > 256<<10 || validation.Depth(raw) >= validation.MaxDepth {
+		// Only its hash: a replay answers the receipt. The server refuses a result larger
+		// than 256 KB, or one nesting deeper than its bodies may (the confirm's body is the
+		// first level), and the effect happened: its confirmation must go through.
+		recorded = nil
 	}
 	if err := g.opts.Client.ConfirmResult(ctx, runID, effectID, owner, "sha256:"+h, recorded); err != nil {
 		g.opts.Log.Error("the effect happened but its confirmation was not recorded: the next call of it is reconciled first", "run_id", runID, "effect_id", effectID, "err", err)
