@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/validation"
 )
@@ -367,20 +368,30 @@ func validKey(field, k string) error {
 	return nil
 }
 
-// validText bounds the free-text fields clients attach (meta, trigger source).
+// The API's checks of text a client gives, by internal/input's rules; each problem is
+// answered with its code. Lengths are in characters.
+
+// validText bounds a free-text field (a note, a reason, a class): one line.
 func validText(field, s string, max int) error {
-	if len(s) > max {
-		return invalid(field, fmt.Sprintf("longer than %d bytes", max))
+	return textError(field, input.Text(s, input.Rule{Max: max}))
+}
+
+// validVisible is validText for text that must read as it is used (a target, a
+// provider's id): no invisible or bidirectional format characters either.
+func validVisible(field, s string, max int) error {
+	return textError(field, input.Text(s, input.Rule{Max: max, Visible: true}))
+}
+
+func textError(field string, err error) error {
+	var e *input.Error
+	if !errors.As(err, &e) {
+		return err
 	}
-	if !utf8.ValidString(s) {
-		return invalid(field, "not valid UTF-8")
+	switch e.Problem {
+	case input.Invisible:
+		return apiError(http.StatusUnprocessableEntity, "invisible_character", field+" "+e.Error())
 	}
-	for _, c := range s {
-		if c < 0x20 || c == 0x7f {
-			return invalid(field, "holds control characters")
-		}
-	}
-	return nil
+	return invalid(field, e.Error())
 }
 
 func validMeta(m *runs.Meta) error {
