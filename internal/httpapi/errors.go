@@ -53,6 +53,7 @@ var errorTable = []struct {
 	{effects.ErrEffectLeaseLost, http.StatusConflict, "lease_lost"},
 	{effects.ErrNotResolvable, http.StatusConflict, "not_resolvable"},
 	{effects.ErrNotValidated, http.StatusUnprocessableEntity, "not_validated"},
+	{effects.ErrUnsendablePayload, http.StatusUnprocessableEntity, "unsendable_payload"},
 	{runs.ErrBudgetExhausted, http.StatusTooManyRequests, "budget_exhausted"},
 	{failures.ErrNoSchema, http.StatusUnprocessableEntity, "no_schema"},
 	{failures.ErrUnknownActionType, http.StatusUnprocessableEntity, "unknown_action_type"},
