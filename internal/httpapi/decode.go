@@ -382,6 +382,11 @@ func validVisible(field, s string, max int) error {
 	return textError(field, input.Text(s, input.Rule{Max: max, Visible: true}))
 }
 
+// validIdentity checks a name that stands for a person (requested_by).
+func validIdentity(field, s string) error {
+	return textError(field, input.Identity(s))
+}
+
 func textError(field string, err error) error {
 	var e *input.Error
 	if !errors.As(err, &e) {
@@ -390,6 +395,8 @@ func textError(field string, err error) error {
 	switch e.Problem {
 	case input.Invisible:
 		return apiError(http.StatusUnprocessableEntity, "invisible_character", field+" "+e.Error())
+	case input.NotIdentity:
+		return apiError(http.StatusUnprocessableEntity, "invalid_identity", field+" "+e.Error())
 	}
 	return invalid(field, e.Error())
 }
@@ -402,7 +409,6 @@ func validMeta(m *runs.Meta) error {
 		{"meta.workflow_version", m.WorkflowVersion},
 		{"meta.trigger_source", m.TriggerSource},
 		{"meta.provider_category", m.ProviderCategory},
-		{"meta.requested_by", m.RequestedBy},
 	}
 	if m.Model != nil {
 		fields = append(fields,
@@ -415,5 +421,7 @@ func validMeta(m *runs.Meta) error {
 			return err
 		}
 	}
-	return nil
+	// Who asked is compared with who approves (separation of duties): a name that only
+	// looks like another must not pass for someone else.
+	return validIdentity("meta.requested_by", m.RequestedBy)
 }
