@@ -15,6 +15,7 @@ package input
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -99,4 +100,22 @@ func Text(s string, r Rule) error {
 func Hidden(c rune) bool {
 	return unicode.Is(unicode.Cf, c) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, c) ||
 		unicode.Is(unicode.Variation_Selector, c) || c == 0x115F || c == 0x1160 || c == 0x3164 || c == 0xFFA0
+}
+
+// Shown is s for a page where a person decides on it: every hidden character (see
+// Hidden) is written out as ⟨U+202E⟩, so a right-to-left override or a zero-width space
+// stored before it was refused cannot make a target, a name or a draft read as another.
+func Shown(s string) string {
+	if !strings.ContainsFunc(s, Hidden) {
+		return s
+	}
+	var b strings.Builder
+	for _, c := range s {
+		if Hidden(c) {
+			fmt.Fprintf(&b, "⟨%U⟩", c)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

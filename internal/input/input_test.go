@@ -42,3 +42,16 @@ func TestText(t *testing.T) {
 		}
 	}
 }
+
+func TestShown(t *testing.T) {
+	for in, want := range map[string]string{
+		"slack":            "slack",
+		"\u202ekcals":      "⟨U+202E⟩kcals",
+		"an\u200ba\u00ad":  "an⟨U+200B⟩a⟨U+00AD⟩",
+		"Zoë, line\nbreak": "Zoë, line\nbreak",
+	} {
+		if got := Shown(in); got != want {
+			t.Errorf("Shown(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -132,6 +133,7 @@ var consoleFuncs = template.FuncMap{
 		return "in " + ago(t.Sub(now))
 	},
 	"cursor": formatCursor,
+	"shown":  input.Shown,
 	"pct": func(f *float64) string {
 		if f == nil {
 			return "n/a"
