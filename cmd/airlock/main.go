@@ -119,6 +119,7 @@ requests in flight, then exits.`,
 }
 
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	setMemoryLimit(cfg, log)
 	// The process clock: time.Now, or in a test build a skewed one (AIRLOCK_TEST_CLOCK_OFFSET).
 	// Only services' nil clocks are ever wired here: PostgreSQL decides by its own clock.
 	now, skew, err := testClock()

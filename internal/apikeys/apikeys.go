@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -94,12 +95,14 @@ func Create(ctx context.Context, q store.Queries, name string, scopes []string, 
 // CreateSpec stores a new key as spec says and returns it with its raw value.
 func CreateSpec(ctx context.Context, q store.Queries, spec Spec, now time.Time) (store.APIKey, string, error) {
 	name, scopes := strings.TrimSpace(spec.Name), spec.Scopes
-	if name == "" || len(name) > 100 {
-		return store.APIKey{}, "", errors.New("a name of 1 to 100 characters is required")
+	// Both are identities under separation of duties (apikey:<name>, the person): they
+	// must read as what they are compared as.
+	if name == "" || len(name) > 100 || input.Identity(name) != nil {
+		return store.APIKey{}, "", errors.New("a name of 1 to 100 characters is required, without control, invisible or bidirectional characters")
 	}
 	onBehalfOf := strings.TrimSpace(spec.OnBehalfOf)
-	if len(onBehalfOf) > 200 || strings.ContainsFunc(onBehalfOf, unicode.IsControl) {
-		return store.APIKey{}, "", errors.New("on-behalf-of: at most 200 characters, no control characters")
+	if len(onBehalfOf) > 200 || input.Identity(onBehalfOf) != nil {
+		return store.APIKey{}, "", errors.New("on-behalf-of: at most 200 characters, no control, invisible or bidirectional characters")
 	}
 	var types []string
 	for _, t := range spec.Types {

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -304,8 +305,10 @@ func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor stri
 }
 
 // May reports whether who may decide a: by role or subject, and never their own request
-// under separation of duties — compared as normalised identities, against every identity
-// of the requester (the API key, the person it acts for, the declared requested_by).
+// under separation of duties — compared by skeleton (input.Skeleton: case, width,
+// invisible characters and look-alike letters do not tell two names apart), against every
+// identity of the requester (the API key, the person it acts for, the declared
+// requested_by).
 func May(a store.Approval, who Person) error {
 	allowed := slices.Contains(a.ApproverSubjects, who.Subject)
 	for _, r := range who.Roles {
@@ -315,8 +318,10 @@ func May(a store.Approval, who Person) error {
 		return ErrForbidden
 	}
 	if a.SeparationOfDuties && !slices.Equal(a.AllowedDecisions, []string{Cancel}) {
-		me := Identity(who.Subject)
-		if me == "" || me == Identity(a.RequestedBy) || slices.Contains(a.Requesters, me) {
+		// By skeleton (UTS #39): "аna" with a Cyrillic а, or "an\u200ba", is ana. The stored
+		// requesters are Identity forms, whose skeletons are their names' skeletons.
+		me := input.Skeleton(who.Subject)
+		if me == "" || me == input.Skeleton(a.RequestedBy) || slices.ContainsFunc(a.Requesters, func(r string) bool { return input.Skeleton(r) == me }) {
 			return ErrSelfApproval
 		}
 	}

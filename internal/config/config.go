@@ -32,7 +32,16 @@ type Config struct {
 	SQLiteSynchronous string
 	LogLevel          slog.Level
 	Tracing           string
+	// MemoryLimit is the Go runtime's soft memory limit for serve: MemoryLimitAuto,
+	// MemoryLimitOff, or a number of bytes. An explicit GOMEMLIMIT wins over it.
+	MemoryLimit int64
 }
+
+// MemoryLimit's two words.
+const (
+	MemoryLimitOff  int64 = 0
+	MemoryLimitAuto int64 = -1
+)
 
 // Backend names the store a database URL selects: postgres:// and postgresql:// URLs
 // and libpq keyword DSNs (host=db dbname=airlock) are PostgreSQL; anything else is a
@@ -249,6 +258,24 @@ var Options = []Option{
 		}},
 	{"log-level", "AIRLOCK_LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+	{"memory-limit", "AIRLOCK_MEMORY_LIMIT", "auto",
+		"serve's soft memory limit for the Go runtime: auto (90% of the container's memory limit, none without one), off, or a size such as 512MiB; GOMEMLIMIT, when set, wins",
+		func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "auto":
+				c.MemoryLimit = MemoryLimitAuto
+				return nil
+			case "off":
+				c.MemoryLimit = MemoryLimitOff
+				return nil
+			}
+			n, err := ParseSize(v)
+			if err != nil || n < 64<<20 {
+				return errors.New("must be auto, off, or a size of at least 64MiB such as 512MiB or 2GiB")
+			}
+			c.MemoryLimit = n
+			return nil
+		}},
 	{"tracing", "AIRLOCK_TRACING", "off", "OpenTelemetry tracing: off, stdout, or otlp (configured by the OTEL_EXPORTER_OTLP_* variables)",
 		func(c *Config, v string) error {
 			switch v {
@@ -318,4 +345,25 @@ func CheckPublicURL(v string) error {
 		}
 	}
 	return nil
+}
+
+// ParseSize reads a size in bytes as GOMEMLIMIT writes it: a whole number with an
+// optional B, KiB, MiB, GiB or TiB suffix.
+func ParseSize(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	unit := int64(1)
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, unit = num, u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/unit {
+		return 0, errors.New("not a size")
+	}
+	return n * unit, nil
 }

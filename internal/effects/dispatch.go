@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -286,6 +287,11 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 	}
 	if r.Version < 0 {
 		return store.Effect{}, &runs.FieldError{Field: "version", Msg: "must be the version the effect had when you checked it (GET /v1/runs/{key} lists it)"}
+	}
+	// Every caller (API, console, CLI) gets the same rule: PostgreSQL cannot store a NUL
+	// or invalid UTF-8, and an id is shown to people as it is.
+	if err := input.Text(r.ProviderID, input.Rule{Max: 200, Visible: true}); err != nil {
+		return store.Effect{}, &runs.FieldError{Field: "provider_id", Msg: err.Error()}
 	}
 	var out store.Effect
 	err := s.store.Transact(ctx, func(q store.Queries) error {

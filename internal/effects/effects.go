@@ -40,6 +40,7 @@ var (
 	ErrNotResolvable     = errors.New("the effect is not in a state this operation applies to")
 	ErrEffectChanged     = errors.New("the effect changed since the version the decision was made on")
 	ErrNotValidated      = errors.New("this action type has a schema: queue it after a passing validation on this run")
+	ErrUnsendablePayload = errors.New("the payload cannot be sent by this action type's connector")
 )
 
 // Service is the outbox over a store and a policy.
@@ -267,6 +268,10 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 				}
 			}
 			req.Payload = v.Value
+		}
+		// Refused now, not approved and then failed at send time.
+		if err := a.CheckSendable(req.Payload); err != nil {
+			return fmt.Errorf("%w: %v", ErrUnsendablePayload, err)
 		}
 		if err := a.CheckRecipients(req.Target, req.Payload); err != nil {
 			return &runs.FieldError{Field: "payload.to", Msg: err.Error()}

@@ -175,7 +175,7 @@ func TestConsoleRoles(t *testing.T) {
 			}
 			return body
 		}
-		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {formToken(t, effPage)}, "outcome": {"abandon"}, "note": {"a\x00b"}}, 422)
+		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {formToken(t, effPage)}, "outcome": {"abandon"}, "note": {"a\x00b"}}, 400)
 
 		// Forged posts: the approver, with their own valid token, cannot resolve or unpark;
 		// the operator, with theirs, cannot flip the kill switch.

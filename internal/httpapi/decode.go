@@ -13,12 +13,14 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/validation"
 )
 
 // decode reads one JSON object into v strictly: JSON content type, size limit, valid
-// UTF-8 throughout (no lone surrogate escapes either), no NUL character in any string or
-// key, no field twice in any object at
+// UTF-8 throughout (no lone surrogate escapes either), at most maxDepth levels of
+// nesting, no NUL character in any string or key, no field twice in any object at
 // any depth, field names exactly as documented (encoding/json alone would let "KEY" set
 // key), no unknown fields, no trailing data. Every route decodes its body here; each
 // failure has its own code.
@@ -59,7 +61,7 @@ func strictJSON(raw []byte, t reflect.Type) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	err := walkJSON(dec, t, "")
+	err := (&walker{dec: dec}).value(t, 0)
 	var ae *Error
 	if errors.As(err, &ae) {
 		return err
@@ -107,73 +109,144 @@ func jsonFields(t reflect.Type, out map[string]reflect.Type) {
 	}
 }
 
-func walkJSON(dec *json.Decoder, t reflect.Type, path string) error {
-	tok, err := dec.Token()
+// maxDepth bounds how deeply a body nests objects and arrays, the body's own object
+// being the first level. Deeper bodies are refused before anything else reads them.
+const maxDepth = validation.MaxDepth
+
+// pathElem is one step from the body's root to a value: an object key or an array index.
+type pathElem struct {
+	key   string
+	index int
+	array bool
+}
+
+// walker checks one body's tokens. The path to the value being read is a stack of
+// steps, turned into text only when an error names it: building it per level made
+// memory grow with the square of the nesting.
+type walker struct {
+	dec  *json.Decoder
+	path []pathElem
+}
+
+// name is the dotted path of the current value ("payload.items[1].x"), with last in
+// place of the innermost key when it is not "".
+func (w *walker) name(last string) string {
+	var sb strings.Builder
+	for i, p := range w.path {
+		switch {
+		case p.array:
+			fmt.Fprintf(&sb, "[%d]", p.index)
+		default:
+			if sb.Len() > 0 {
+				sb.WriteByte('.')
+			}
+			if i == len(w.path)-1 && last != "" {
+				sb.WriteString(last)
+			} else {
+				sb.WriteString(p.key)
+			}
+		}
+	}
+	return sb.String()
+}
+
+// value reads one value of shape t at the current path; depth is the number of
+// containers it sits in.
+func (w *walker) value(t reflect.Type, depth int) error {
+	tok, err := w.dec.Token()
 	if err != nil {
 		return err
 	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
 		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
-			return nulError(strings.TrimSuffix(path, "."))
+			return nulError(w.name(""))
 		}
 		return nil
+	}
+	if depth >= maxDepth {
+		where := w.name("")
+		if where == "" {
+			where = "the body"
+		} else {
+			where = strconv.Quote(where)
+		}
+		return apiError(http.StatusBadRequest, "nesting_too_deep", fmt.Sprintf("%s nests objects and arrays deeper than %d levels", where, maxDepth))
 	}
 	t = shape(t)
 	switch delim {
 	case '{':
-		var fields map[string]reflect.Type
-		if t != nil && t.Kind() == reflect.Struct {
-			fields = map[string]reflect.Type{}
-			jsonFields(t, fields)
-		}
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			key, _ := kt.(string)
-			name := path + key
-			if strings.ContainsRune(key, 0) {
-				return nulError(name)
-			}
-			if seen[key] {
-				return apiError(http.StatusBadRequest, "duplicate_field", fmt.Sprintf("%s appears twice; give each field once", quoteField(name)))
-			}
-			seen[key] = true
-			var next reflect.Type
-			switch {
-			case fields != nil:
-				ft, exact := fields[key]
-				if !exact {
-					for f := range fields {
-						if strings.EqualFold(f, key) {
-							return apiError(http.StatusBadRequest, "unknown_field", fmt.Sprintf("unknown field %s: field names are case-sensitive; did you mean %q?", quoteField(name), path+f))
-						}
-					}
-				}
-				next = ft
-			case t != nil && t.Kind() == reflect.Map:
-				next = t.Elem()
-			}
-			if err := walkJSON(dec, next, name+"."); err != nil {
-				return err
-			}
+		if err := w.object(t, depth+1); err != nil {
+			return err
 		}
 	case '[':
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
-		}
-		for i := 0; dec.More(); i++ {
-			if err := walkJSON(dec, elem, fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i)); err != nil {
-				return err
-			}
+		if err := w.array(t, depth+1); err != nil {
+			return err
 		}
 	}
-	_, err = dec.Token() // the closing delimiter
+	_, err = w.dec.Token() // the closing delimiter
 	return err
+}
+
+func (w *walker) object(t reflect.Type, depth int) error {
+	var fields map[string]reflect.Type
+	if t != nil && t.Kind() == reflect.Struct {
+		fields = map[string]reflect.Type{}
+		jsonFields(t, fields)
+	}
+	seen := map[string]bool{}
+	w.path = append(w.path, pathElem{})
+	defer func() { w.path = w.path[:len(w.path)-1] }()
+	for w.dec.More() {
+		kt, err := w.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := kt.(string)
+		w.path[len(w.path)-1].key = key
+		if strings.ContainsRune(key, 0) {
+			return nulError(w.name(""))
+		}
+		if seen[key] {
+			return apiError(http.StatusBadRequest, "duplicate_field", fmt.Sprintf("%s appears twice; give each field once", quoteField(w.name(""))))
+		}
+		seen[key] = true
+		var next reflect.Type
+		switch {
+		case fields != nil:
+			ft, exact := fields[key]
+			if !exact {
+				for f := range fields {
+					if strings.EqualFold(f, key) {
+						return apiError(http.StatusBadRequest, "unknown_field", fmt.Sprintf("unknown field %s: field names are case-sensitive; did you mean %q?", quoteField(w.name("")), w.name(f)))
+					}
+				}
+			}
+			next = ft
+		case t != nil && t.Kind() == reflect.Map:
+			next = t.Elem()
+		}
+		if err := w.value(next, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *walker) array(t reflect.Type, depth int) error {
+	var elem reflect.Type
+	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		elem = t.Elem()
+	}
+	w.path = append(w.path, pathElem{array: true})
+	defer func() { w.path = w.path[:len(w.path)-1] }()
+	for i := 0; w.dec.More(); i++ {
+		w.path[len(w.path)-1].index = i
+		if err := w.value(elem, depth); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nulError refuses a NUL character (\u0000) in any string or object key: PostgreSQL
@@ -295,20 +368,37 @@ func validKey(field, k string) error {
 	return nil
 }
 
-// validText bounds the free-text fields clients attach (meta, trigger source).
+// The API's checks of text a client gives, by internal/input's rules; each problem is
+// answered with its code. Lengths are in characters.
+
+// validText bounds a free-text field (a note, a reason, a class): one line.
 func validText(field, s string, max int) error {
-	if len(s) > max {
-		return invalid(field, fmt.Sprintf("longer than %d bytes", max))
+	return textError(field, input.Text(s, input.Rule{Max: max}))
+}
+
+// validVisible is validText for text that must read as it is used (a target, a
+// provider's id): no invisible or bidirectional format characters either.
+func validVisible(field, s string, max int) error {
+	return textError(field, input.Text(s, input.Rule{Max: max, Visible: true}))
+}
+
+// validIdentity checks a name that stands for a person (requested_by).
+func validIdentity(field, s string) error {
+	return textError(field, input.Identity(s))
+}
+
+func textError(field string, err error) error {
+	var e *input.Error
+	if !errors.As(err, &e) {
+		return err
 	}
-	if !utf8.ValidString(s) {
-		return invalid(field, "not valid UTF-8")
+	switch e.Problem {
+	case input.Invisible:
+		return apiError(http.StatusUnprocessableEntity, "invisible_character", field+" "+e.Error())
+	case input.NotIdentity:
+		return apiError(http.StatusUnprocessableEntity, "invalid_identity", field+" "+e.Error())
 	}
-	for _, c := range s {
-		if c < 0x20 || c == 0x7f {
-			return invalid(field, "holds control characters")
-		}
-	}
-	return nil
+	return invalid(field, e.Error())
 }
 
 func validMeta(m *runs.Meta) error {
@@ -319,7 +409,6 @@ func validMeta(m *runs.Meta) error {
 		{"meta.workflow_version", m.WorkflowVersion},
 		{"meta.trigger_source", m.TriggerSource},
 		{"meta.provider_category", m.ProviderCategory},
-		{"meta.requested_by", m.RequestedBy},
 	}
 	if m.Model != nil {
 		fields = append(fields,
@@ -332,5 +421,7 @@ func validMeta(m *runs.Meta) error {
 			return err
 		}
 	}
-	return nil
+	// Who asked is compared with who approves (separation of duties): a name that only
+	// looks like another must not pass for someone else.
+	return validIdentity("meta.requested_by", m.RequestedBy)
 }

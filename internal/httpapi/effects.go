@@ -76,7 +76,7 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 	if bytes.Equal(body.Payload, []byte("null")) {
 		body.Payload = nil // optional for a type with a schema: the validated value is queued
 	}
-	if err := validText("target", body.Target, 320); err != nil {
+	if err := validVisible("target", body.Target, 320); err != nil {
 		return err
 	}
 	if body.EffectID != "" {
@@ -208,10 +208,11 @@ func (s *server) workerReport(outcome connector.Outcome) handlerFunc {
 		if body.LeaseOwner == "" {
 			return missing("lease_owner")
 		}
-		for _, f := range []struct{ name, v string }{{"provider_id", body.ProviderID}, {"class", body.Class}} {
-			if err := validText(f.name, f.v, 200); err != nil {
-				return err
-			}
+		if err := validVisible("provider_id", body.ProviderID, 200); err != nil {
+			return err
+		}
+		if err := validText("class", body.Class, 200); err != nil {
+			return err
 		}
 		if body.RetryAfterMS < 0 || body.RetryAfterMS > int64(time.Hour/time.Millisecond) {
 			return invalid("retry_after_ms", "must be from 0 to 3600000")
@@ -255,6 +256,9 @@ func (s *server) resolveEffect(w http.ResponseWriter, r *http.Request) error {
 		return missing("outcome")
 	}
 	if err := validText("note", body.Note, 2000); err != nil {
+		return err
+	}
+	if err := validVisible("provider_id", body.ProviderID, 200); err != nil {
 		return err
 	}
 	e, err := s.Effects.Resolve(r.Context(), r.PathValue("id"),

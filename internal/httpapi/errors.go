@@ -57,6 +57,7 @@ var errorTable = []struct {
 	{effects.ErrNotResolvable, http.StatusConflict, "not_resolvable"},
 	{effects.ErrEffectChanged, http.StatusConflict, "effect_changed"},
 	{effects.ErrNotValidated, http.StatusUnprocessableEntity, "not_validated"},
+	{effects.ErrUnsendablePayload, http.StatusUnprocessableEntity, "unsendable_payload"},
 	{runs.ErrBudgetExhausted, http.StatusTooManyRequests, "budget_exhausted"},
 	{failures.ErrNoSchema, http.StatusUnprocessableEntity, "no_schema"},
 	{failures.ErrUnknownActionType, http.StatusUnprocessableEntity, "unknown_action_type"},

@@ -45,7 +45,7 @@ func (s *syncBuffer) String() string {
 }
 
 type harness struct {
-	t                   *testing.T
+	t                   testing.TB
 	env                 *storetest.EffectsEnv
 	url                 string
 	runsKey, readKey    string
@@ -55,19 +55,20 @@ type harness struct {
 	logs                *syncBuffer
 	metrics             *metrics.Metrics
 	another             func(mod func(d *httpapi.Deps)) string
+	handler             func(mod func(d *httpapi.Deps)) http.Handler // another instance, unserved
 	deps                httpapi.Deps
 }
 
 // newHarness serves the API and the pages; pageOpts, given the server's URL, configure
 // the pages (single sign-on).
-func newHarness(t *testing.T, b storetest.Backend, pageOpts ...func(publicURL string) web.Option) *harness {
+func newHarness(t testing.TB, b storetest.Backend, pageOpts ...func(publicURL string) web.Option) *harness {
 	t.Helper()
 	return newHarnessWith(t, b, nil, pageOpts...)
 }
 
 // newHarnessWith is newHarness with setup applied to the environment first (another
 // policy, other connectors).
-func newHarnessWith(t *testing.T, b storetest.Backend, setup func(env *storetest.EffectsEnv), pageOpts ...func(publicURL string) web.Option) *harness {
+func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *storetest.EffectsEnv), pageOpts ...func(publicURL string) web.Option) *harness {
 	t.Helper()
 	env := storetest.NewEffectsEnv(t, b, "")
 	if setup != nil {
@@ -106,14 +107,17 @@ func newHarnessWith(t *testing.T, b storetest.Backend, setup func(env *storetest
 	srv.Start()
 	// another serves a second instance over the same database: its own pages, metrics and
 	// whatever mod changes; it shares nothing in memory with the first.
-	h.another = func(mod func(d *httpapi.Deps)) string {
+	h.handler = func(mod func(d *httpapi.Deps)) http.Handler {
 		d := deps
 		d.Metrics = metrics.New()
 		d.Web = web.New(env.Store, gate, log, url, env.Clock.Now, web.WithObserver(d.Metrics))
 		if mod != nil {
 			mod(&d)
 		}
-		s2 := httptest.NewServer(httpapi.New(d))
+		return httpapi.New(d)
+	}
+	h.another = func(mod func(d *httpapi.Deps)) string {
+		s2 := httptest.NewServer(h.handler(mod))
 		t.Cleanup(s2.Close)
 		return s2.URL
 	}
@@ -150,7 +154,13 @@ type response struct {
 
 func (h *harness) do(method, path, key, contentType, body string) response {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.url+path, strings.NewReader(body))
+	return h.doAt(h.url, method, path, key, contentType, body)
+}
+
+// doAt is do against another server (one that h.another started).
+func (h *harness) doAt(base, method, path, key, contentType, body string) response {
+	h.t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -196,7 +206,7 @@ func (h *harness) claim(key string) (owner string, version int64) {
 	return r.body["lease_owner"].(string), int64(r.body["version"].(float64))
 }
 
-func expect(t *testing.T, r response, status int, code string) {
+func expect(t testing.TB, r response, status int, code string) {
 	t.Helper()
 	if r.status != status || (code != "" && r.body["error"] != code) {
 		t.Fatalf("got %d %s; want %d %s", r.status, strings.TrimSpace(r.raw), status, code)

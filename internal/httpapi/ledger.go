@@ -91,7 +91,7 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 		if f.v == "" {
 			return missing(f.name)
 		}
-		if err := validText(f.name, f.v, 320); err != nil {
+		if err := validVisible(f.name, f.v, 320); err != nil {
 			return err
 		}
 	}
@@ -176,7 +176,7 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) error {
 		return missing("found (or undetermined: true)")
 	}
 	for _, f := range b.Found {
-		if err := validText("found", f, 500); err != nil {
+		if err := validVisible("found", f, 500); err != nil {
 			return err
 		}
 	}

@@ -58,7 +58,7 @@ func openAPIValidator() (validator.Validator, error) {
 }
 
 // checkLive validates one live exchange; the body has been read into raw.
-func checkLive(t *testing.T, req *http.Request, resp *http.Response, raw []byte) {
+func checkLive(t testing.TB, req *http.Request, resp *http.Response, raw []byte) {
 	t.Helper()
 	route := routeOf(req)
 	if route == "" {

@@ -270,4 +270,3 @@ func unseal(raw string, sc store.ReplayScope, sealed []byte) (replayed, error) {
 	}
 	return resp, json.Unmarshal(plain, &resp)
 }
-

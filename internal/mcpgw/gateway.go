@@ -489,6 +489,10 @@ func refusedBody(err error) bool {
 // MaxStoredResult. A changed form says so in _meta[StoredResultMeta], with the receipt
 // of the real result; the agent that made the call always gets the real one.
 func StoredResult(raw []byte, receipt string) json.RawMessage {
+	if validation.Depth(raw) >= validation.MaxDepth {
+		// Deeper than airlock's bodies may nest (the confirm's body is the first level).
+		return omitted(len(raw), receipt, "too_deep")
+	}
 	out := raw
 	if bytes.Contains(raw, []byte(`\u0000`)) {
 		var v any

@@ -83,8 +83,13 @@ func newUpstream() *upstream {
 	write := func(args map[string]any) *mcp.CallToolResult {
 		id := fmt.Sprintf("n%d", len(u.notes)+1)
 		u.notes = append(u.notes, map[string]any{"id": id, "text": args["text"]})
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "wrote " + id}},
-			StructuredContent: map[string]any{"id": id}}
+		var sc any = map[string]any{"id": id}
+		if args["text"] == "deep" { // a result nested deeper than airlock's bodies may be
+			for range 100 {
+				sc = map[string]any{"a": sc}
+			}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "wrote " + id}}, StructuredContent: sc}
 	}
 	add("write_note", write)
 	add("create_note", write)
@@ -652,4 +657,25 @@ func TestOversizedResultIsConfirmed(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A result nested deeper than the server accepts in a body (64 levels) is confirmed by its
+// receipt alone, like one over 256 KB: the effect happened, so its confirmation must go
+// through, and the same call again is answered from the ledger, not sent again.
+func TestDeepResultIsConfirmedByItsReceipt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.startAgent()
+		args := map[string]any{"text": "deep"}
+		e.mustOK("write_note", args)
+		again := e.mustOK("write_note", args)
+		if n := e.up.count("write_note"); n != 1 {
+			t.Fatalf("the upstream performed the effect %d times", n)
+		}
+		if !strings.Contains(text(again), "performed earlier") {
+			t.Errorf("the replay: %q", text(again))
+		}
+		if got := strings.Join(e.decisions(), ","); got != "write_note:executed,write_note:replayed" {
+			t.Errorf("tool_call events: %s", got)
+		}
+	})
 }

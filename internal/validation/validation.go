@@ -314,6 +314,9 @@ func shortList(vs []any) (string, bool) {
 // (exact, unlike float64). Trailing data after the value is an error.
 // Error messages give a position but never quote the input.
 func Decode(b []byte) (any, error) {
+	if Depth(b) > MaxDepth {
+		return nil, fmt.Errorf("invalid JSON: nests objects and arrays deeper than %d levels", MaxDepth)
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	var v any
@@ -463,4 +466,38 @@ func matchEnd(text string, start int, open, close byte) int {
 		}
 	}
 	return -1
+}
+
+// MaxDepth is how deeply airlock lets JSON from outside nest objects and arrays: request
+// bodies (the body's own object is the first level), model output and MCP results alike.
+// encoding/json alone allows 10,000 levels, and what walks a value recursively (a
+// schema's validator, a canonicaliser) then pays for each.
+const MaxDepth = 64
+
+// Depth is how deeply b nests objects and arrays (0 for a scalar), read in one pass
+// that allocates nothing; brackets inside strings do not count. It does not check that
+// b is JSON.
+func Depth(b []byte) int {
+	depth, deepest, inStr, esc := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case inStr:
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+		case c == '"':
+			inStr = true
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }

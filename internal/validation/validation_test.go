@@ -421,3 +421,26 @@ func TestConcurrentValidate(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Issue 20 item 2: model output is JSON inside a JSON string, so the request decoder's
+// depth cap does not reach it; Decode allowed encoding/json's 10,000 levels, each of
+// which the schema validator then walked. Deeper than MaxDepth is refused here too.
+func TestDecodeRefusesDeepNesting(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		deep bool
+	}{
+		{strings.Repeat("[", 9_000) + strings.Repeat("]", 9_000), true},
+		{strings.Repeat(`{"a":`, 65) + "1" + strings.Repeat("}", 65), true},
+		{strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth), false},
+		{`{"s":"` + strings.Repeat("[", 200) + `\"{{{"}`, false}, // brackets in strings are text
+	} {
+		_, err := Decode([]byte(c.doc))
+		if got := err != nil && strings.Contains(err.Error(), "deeper than 64"); got != c.deep {
+			t.Errorf("Decode(%.40s…) = %v; want refused for depth: %v", c.doc, err, c.deep)
+		}
+	}
+	if Depth([]byte(`"[[["`)) != 0 || Depth([]byte(`[{"a":["\\"]"]}]`)) != 3 {
+		t.Error("Depth counts brackets inside strings")
+	}
+}

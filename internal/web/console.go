@@ -13,12 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -133,6 +133,7 @@ var consoleFuncs = template.FuncMap{
 		return "in " + ago(t.Sub(now))
 	},
 	"cursor": formatCursor,
+	"shown":  input.Shown,
 	"pct": func(f *float64) string {
 		if f == nil {
 			return "n/a"
@@ -215,6 +216,10 @@ func (w *Web) now(r *http.Request) time.Time {
 // else is sent to sign in, or told the page is not for their role.
 func (w *Web) cget(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
 	return headers(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if bad := badInput(r); bad != "" {
+			w.cmessage(rw, r, viewer{}, http.StatusBadRequest, "Not shown", bad+" Nothing was looked up.", "/console")
+			return
+		}
 		v, ok, err := w.viewer(r)
 		if err != nil {
 			w.fail(rw, "console session", err)
@@ -239,6 +244,10 @@ func (w *Web) cget(need level, h func(rw http.ResponseWriter, r *http.Request, v
 func (w *Web) cpost(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	return headers(cop.Handler(w.sameOrigin(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if bad := badInput(r); bad != "" {
+			w.cmessage(rw, r, viewer{}, http.StatusBadRequest, "Not changed", bad+" Nothing was changed.", "/console")
+			return
+		}
 		v, ok, err := w.viewer(r)
 		if err != nil {
 			w.fail(rw, "console session", err)
@@ -301,17 +310,13 @@ func (w *Web) page(r *http.Request, v viewer, title, nav string) cpage {
 	return cpage{viewer: v, Title: title, Nav: nav, Notice: notices[r.URL.Query().Get("done")], Now: w.now(r)}
 }
 
+// formReason is a required one-line reason or note (as the API takes it).
 func formReason(r *http.Request, field string) (string, string) {
 	s := strings.TrimSpace(r.PostFormValue(field))
-	switch {
-	case s == "":
+	if s == "" {
 		return "", "Say why (the " + field + " is required and is recorded with your name)."
-	case len(s) > maxReason:
-		return "", fmt.Sprintf("The %s is longer than %d characters.", field, maxReason)
-	case strings.ContainsFunc(s, func(c rune) bool { return c < 0x20 || c == 0x7f }) || !utf8.ValidString(s):
-		return "", "The " + field + " holds control characters."
 	}
-	return s, ""
+	return s, checkField(formField{label: field, max: maxReason}, s)
 }
 
 // ---- 1. Waiting for me ----

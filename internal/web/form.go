@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"unicode"
-	"unicode/utf8"
+	"net/url"
+
+	"github.com/airlockhq/airlock/internal/input"
 )
 
 // formField is one posted field and its rules.
@@ -19,11 +20,7 @@ type formField struct {
 // postForm reads the posted fields; a message for a 400 page when it refuses them.
 func postForm(r *http.Request, fields ...formField) (map[string]string, string) {
 	if err := r.ParseForm(); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, "The form is too large."
-		}
-		return nil, "The form could not be read. Go back and send it again."
+		return nil, formReadError(err)
 	}
 	out := make(map[string]string, len(fields))
 	for _, f := range fields {
@@ -39,20 +36,79 @@ func postForm(r *http.Request, fields ...formField) (map[string]string, string) 
 	return out, ""
 }
 
+func formReadError(err error) string {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return "The form is too large."
+	}
+	return "The form could not be read. Go back and send it again."
+}
+
+// checkField is input's rule for one field, in the page's words; "" when it passes.
 func checkField(f formField, v string) string {
-	if !utf8.ValidString(v) {
+	err := input.Text(v, input.Rule{Max: f.max, Multiline: f.multiline})
+	var e *input.Error
+	if !errors.As(err, &e) {
+		return ""
+	}
+	switch e.Problem {
+	case input.InvalidUTF8:
 		return fmt.Sprintf("The %s is not valid text (UTF-8).", f.label)
-	}
-	if n := utf8.RuneCountInString(v); n > f.max {
+	case input.TooLong:
 		return fmt.Sprintf("The %s is too long: at most %d characters.", f.label, f.max)
+	case input.NUL:
+		return fmt.Sprintf("The %s contains a NUL character.", f.label)
+	case input.Invisible:
+		return fmt.Sprintf("The %s contains an invisible or bidirectional format character.", f.label)
 	}
-	for _, c := range v {
-		switch {
-		case c == 0:
-			return fmt.Sprintf("The %s contains a NUL character.", f.label)
-		case f.multiline && (c == '\t' || c == '\n' || c == '\r'):
-		case unicode.IsControl(c):
-			return fmt.Sprintf("The %s contains a control character.", f.label)
+	return fmt.Sprintf("The %s contains a control character.", f.label)
+}
+
+// maxParam bounds any console query parameter or form field: none is longer than a
+// reason.
+const maxParam = maxReason
+
+// badInput checks everything a console request carries as text — its path, every query
+// parameter and every posted field, names and values — by input's rules, before the
+// session or anything else is looked up: one check for every console page and action,
+// so no handler sees a NUL (a 500 on PostgreSQL), invalid UTF-8 or a control character
+// (line breaks and tabs only in posted values: a reason may have several lines). The
+// handlers' own rules (a required reason, one line) come after. "" when it passes.
+func badInput(r *http.Request) string {
+	check := func(what, v string, multiline bool) string {
+		return checkField(formField{label: what, max: maxParam, multiline: multiline}, v)
+	}
+	if msg := check("address", r.URL.Path, false); msg != "" {
+		return msg
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return "The address could not be read."
+	}
+	for k, vs := range q {
+		if msg := check("address's parameter name", k, false); msg != "" {
+			return msg
+		}
+		for _, v := range vs {
+			if msg := check(fmt.Sprintf("address's %q parameter", k), v, false); msg != "" {
+				return msg
+			}
+		}
+	}
+	if r.Method != http.MethodPost {
+		return ""
+	}
+	if err := r.ParseForm(); err != nil {
+		return formReadError(err)
+	}
+	for k, vs := range r.PostForm {
+		if msg := check("form's field name", k, false); msg != "" {
+			return msg
+		}
+		for _, v := range vs {
+			if msg := check(fmt.Sprintf("%q field", k), v, true); msg != "" {
+				return msg
+			}
 		}
 	}
 	return ""

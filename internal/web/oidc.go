@@ -17,6 +17,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/policy"
 )
 
@@ -209,7 +210,9 @@ func (o *OIDC) person(sub string, claims map[string]any) (who approvals.Person, 
 			return who, 0, errors.New("the ID token's email is not marked email_verified: true (use another subject_claim with this provider)")
 		}
 	}
-	if who.Subject == "" || len(who.Subject) > 320 || strings.ContainsFunc(who.Subject, unicode.IsControl) {
+	// The subject is the approver's identity under separation of duties: an invisible or
+	// bidirectional character would make it read as someone else's.
+	if who.Subject == "" || input.Identity(who.Subject) != nil {
 		return who, 0, fmt.Errorf("the ID token has no usable subject (%s or sub)", o.subjectClaim)
 	}
 	var values []string

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -31,7 +32,8 @@ import (
 //go:embed templates/*.html
 var templateFS embed.FS
 
-var pages = template.Must(template.ParseFS(templateFS, "templates/layout.html", "templates/login.html", "templates/neutral.html", "templates/approval.html"))
+var pages = template.Must(template.New("").Funcs(template.FuncMap{"shown": input.Shown}).
+	ParseFS(templateFS, "templates/layout.html", "templates/login.html", "templates/neutral.html", "templates/approval.html"))
 
 const (
 	sessionCookie = "airlock_session"

@@ -16,16 +16,13 @@
 package smtpconn
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	netmail "net/mail"
 	"net/textproto"
@@ -180,32 +177,6 @@ type refusal string
 
 func (r refusal) Error() string { return string(r) }
 
-// payload is the effect's JSON payload.
-type payload struct {
-	To      recipients `json:"to"`
-	Subject string     `json:"subject"`
-	Text    string     `json:"text"`
-	HTML    string     `json:"html"`
-	ReplyTo string     `json:"reply_to"`
-}
-
-// recipients accepts "to" as one address or a list of addresses.
-type recipients []string
-
-func (r *recipients) UnmarshalJSON(b []byte) error {
-	var one string
-	if err := json.Unmarshal(b, &one); err == nil {
-		*r = recipients{one}
-		return nil
-	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return errors.New("to: want an address or a list of addresses")
-	}
-	*r = many
-	return nil
-}
-
 // compose validates the request and builds the message. Nothing is sent when it fails.
 func (c *Connector) compose(req connector.Request) (*mail.Msg, error) {
 	const invalid = refusal("invalid_payload")
@@ -213,16 +184,8 @@ func (c *Connector) compose(req connector.Request) (*mail.Msg, error) {
 		// Without it every message would share one Message-ID; it also goes into a header.
 		return nil, refusal("invalid_request")
 	}
-	var p payload
-	dec := json.NewDecoder(bytes.NewReader(req.Payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return nil, invalid
-	}
-	if _, err := dec.Token(); err != io.EOF { // one JSON object, nothing after it
-		return nil, invalid
-	}
-	if p.Subject == "" || p.Text == "" {
+	p, err := policy.ParseMail(req.Payload) // the rule the outbox applied when it was queued
+	if err != nil {
 		return nil, invalid
 	}
 	// The target is the recipient — what the card, the effect and the audit show — so the
