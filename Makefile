@@ -28,8 +28,7 @@ test:
 	bash scripts/test.sh
 
 lint:
-	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
-	go vet ./...
+	bash scripts/lint.sh
 
 # Store benchmarks on both backends, each beside the raw SQL statement as a baseline.
 bench:

@@ -1,18 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command: gofmt check, go vet, then go test -race against a
+# The project's test command: lint (gofmt, go vet, staticcheck), then go test -race against a
 # throwaway PostgreSQL (see scripts/with-postgres.sh). Extra args go to go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 
-unformatted=$(gofmt -l .)
-if [ -n "$unformatted" ]; then
-	echo "gofmt: these files need formatting (run gofmt -w):" >&2
-	echo "$unformatted" >&2
-	exit 1
-fi
-
-go vet ./...
+scripts/lint.sh
 
 # -timeout: the default 10 m per package is too short for storetest under -race on a busy
 # 2-core machine (it takes ~4 m alone).
