@@ -275,9 +275,6 @@ dispatch: {interval: 50ms, lease: 3s, reconcile_interval: 300ms, drain: 2s}
 	for i := range 4 {
 		h.short = append(h.short, fmt.Sprintf("s%d-short%d", seed, i))
 	}
-	for i := range 12 {
-		h.agents = append(h.agents, fmt.Sprintf("s%d-agent%02d", seed, i))
-	}
 	return h
 }
 
@@ -309,6 +306,16 @@ func (h *harness) moreKeys() {
 	for range 6 {
 		h.keys = append(h.keys, fmt.Sprintf("s%d-k%04d", h.seed, len(h.keys)))
 	}
+	h.agents = append(h.agents, fmt.Sprintf("s%d-agent%04d", h.seed, len(h.agents)))
+}
+
+// agentKey picks one of the 12 newest agents' runs (an agent's run ends once its effect
+// is confirmed: new ones keep coming).
+func (h *harness) agentKey() string {
+	h.hmu.Lock()
+	recent := h.agents[max(0, len(h.agents)-12):]
+	h.hmu.Unlock()
+	return recent[h.intn(len(recent))]
 }
 
 // recentKeys are the keys an operator looks at every round: the newest deliveries' and
@@ -1124,7 +1131,7 @@ func (h *harness) run() {
 			for ctx.Err() == nil {
 				switch h.intn(11) {
 				case 10:
-					h.agentDelivery(h.agents[h.intn(len(h.agents))], false)
+					h.agentDelivery(h.agentKey(), false)
 				case 0, 1:
 					h.worker(&performed, false)
 				case 2:
@@ -1176,7 +1183,10 @@ func (h *harness) run() {
 		h.operator(&performed, true)
 		h.worker(&performed, true) // pending tasks wait for a worker
 		h.approver(jar, true)      // and waiting approvals for a person
-		for _, key := range h.agents {
+		h.hmu.Lock()
+		agents := slices.Clone(h.agents)
+		h.hmu.Unlock()
+		for _, key := range agents {
 			h.agentDelivery(key, true) // and planned agent effects for their agent
 		}
 		open := 0
