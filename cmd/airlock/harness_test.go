@@ -831,6 +831,7 @@ func (h *harness) approver(jar http.CookieJar, all bool) {
 		}
 		base := h.url()
 		if st := form(base, "/login", map[string]string{"username": fmt.Sprintf("lead%d", h.seed), "password": "harness-lead-pw"}); st != 303 && st != 200 {
+			h.count(fmt.Sprintf("approver_sign_in_%d", st))
 			continue
 		}
 		h.hmu.Lock()
@@ -843,6 +844,9 @@ func (h *harness) approver(jar http.CookieJar, all bool) {
 			}
 		}
 		st := form(base, "/approve/"+g.token, map[string]string{"decision": decision, "reason": "harness"})
+		if st != 200 {
+			h.count(fmt.Sprintf("approver_answered_%d", st))
+		}
 		h.hmu.Lock()
 		g.intended = decision
 		switch {
