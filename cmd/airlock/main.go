@@ -94,6 +94,31 @@ func openStoreAt(ctx context.Context, cfg config.Config, now func() time.Time) (
 	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous, Now: now})
 }
 
+// startupWait is how long serve waits at start for a PostgreSQL that is unavailable (not
+// up yet, restarting, failing over): an instance started meanwhile comes up when the
+// database does, instead of exiting into its supervisor's restart loop.
+const startupWait = time.Minute
+
+// waitForStore opens the store, trying again with backoff (200 ms doubling to 5 s) while
+// the error is store.ErrUnavailable, for up to wait. Any other error returns at once.
+func waitForStore(ctx context.Context, log *slog.Logger, wait time.Duration, open func() (store.Store, error)) (store.Store, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 200 * time.Millisecond
+	for {
+		st, err := open()
+		if err == nil || !errors.Is(err, store.ErrUnavailable) || time.Now().Add(backoff).After(deadline) {
+			return st, err
+		}
+		log.Warn("the database is unavailable: waiting for it", "retry_in", backoff.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
 func newLogger(cfg config.Config) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 }
@@ -129,7 +154,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if skew != 0 {
 		log.Warn("test build: the process clock is skewed", "offset", skew.String())
 	}
-	st, err := openStoreAt(ctx, cfg, now)
+	open := func() (store.Store, error) { return openStoreAt(ctx, cfg, now) }
+	if backend, _ := cfg.Backend(); backend == "postgres" {
+		open = func() (store.Store, error) {
+			return waitForStore(ctx, log, startupWait, func() (store.Store, error) { return openStoreAt(ctx, cfg, now) })
+		}
+	}
+	st, err := open()
 	if err != nil {
 		return err
 	}
