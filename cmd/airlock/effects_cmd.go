@@ -54,7 +54,10 @@ func operatorLog() *slog.Logger {
 // an operator command).
 func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error {
 	return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
-		return fn(newEffects(st, pol, nil, operatorLog(), metrics.New(), nil))
+		log := operatorLog()
+		env, set := aiActionsEnabled()
+		return fn(effects.NewService(effects.Options{Store: st, Policy: pol, Log: log,
+			Alerts: metrics.Alerter{Log: log, Metrics: metrics.New()}, AIActionsEnabled: env, AIActionsEnabledSet: set}))
 	})
 }
 

@@ -24,14 +24,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
-	"github.com/airlockhq/airlock/internal/approvals"
-	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
-	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/httpapi"
-	"github.com/airlockhq/airlock/internal/ledger"
-	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -39,7 +35,6 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/version"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 func main() {
@@ -182,44 +177,35 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	conns, err := connectors(pol)
+	conns, err := app.Connectors(pol)
 	if err != nil {
 		return err
 	}
-	m := metrics.New()
-	alerts := metrics.Alerter{Log: log, Metrics: m}
-	fail := failures.NewService(st, pol, alerts, nil)
-	eff := newEffects(st, pol, conns, log, m, fail.Budget)
 	publicURL, err := publicURLOf(cfg, pol)
 	if err != nil {
 		return err
 	}
-	gate := approvals.NewService(st, pol, alerts, publicURL, nil)
-	gate.Observer, fail.Observer = m, m
-	gate.Settle = eff.Settle
-	gate.Queued = eff.Wake
 	webOpts, err := webOptions(ctx, pol, publicURL)
 	if err != nil {
 		return err
 	}
-	work := ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, nil)
-	pages := web.New(st, gate, log, publicURL, nil, append(webOpts, web.WithObserver(m))...)
-	svc := runs.NewService(st, runs.Config{
-		DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
-		MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter,
-	}, alerts, nil)
-	svc.Outcomes = func(o string) { m.Claims.WithLabelValues(o).Inc() }
-	svc.Budgets = fail.Budget
 	tracer, stopTracing, err := tracing.Setup(ctx, cfg.Tracing)
 	if err != nil {
 		return err
 	}
 	defer stopTracing(context.Background())
-	api := httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate, Ledger: work,
-		Audit: audit.New(st, nil), Web: pages, Metrics: m, Log: log, MaxBodyBytes: cfg.MaxBodyBytes,
-		APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer, Instance: instance})
+	aiEnabled, aiEnabledSet := aiActionsEnabled()
+	a, err := app.New(app.Options{Store: st, Policy: pol, Connectors: conns, PublicURL: publicURL, Log: log,
+		Runs: runs.Config{DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
+			MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter},
+		AIActionsEnabled: aiEnabled, AIActionsEnabledSet: aiEnabledSet, Web: webOpts,
+		MaxBodyBytes: cfg.MaxBodyBytes, APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer, Instance: instance})
+	if err != nil {
+		return err
+	}
+	eff, gate := a.Effects, a.Approvals
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           a.Handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

@@ -3,20 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/connector"
-	"github.com/airlockhq/airlock/internal/connector/httpconn"
-	"github.com/airlockhq/airlock/internal/connector/smtpconn"
-	"github.com/airlockhq/airlock/internal/effects"
-	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/policy"
-	"github.com/airlockhq/airlock/internal/runs"
-	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/web"
 )
 
@@ -37,55 +28,9 @@ func loadPolicyWithoutSecrets(cfg config.Config) (*policy.Policy, error) {
 	return policy.LoadWithoutSecrets(cfg.PolicyFile)
 }
 
-// connectors builds one connector per action type that airlock sends itself.
-func connectors(p *policy.Policy) (map[string]connector.Connector, error) {
-	out := map[string]connector.Connector{}
-	for _, name := range p.ActionNames() {
-		a := p.Action(name)
-		var c connector.Connector
-		var err error
-		switch {
-		case a.HTTP != nil:
-			h := a.HTTP
-			c, err = httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Token: h.Token,
-				TokenHeader: h.TokenHeader, Timeout: h.Timeout.D(), LookupURL: h.LookupURL,
-				LookupAuthoritative: h.LookupAuthoritative, IDField: h.IDField})
-		case a.SMTP != nil:
-			m := a.SMTP
-			c, err = smtpconn.New(smtpconn.Config{Host: m.Host, Port: m.Port, Username: m.Username, Password: m.Password,
-				From: m.From, TLS: m.TLS, Timeout: m.Timeout.D(), Targets: m.Targets})
-		default:
-			continue // worker: performed outside airlock
-		}
-		if err != nil {
-			return nil, fmt.Errorf("policy: actions.%s: %w", name, err)
-		}
-		out[name] = c
-	}
-	return out, nil
-}
-
-// newEffects wires the outbox service from the policy and the environment.
-func newEffects(st store.Store, p *policy.Policy, conns map[string]connector.Connector, log *slog.Logger, m *metrics.Metrics, budgets func(string) runs.Budget) *effects.Service {
-	env, set := os.LookupEnv("AI_ACTIONS_ENABLED")
-	svc := effects.NewService(effects.Options{Store: st, Policy: p, Connectors: conns, Log: log, Budgets: budgets,
-		Alerts: metrics.Alerter{Log: log, Metrics: m}, AIActionsEnabled: env, AIActionsEnabledSet: set})
-	svc.Observe = func(outcome string, d time.Duration) {
-		m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())
-	}
-	m.Registry.MustRegister(metrics.Gauges{
-		Effects: func(ctx context.Context) (map[string]int, error) {
-			counts, err := st.EffectCountByState(ctx)
-			out := map[string]int{}
-			for s, n := range counts {
-				out[string(s)] = n
-			}
-			return out, err
-		},
-		Enabled: func(ctx context.Context) bool { ok, _ := svc.Enabled(ctx, ""); return ok },
-	})
-	return svc
-}
+// aiActionsEnabled reads AI_ACTIONS_ENABLED: unset or "true" lets the database's kill
+// switch decide; anything else stops every send.
+func aiActionsEnabled() (value string, set bool) { return os.LookupEnv("AI_ACTIONS_ENABLED") }
 
 // webOptions discovers the OIDC provider when the policy configures single sign-on: a
 // provider that cannot be reached stops start-up naming oidc.issuer.

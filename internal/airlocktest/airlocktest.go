@@ -1,8 +1,8 @@
 // Package airlocktest serves a complete airlock API in-process, over a store the caller
 // opened, for the examples and tests that live outside internal/ (the client package's
 // runnable examples, the example agent's restart test). It wires the services as
-// `airlock serve` does, with real clocks — leases expire in wall time — and no
-// dispatcher: it is meant for agent-executed (worker) action types.
+// `airlock serve` does (internal/app), with real clocks — leases expire in wall time —
+// and no dispatcher: it is meant for agent-executed (worker) action types.
 package airlocktest
 
 import (
@@ -14,17 +14,12 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/approvals"
-	"github.com/airlockhq/airlock/internal/effects"
-	"github.com/airlockhq/airlock/internal/failures"
-	"github.com/airlockhq/airlock/internal/httpapi"
-	"github.com/airlockhq/airlock/internal/ledger"
-	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 // AgentPolicy is the policy of the seed's weekly-report agent: its one external effect,
@@ -78,36 +73,24 @@ type Options struct {
 
 // StartWith is Start with options.
 func StartWith(ctx context.Context, st store.Store, policyYAML string, o Options) (*Server, error) {
-	log := o.Log
-	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = 1 << 20
-	}
 	pol, err := policy.Parse([]byte(policyYAML), func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	m := metrics.New()
-	alerts := metrics.Alerter{Log: log, Metrics: m}
-	fail := failures.NewService(st, pol, alerts, nil)
-	eff := effects.NewService(effects.Options{Store: st, Policy: pol, Alerts: alerts, Log: log, Budgets: fail.Budget})
 	srv := httptest.NewUnstartedServer(nil)
 	url := "http://" + srv.Listener.Addr().String()
-	gate := approvals.NewService(st, pol, alerts, url, nil)
-	gate.Settle = eff.Settle
-	work := ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, nil)
-	svc := runs.NewService(st, runs.Config{DefaultLease: 5 * time.Minute, MaxLease: time.Hour,
-		MaxLeaseLifetime: 24 * time.Hour, ReclaimAlertAfter: 3}, alerts, nil)
-	svc.Budgets = fail.Budget
-	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate,
-		Ledger: work, Web: web.New(st, gate, log, url, nil), Metrics: m, Log: log, MaxBodyBytes: o.MaxBodyBytes})
+	a, err := app.New(app.Options{Store: st, Policy: pol, PublicURL: url, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
+		Runs: runs.Config{DefaultLease: 5 * time.Minute, MaxLease: time.Hour, MaxLeaseLifetime: 24 * time.Hour, ReclaimAlertAfter: 3}})
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	srv.Config.Handler = a.Handler
 	srv.Start()
 	_, key, err := apikeys.Create(ctx, st, "agent", []string{apikeys.ScopeRuns}, time.Now())
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("create API key: %w", err)
 	}
-	return &Server{URL: srv.URL, APIKey: key, Store: st, Approvals: gate, http: srv}, nil
+	return &Server{URL: srv.URL, APIKey: key, Store: st, Approvals: a.Approvals, http: srv}, nil
 }

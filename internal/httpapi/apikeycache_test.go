@@ -3,23 +3,15 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
-	"github.com/airlockhq/airlock/internal/approvals"
-	"github.com/airlockhq/airlock/internal/effects"
-	"github.com/airlockhq/airlock/internal/failures"
-	"github.com/airlockhq/airlock/internal/httpapi"
-	"github.com/airlockhq/airlock/internal/ledger"
-	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/policy"
-	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 // instance serves the API over st as one `airlock serve` does, with an API-key cache of
@@ -30,20 +22,15 @@ func instance(t *testing.T, st store.Store, clock *storetest.Clock, ttl time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	m := metrics.New()
-	alerts := metrics.Alerter{Log: log, Metrics: m}
-	fail := failures.NewService(st, pol, alerts, clock.Now)
-	eff := effects.NewService(effects.Options{Store: st, Policy: pol, Alerts: alerts, Log: log, Now: clock.Now, Budgets: fail.Budget})
 	srv := httptest.NewUnstartedServer(nil)
-	url := "http://" + srv.Listener.Addr().String()
-	gate := approvals.NewService(st, pol, alerts, url, clock.Now)
-	svc := runs.NewService(st, storetest.TestConfig, alerts, clock.Now)
-	srv.Config.Handler = httpapi.New(httpapi.Deps{Store: st, Runs: svc, Effects: eff, Failures: fail, Approvals: gate,
-		Ledger: ledger.NewService(st, pol, eff, gate, alerts, fail.Budget, clock.Now), Web: web.New(st, gate, log, url, clock.Now),
-		Metrics: m, Log: log, MaxBodyBytes: 1 << 20, APIKeys: apikeys.NewCache(ttl, clock.Now)})
-	srv.Start()
 	t.Cleanup(srv.Close)
+	a, err := app.New(app.Options{Store: st, Policy: pol, Runs: storetest.TestConfig, PublicURL: "http://" + srv.Listener.Addr().String(),
+		Now: clock.Now, APIKeys: apikeys.NewCache(ttl, clock.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.Handler = a.Handler
+	srv.Start()
 	return srv.URL
 }
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
@@ -59,11 +59,8 @@ func TestDurationBounds(t *testing.T) {
 func TestWorkerClaimDefaultLeaseIsCapped(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
-			h := newHarnessWith(t, b, func(env *storetest.EffectsEnv) {
-				cfg := storetest.TestConfig
-				cfg.DefaultLease, cfg.MaxLease = 30*time.Second, time.Minute
-				env.Runs = runs.NewService(env.Store, cfg, env.Alerts, env.Clock.Now)
-				env.Runs.Budgets = env.Failures.Budget
+			h := newHarnessWith(t, b, func(_ *storetest.EffectsEnv, o *app.Options) {
+				o.Runs.DefaultLease, o.Runs.MaxLease = 30*time.Second, time.Minute
 			})
 			owner, v := h.claim("w-1")
 			expect(t, h.post("/v1/runs/w-1/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"task","target":"slack","payload":{"msg":"hi"}}`, owner, v)), 201, "")

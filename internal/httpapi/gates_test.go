@@ -14,10 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
-	"github.com/airlockhq/airlock/internal/connector"
-	"github.com/airlockhq/airlock/internal/connector/httpconn"
-	"github.com/airlockhq/airlock/internal/connector/smtpconn"
-	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -61,7 +58,7 @@ func (h *harness) decide(b *browser, link, decision string) int {
 // Item 1: an approval authorises exactly the (run, effect id, action type, target, input
 // hash) it showed; the same id and hash with another target or action type asks again.
 func TestGateApprovalAuthorisesOnlyWhatItShowed(t *testing.T) {
-	setup := func(env *storetest.EffectsEnv) {
+	setup := func(env *storetest.EffectsEnv, _ *app.Options) {
 		other := *env.Policy.Action("share_publicly")
 		other.Name = "share_externally"
 		env.Policy.Actions["share_externally"] = &other
@@ -244,8 +241,8 @@ func TestGateAgentCannotClearUnknown(t *testing.T) {
 
 // smtpSetup adds mail actions that send through a real SMTP server: mail_now (no gate),
 // mail (approve_before_act) and mail_fixed (smtp.targets).
-func smtpSetup(t *testing.T, ms **storetest.MailServer) func(env *storetest.EffectsEnv) {
-	return func(env *storetest.EffectsEnv) {
+func smtpSetup(t *testing.T, ms **storetest.MailServer) func(env *storetest.EffectsEnv, o *app.Options) {
+	return func(env *storetest.EffectsEnv, o *app.Options) {
 		*ms = storetest.NewMailServer(t)
 		smtp := fmt.Sprintf(`{host: 127.0.0.1, port: %d, from: support@example.com, tls: none, timeout: 5s}`, (*ms).Port)
 		yaml := strings.Replace(storetest.TestPolicy(env.Provider.URL), "actions:\n", "actions:\n"+
@@ -257,29 +254,11 @@ func smtpSetup(t *testing.T, ms **storetest.MailServer) func(env *storetest.Effe
 		if err != nil {
 			t.Fatal(err)
 		}
-		conns := map[string]connector.Connector{}
-		for name, a := range pol.Actions {
-			switch {
-			case a.HTTP != nil:
-				c, err := httpconn.New(httpconn.Config{Targets: a.HTTP.Targets, Idempotent: a.HTTP.Idempotent, Timeout: a.HTTP.Timeout.D(),
-					LookupURL: a.HTTP.LookupURL, LookupAuthoritative: a.HTTP.LookupAuthoritative})
-				if err != nil {
-					t.Fatal(err)
-				}
-				conns[name] = c
-			case a.SMTP != nil:
-				c, err := smtpconn.New(smtpconn.Config{Host: a.SMTP.Host, Port: a.SMTP.Port, From: a.SMTP.From, TLS: a.SMTP.TLS,
-					Timeout: a.SMTP.Timeout.D(), Targets: a.SMTP.Targets})
-				if err != nil {
-					t.Fatal(err)
-				}
-				conns[name] = c
-			}
+		conns, err := app.Connectors(pol)
+		if err != nil {
+			t.Fatal(err)
 		}
-		env.Policy = pol
-		env.Effects = effects.NewService(effects.Options{Store: env.Store, Policy: pol, Connectors: conns, Alerts: env.Alerts,
-			Now: env.Clock.Now, Budgets: env.Failures.Budget})
-		env.Dispatcher = &effects.Dispatcher{Service: env.Effects, BatchSize: 16, Lease: 2 * time.Minute}
+		o.Policy, o.Connectors = pol, conns
 	}
 }
 

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
-	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/httpapi"
-	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 	"github.com/airlockhq/airlock/internal/web"
@@ -66,44 +66,38 @@ func newHarness(t testing.TB, b storetest.Backend, pageOpts ...func(publicURL st
 	return newHarnessWith(t, b, nil, pageOpts...)
 }
 
-// newHarnessWith is newHarness with setup applied to the environment first (another
-// policy, other connectors).
-func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *storetest.EffectsEnv), pageOpts ...func(publicURL string) web.Option) *harness {
+// newHarnessWith is newHarness with setup applied first: it may change the options the
+// graph is built from (another policy, other connectors, other lease bounds).
+func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *storetest.EffectsEnv, o *app.Options), pageOpts ...func(publicURL string) web.Option) *harness {
 	t.Helper()
 	env := storetest.NewEffectsEnv(t, b, "")
-	if setup != nil {
-		setup(env)
-	}
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewUnstartedServer(nil)
+	t.Cleanup(srv.Close)
 	url := "http://" + srv.Listener.Addr().String()
-	gate := approvals.NewService(env.Store, env.Policy, env.Alerts, url, env.Clock.Now)
-	gate.Settle = env.Effects.Settle
-	env.Approvals = gate
-	gate.Observer, env.Failures.Observer = h.metrics, h.metrics
 	env.Alerts.Next = metrics.Alerter{Log: log, Metrics: h.metrics}
-	env.Runs.Outcomes = func(o string) { h.metrics.Claims.WithLabelValues(o).Inc() }
-	env.Effects.Observe = func(o string, d time.Duration) { h.metrics.Dispatch.WithLabelValues(o).Observe(d.Seconds()) }
-	h.metrics.Registry.MustRegister(metrics.Gauges{
-		Effects: func(ctx context.Context) (map[string]int, error) {
-			counts, err := env.Store.EffectCountByState(ctx)
-			out := map[string]int{}
-			for s, n := range counts {
-				out[string(s)] = n
-			}
-			return out, err
-		},
-		Enabled: func(ctx context.Context) bool { ok, _ := env.Effects.Enabled(ctx, ""); return ok },
-	})
-	opts := []web.Option{web.WithObserver(h.metrics)}
+	var webOpts []web.Option
 	for _, o := range pageOpts {
-		opts = append(opts, o(url))
+		webOpts = append(webOpts, o(url))
 	}
-	deps := httpapi.Deps{Store: env.Store, Runs: env.Runs, Effects: env.Effects, Failures: env.Failures,
-		Approvals: gate, Ledger: ledger.NewService(env.Store, env.Policy, env.Effects, gate, env.Alerts, env.Failures.Budget, env.Clock.Now), Web: web.New(env.Store, gate, log, url, env.Clock.Now, opts...), Metrics: h.metrics, Log: log, MaxBodyBytes: 4096}
+	o := app.Options{Store: env.Store, Policy: env.Policy, Connectors: env.Conns, Runs: storetest.TestConfig,
+		PublicURL: url, Now: env.Clock.Now, Log: log, Metrics: h.metrics, Alerts: env.Alerts, Web: webOpts, MaxBodyBytes: 4096}
+	if setup != nil {
+		setup(env, &o)
+	}
+	a, err := app.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The environment's services are the ones the API serves: a test drives them directly
+	// as a second caller would.
+	env.Policy, env.Conns = o.Policy, o.Connectors
+	env.Runs, env.Failures, env.Effects, env.Approvals, env.Ledger = a.Runs, a.Failures, a.Effects, a.Approvals, a.Ledger
+	env.Dispatcher = &effects.Dispatcher{Service: a.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
+	deps, gate := a.Deps, a.Approvals
 	h.deps = deps
-	srv.Config.Handler = httpapi.New(deps)
+	srv.Config.Handler = a.Handler
 	srv.Start()
 	// another serves a second instance over the same database: its own pages, metrics and
 	// whatever mod changes; it shares nothing in memory with the first.
@@ -121,7 +115,6 @@ func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *storetest
 		t.Cleanup(s2.Close)
 		return s2.URL
 	}
-	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	ctx := context.Background()
 	mk := func(name string, scopes ...string) string {

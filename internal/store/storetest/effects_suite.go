@@ -221,7 +221,9 @@ input_schemas:
 `, providerURL)
 }
 
-// NewEffectsEnv opens a fresh store with an outbox over a test provider.
+// NewEffectsEnv opens a fresh store with an outbox over a test provider. It wires the
+// services as internal/app does (budgets, Settle and Queued), but by hand: app sits above
+// httpapi, and the store's suite must not import upwards.
 func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	t.Helper()
 	e := &EffectsEnv{Env: NewEnv(t, b, false), Provider: NewProvider(t)}

@@ -1,0 +1,171 @@
+// Package app builds airlock's service graph over one store: runs, failures, the outbox,
+// approvals, the ledger, the pages and the API handler, with every callback between them
+// and every metric wired. `airlock serve` and the tests that serve the API in-process
+// build it here, so they cannot wire it differently.
+//
+// It sits above every domain package and httpapi; nothing below it imports it (the
+// store's conformance suite wires its own services, as it must not import upwards).
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/connector/httpconn"
+	"github.com/airlockhq/airlock/internal/connector/smtpconn"
+	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/ledger"
+	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
+	"github.com/airlockhq/airlock/internal/web"
+)
+
+// Options are what the graph is built from. Store and Policy are required; the rest have
+// the defaults their comments give.
+type Options struct {
+	Store  store.Store
+	Policy *policy.Policy
+	// Connectors send the action types airlock performs itself; nil: built from the
+	// policy (Connectors).
+	Connectors map[string]connector.Connector
+	Runs       runs.Config // lease bounds (AIRLOCK_LEASE_*)
+	// PublicURL is where approval links and the sign-in redirect point.
+	PublicURL string
+	// Now is every service's clock; nil: each reads the database's (or the process's).
+	Now     func() time.Time
+	Log     *slog.Logger     // nil: discarded
+	Metrics *metrics.Metrics // nil: a new registry
+	// Alerts receives the services' alerts; nil: logged and counted (metrics.Alerter).
+	Alerts runs.Alerter
+	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment variable, if Set: unset or
+	// "true" lets the database's kill switch decide; anything else stops every send.
+	AIActionsEnabled    string
+	AIActionsEnabledSet bool
+	// Web configures the pages (single sign-on); the metrics observer is always added.
+	Web []web.Option
+	// MaxBodyBytes is AIRLOCK_MAX_BODY_BYTES; 0: 1 MiB.
+	MaxBodyBytes int64
+	APIKeys      *apikeys.Cache  // nil: every request's key is looked up in the store
+	Tracer       *tracing.Tracer // nil: no tracing
+	Instance     string          // "": httpapi.InstanceName()
+}
+
+// App is the wired graph.
+type App struct {
+	Runs      *runs.Service
+	Failures  *failures.Service
+	Effects   *effects.Service
+	Approvals *approvals.Service
+	Ledger    *ledger.Service
+	Web       *web.Web
+	Metrics   *metrics.Metrics
+	// Deps are what Handler serves; a test builds a second instance from a copy.
+	Deps    httpapi.Deps
+	Handler http.Handler
+}
+
+// New builds the graph: an approval settles and wakes the outbox, budgets come from the
+// failure policy, and claims, sends, decisions, failures and the outbox's gauges are
+// counted in Metrics.
+func New(o Options) (*App, error) {
+	if o.Store == nil || o.Policy == nil {
+		return nil, fmt.Errorf("app: Store and Policy are required")
+	}
+	if o.Connectors == nil {
+		conns, err := Connectors(o.Policy)
+		if err != nil {
+			return nil, err
+		}
+		o.Connectors = conns
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New()
+	}
+	if o.Alerts == nil {
+		o.Alerts = metrics.Alerter{Log: o.Log, Metrics: o.Metrics}
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
+	st, pol, m := o.Store, o.Policy, o.Metrics
+	a := &App{Metrics: m}
+	a.Failures = failures.NewService(st, pol, o.Alerts, o.Now)
+	a.Failures.Observer = m
+	a.Effects = effects.NewService(effects.Options{Store: st, Policy: pol, Connectors: o.Connectors, Log: o.Log,
+		Alerts: o.Alerts, Now: o.Now, Budgets: a.Failures.Budget,
+		AIActionsEnabled: o.AIActionsEnabled, AIActionsEnabledSet: o.AIActionsEnabledSet})
+	a.Effects.Observe = func(outcome string, d time.Duration) { m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds()) }
+	m.Registry.MustRegister(gauges(st, a.Effects))
+	a.Approvals = approvals.NewService(st, pol, o.Alerts, o.PublicURL, o.Now)
+	a.Approvals.Observer = m
+	a.Approvals.Settle = a.Effects.Settle
+	a.Approvals.Queued = a.Effects.Wake
+	a.Ledger = ledger.NewService(st, pol, a.Effects, a.Approvals, o.Alerts, a.Failures.Budget, o.Now)
+	a.Runs = runs.NewService(st, o.Runs, o.Alerts, o.Now)
+	a.Runs.Outcomes = func(outcome string) { m.Claims.WithLabelValues(outcome).Inc() }
+	a.Runs.Budgets = a.Failures.Budget
+	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)
+	a.Deps = httpapi.Deps{Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
+		Ledger: a.Ledger, Web: a.Web, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
+		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance}
+	a.Handler = httpapi.New(a.Deps)
+	return a, nil
+}
+
+// gauges reads the outbox's state counts and the kill switch when metrics are scraped.
+func gauges(st store.Store, eff *effects.Service) metrics.Gauges {
+	return metrics.Gauges{
+		Effects: func(ctx context.Context) (map[string]int, error) {
+			counts, err := st.EffectCountByState(ctx)
+			out := map[string]int{}
+			for s, n := range counts {
+				out[string(s)] = n
+			}
+			return out, err
+		},
+		Enabled: func(ctx context.Context) bool { ok, _ := eff.Enabled(ctx, ""); return ok },
+	}
+}
+
+// Connectors builds one connector per action type that airlock sends itself (worker
+// types are performed outside airlock and get none).
+func Connectors(p *policy.Policy) (map[string]connector.Connector, error) {
+	out := map[string]connector.Connector{}
+	for _, name := range p.ActionNames() {
+		a := p.Action(name)
+		var c connector.Connector
+		var err error
+		switch {
+		case a.HTTP != nil:
+			h := a.HTTP
+			c, err = httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Token: h.Token,
+				TokenHeader: h.TokenHeader, Timeout: h.Timeout.D(), LookupURL: h.LookupURL,
+				LookupAuthoritative: h.LookupAuthoritative, IDField: h.IDField})
+		case a.SMTP != nil:
+			m := a.SMTP
+			c, err = smtpconn.New(smtpconn.Config{Host: m.Host, Port: m.Port, Username: m.Username, Password: m.Password,
+				From: m.From, TLS: m.TLS, Timeout: m.Timeout.D(), Targets: m.Targets})
+		default:
+			continue // worker: performed outside airlock
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy: actions.%s: %w", name, err)
+		}
+		out[name] = c
+	}
+	return out, nil
+}
