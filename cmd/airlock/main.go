@@ -149,13 +149,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if skew != 0 {
 		log.Warn("test build: the process clock is skewed", "offset", skew.String())
 	}
-	open := func() (store.Store, error) { return openStoreAt(ctx, cfg, now) }
+	var wait time.Duration // SQLite: a file that cannot be opened will not open later
 	if backend, _ := cfg.Backend(); backend == "postgres" {
-		open = func() (store.Store, error) {
-			return waitForStore(ctx, log, startupWait, func() (store.Store, error) { return openStoreAt(ctx, cfg, now) })
-		}
+		wait = startupWait
 	}
-	st, err := open()
+	st, err := waitForStore(ctx, log, wait, func() (store.Store, error) { return openStoreAt(ctx, cfg, now) })
 	if err != nil {
 		return err
 	}
