@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/httpapi"
 )
 
 // The MCP gateway's two additions to the ledger API: a confirmation may carry the
@@ -23,16 +25,29 @@ func TestLedgerToolCallsAndConfirmedResult(t *testing.T) {
 		base := "/v1/runs/agent-1/ledger/effects/mcp.write_file.1/"
 		plan := `{"lease_owner":"` + owner + `","action":"create_internal_draft","target":"internal-docs","input_hash":"h1"}`
 		expect(t, h.post(base+"plan", plan), 200, "")
-		big := `"` + strings.Repeat("x", 300<<10) + `"`
-		// Refused whole (this harness's body limit is small; airlock's own cap is 256 KiB).
-		if r := h.post(base+"confirm", `{"lease_owner":"`+owner+`","receipt":"sha256:1","result":`+big+`}`); r.status < 400 {
-			t.Fatalf("an oversized result: %d %s", r.status, r.raw[:100])
+		// The result cap is 256 KiB of JSON, under a body limit of 1 MiB (the server's
+		// default; this harness's own is 4 KiB, which would answer first): one byte over
+		// is refused by the cap, naming the field, and confirms nothing.
+		roomy := h.another(func(d *httpapi.Deps) { d.MaxBodyBytes = 1 << 20 })
+		result := func(n int) string { return `"` + strings.Repeat("x", n-2) + `"` } // n bytes of JSON
+		confirm := func(receipt, result string) response {
+			return h.doAt(roomy, "POST", base+"confirm", h.runsKey, "application/json",
+				`{"lease_owner":"`+owner+`","receipt":"`+receipt+`","result":`+result+`}`)
+		}
+		r := confirm("sha256:1", result(256<<10+1))
+		expect(t, r, 400, "invalid_field")
+		if msg, _ := r.body["message"].(string); !strings.HasPrefix(msg, "result: at most 262144 bytes") {
+			t.Fatalf("an oversized result: %s", r.raw)
 		}
 		expect(t, h.post(base+"confirm", `{"lease_owner":"`+owner+`","receipt":"sha256:1","result":{"content":[{"type":"text","text":"wrote"}]}}`), 200, "")
-		r := h.post(base+"plan", plan)
+		r = h.post(base+"plan", plan)
 		expect(t, r, 200, "")
 		if r.body["execute"] != false || r.body["receipt"] != "sha256:1" || !strings.Contains(r.raw, `"text":"wrote"`) {
 			t.Fatalf("plan of a confirmed effect: %s", r.raw)
 		}
+		// A result of exactly 256 KiB is kept.
+		base = "/v1/runs/agent-1/ledger/effects/mcp.write_file.2/"
+		expect(t, h.post(base+"plan", strings.Replace(plan, "h1", "h2", 1)), 200, "")
+		expect(t, confirm("sha256:2", result(256<<10)), 200, "")
 	})
 }

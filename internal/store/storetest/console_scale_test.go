@@ -2,28 +2,29 @@ package storetest_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// TestConsoleScale measures the console's three lists (a first page of 51 rows) on
-// PostgreSQL holding generated history, beside an empty database, and prints each
-// query's plan. It runs only when AIRLOCK_CONSOLE_SCALE_RUNS is set:
+// BenchmarkConsoleScale measures the console's three lists (a first page) on PostgreSQL
+// holding generated history, beside an empty database, call by call in turn, and reports
+// each database's mean and their ratio (history/empty; 1 is "as fast as empty"). Before
+// measuring it records the statements each list sends on the big database and EXPLAINs
+// them with their arguments: a sequential scan of a big table fails it. It runs only
+// when AIRLOCK_CONSOLE_SCALE_RUNS is set:
 //
-//	AIRLOCK_CONSOLE_SCALE_RUNS=1000000 bash scripts/with-postgres.sh go test ./internal/store/storetest -run TestConsoleScale -v
-func TestConsoleScale(t *testing.T) {
+//	AIRLOCK_CONSOLE_SCALE_RUNS=1000000 bash scripts/with-postgres.sh go test ./internal/store/storetest -run '^$' -bench ConsoleScale -benchtime 200x
+func BenchmarkConsoleScale(b *testing.B) {
 	if os.Getenv("AIRLOCK_CONSOLE_SCALE_RUNS") == "" {
-		t.Skip("AIRLOCK_CONSOLE_SCALE_RUNS not set")
+		b.Skip("AIRLOCK_CONSOLE_SCALE_RUNS not set")
 	}
-	runsN := envInt(t, "AIRLOCK_CONSOLE_SCALE_RUNS", 1_000_000)
+	runsN := envInt(b, "AIRLOCK_CONSOLE_SCALE_RUNS", 1_000_000)
 	ctx := context.Background()
-	empty, big := openScale(t, 0, 0), openScale(t, runsN, runsN)
+	rec := &sqlRecorder{seen: map[string]bool{}}
+	empty, big := openScale(b, 0, 0), openScaleTraced(b, runsN, runsN, rec)
 	for _, env := range []*scaleEnv{empty, big} {
 		// What the lists show: 60 of each, beside the history they must not read.
 		if _, err := env.st.Pool().Exec(ctx, `
@@ -39,58 +40,63 @@ func TestConsoleScale(t *testing.T) {
 			  'support-lead', '', true, 'email', 'default', 'e', 'dispatcher', 'h', now() - i * interval '1 second'
 			FROM generate_series(1, 60) i;
 			ANALYZE`); err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 	}
 	now := time.Now()
-	ops := []struct {
-		name, explain string
-		run           func(st store.Store) (int, error)
-	}{
-		{"parked runs", `SELECT idempotency_key FROM workflow_runs WHERE state = 'awaiting_human' AND park_reason IN ('unknown_commit', 'input_mismatch')
-			ORDER BY updated_at DESC, idempotency_key DESC LIMIT 51`,
-			func(st store.Store) (int, error) {
-				r, err := st.RunsParked(ctx, store.Cursor{}, 51)
-				return len(r), err
-			}},
-		{"unknown effects", `SELECT id FROM effects WHERE state IN ('unknown', 'failed') AND state = 'unknown' ORDER BY state, updated_at, id LIMIT 51`,
-			func(st store.Store) (int, error) {
-				r, err := st.EffectsInState(ctx, store.EffectUnknown, store.Cursor{}, 51)
-				return len(r), err
-			}},
-		{"pending approvals", `SELECT id FROM approvals WHERE consumed_at IS NULL AND mode <> 'review' AND expires_at > now() ORDER BY created_at DESC, id DESC LIMIT 100`,
-			func(st store.Store) (int, error) {
-				r, err := st.ApprovalsPending(ctx, store.Cursor{}, &now, 100)
-				return len(r), err
-			}},
-	}
-	fmt.Printf("\nconsole lists: PostgreSQL, %d finished runs / %d sent effects / %d decided approvals of history vs empty (median of 200, first page)\n", runsN, runsN, runsN/100)
-	for _, op := range ops {
-		var med [2]time.Duration
-		for i, env := range []*scaleEnv{empty, big} {
-			var ds []time.Duration
-			for range 200 {
-				start := time.Now()
-				n, err := op.run(env.st)
-				if err != nil || n == 0 {
-					t.Fatalf("%s: %d rows, %v", op.name, n, err)
+	for _, op := range consoleLists(&now) {
+		rec.mu.Lock()
+		rec.on, rec.stmts = true, nil
+		rec.mu.Unlock()
+		if n, err := op.run(context.WithValue(ctx, opKey{}, op.name), big.st); err != nil || n == 0 {
+			b.Fatalf("%s: %d rows, %v", op.name, n, err)
+		}
+		rec.mu.Lock()
+		rec.on = false
+		stmts := rec.stmts
+		rec.mu.Unlock()
+		if explainNoSeqScan(b, big.st, stmts) == 0 {
+			b.Fatalf("%s: no statement recorded", op.name)
+		}
+		b.Run(op.name, func(b *testing.B) {
+			var took [2]time.Duration
+			for range b.N {
+				for i, env := range []*scaleEnv{empty, big} {
+					start := time.Now()
+					if n, err := op.run(ctx, env.st); err != nil || n == 0 {
+						b.Fatalf("%s: %d rows, %v", op.name, n, err)
+					}
+					took[i] += time.Since(start)
 				}
-				ds = append(ds, time.Since(start))
 			}
-			slices.Sort(ds)
-			med[i] = ds[len(ds)/2]
-		}
-		var plan []string
-		rows, err := big.st.Pool().Query(ctx, "EXPLAIN "+op.explain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var line string
-			_ = rows.Scan(&line)
-			plan = append(plan, strings.TrimSpace(line))
-		}
-		rows.Close()
-		fmt.Printf("%-18s empty %8.3f ms   history %8.3f ms   plan: %s\n", op.name, med[0].Seconds()*1000, med[1].Seconds()*1000, strings.Join(plan, " | "))
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(took[0].Seconds()*1000/float64(b.N), "empty-ms/page")
+			b.ReportMetric(took[1].Seconds()*1000/float64(b.N), "history-ms/page")
+			b.ReportMetric(float64(took[1])/float64(took[0]), "history/empty")
+		})
+	}
+}
+
+// consoleList is one of the console's lists, read as its first page.
+type consoleList struct {
+	name string
+	run  func(ctx context.Context, st store.Store) (int, error)
+}
+
+// consoleLists are the console's three lists; pending approvals are those unexpired at now.
+func consoleLists(now *time.Time) []consoleList {
+	return []consoleList{
+		{"parked runs", func(ctx context.Context, st store.Store) (int, error) {
+			r, err := st.RunsParked(ctx, store.Cursor{}, 51)
+			return len(r), err
+		}},
+		{"unknown effects", func(ctx context.Context, st store.Store) (int, error) {
+			r, err := st.EffectsInState(ctx, store.EffectUnknown, store.Cursor{}, 51)
+			return len(r), err
+		}},
+		{"pending approvals", func(ctx context.Context, st store.Store) (int, error) {
+			r, err := st.ApprovalsPending(ctx, store.Cursor{}, now, 100)
+			return len(r), err
+		}},
 	}
 }

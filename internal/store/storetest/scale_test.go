@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/retention"
@@ -29,7 +31,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-func envInt(t *testing.T, name string, def int) int {
+func envInt(t testing.TB, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
 		return def
@@ -91,9 +93,17 @@ type scaleEnv struct {
 }
 
 // openScale opens a fresh schema and generates history if asked.
-func openScale(t *testing.T, runsN, eventsN int) *scaleEnv {
+func openScale(t testing.TB, runsN, eventsN int) *scaleEnv {
+	return openScaleTraced(t, runsN, eventsN, nil)
+}
+
+// openScaleTraced is openScale with tracer (if not nil) seeing every statement sent.
+func openScaleTraced(t testing.TB, runsN, eventsN int, tracer pgx.QueryTracer) *scaleEnv {
 	ctx := context.Background()
 	cfg := storetest.NewPostgresSchema(t)
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
 	st, err := postgres.OpenConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
