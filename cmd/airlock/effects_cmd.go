@@ -53,8 +53,12 @@ func operatorLog() *slog.Logger {
 // withEffects opens the store and an outbox service (no connectors: nothing is sent from
 // an operator command).
 func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
 	return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
-		return fn(newEffects(st, pol, nil, operatorLog(), metrics.New(), nil))
+		return fn(newEffects(cfg, st, pol, nil, operatorLog(), metrics.New(), nil))
 	})
 }
 

@@ -158,7 +158,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	m := metrics.New()
 	alerts := metrics.Alerter{Log: log, Metrics: m}
 	fail := failures.NewService(st, pol, alerts, nil)
-	eff := newEffects(st, pol, conns, log, m, fail.Budget)
+	eff := newEffects(cfg, st, pol, conns, log, m, fail.Budget)
 	publicURL, err := publicURLOf(cfg, pol)
 	if err != nil {
 		return err

@@ -65,11 +65,11 @@ func connectors(p *policy.Policy) (map[string]connector.Connector, error) {
 	return out, nil
 }
 
-// newEffects wires the outbox service from the policy and the environment.
-func newEffects(st store.Store, p *policy.Policy, conns map[string]connector.Connector, log *slog.Logger, m *metrics.Metrics, budgets func(string) runs.Budget) *effects.Service {
-	env, set := os.LookupEnv("AI_ACTIONS_ENABLED")
+// newEffects wires the outbox service from the policy and the configuration (its
+// AIActionsEnabled defaults to "true", which is what AI_ACTIONS_ENABLED unset means).
+func newEffects(cfg config.Config, st store.Store, p *policy.Policy, conns map[string]connector.Connector, log *slog.Logger, m *metrics.Metrics, budgets func(string) runs.Budget) *effects.Service {
 	svc := effects.NewService(effects.Options{Store: st, Policy: p, Connectors: conns, Log: log, Budgets: budgets,
-		Alerts: metrics.Alerter{Log: log, Metrics: m}, AIActionsEnabled: env, AIActionsEnabledSet: set})
+		Alerts: metrics.Alerter{Log: log, Metrics: m}, AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true})
 	svc.Observe = func(outcome string, d time.Duration) {
 		m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())
 	}
