@@ -55,6 +55,9 @@ var (
 	ErrTooLate            = errors.New("too late: the effect is already being sent or was sent")
 	ErrNotPending         = errors.New("the approval is no longer pending: it was decided, withdrawn or expired")
 	ErrNoLink             = errors.New("a review has no link: decide it with POST /v1/reviews/{id}")
+	// ErrUnknownApproval is a reissue's unknown id: an operator names approvals by id, so,
+	// unlike a link, it may say that none has it.
+	ErrUnknownApproval = errors.New("no approval has this id")
 )
 
 // tokenBytes is 256 bits from crypto/rand.
@@ -268,12 +271,12 @@ func (s *Service) Reissue(ctx context.Context, id, actor string) (Requested, err
 // ReissueIn gives a pending approval a fresh link inside q's transaction: a new raw token
 // (returned once, only its hash stored) replaces the old one in one statement, so the old
 // link stops working at once and of two concurrent reissues only the later link lives.
-// The event approval_link_reissued names the actor, never the token. ErrNotFound for an
-// unknown id, ErrNoLink for a review, ErrNotPending once decided, withdrawn or expired.
+// The event approval_link_reissued names the actor, never the token. ErrUnknownApproval
+// for an unknown id, ErrNoLink for a review, ErrNotPending once decided, withdrawn or expired.
 func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor string) (Requested, error) {
 	cur, err := q.ApprovalByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return Requested{}, ErrNotFound
+		return Requested{}, ErrUnknownApproval
 	}
 	if err != nil {
 		return Requested{}, err

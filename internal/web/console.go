@@ -421,7 +421,7 @@ func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) 
 	}
 	re, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
 	switch {
-	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
+	case errors.Is(err, approvals.ErrUnknownApproval), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
 		msg := err.Error()
 		w.cmessage(rw, r, v, http.StatusConflict, "No new link", strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", "/console")
 		return
