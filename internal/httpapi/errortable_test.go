@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // domainPackages are the packages whose sentinel errors reach HTTP only through errorTable.
@@ -71,4 +72,14 @@ func name(e ast.Expr) string {
 		}
 	}
 	return ""
+}
+
+// TestConsoleStatusesAreTheTables keeps the console's second list of refusals to the
+// statuses the API answers them with.
+func TestConsoleStatusesAreTheTables(t *testing.T) {
+	for _, a := range web.ActionStatuses {
+		if ae, known := toAPIError(a.Err); !known || ae.Status != a.Status {
+			t.Errorf("the console answers %v with %d, the API with %d %s", a.Err, a.Status, ae.Status, ae.Code)
+		}
+	}
 }
