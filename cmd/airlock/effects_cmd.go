@@ -53,11 +53,14 @@ func operatorLog() *slog.Logger {
 // withEffects opens the store and an outbox service (no connectors: nothing is sent from
 // an operator command).
 func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
 	return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
 		log := operatorLog()
-		env, set := aiActionsEnabled()
 		return fn(effects.NewService(effects.Options{Store: st, Policy: pol, Log: log,
-			Alerts: metrics.Alerter{Log: log, Metrics: metrics.New()}, AIActionsEnabled: env, AIActionsEnabledSet: set}))
+			Alerts: metrics.Alerter{Log: log, Metrics: metrics.New()}, AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true}))
 	})
 }
 

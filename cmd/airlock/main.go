@@ -192,11 +192,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer stopTracing(context.Background())
-	aiEnabled, aiEnabledSet := aiActionsEnabled()
 	a, err := app.New(app.Options{Store: st, Policy: pol, Connectors: conns, PublicURL: publicURL, Log: log,
 		Runs: runs.Config{DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 			MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter},
-		AIActionsEnabled: aiEnabled, AIActionsEnabledSet: aiEnabledSet, Web: webOpts,
+		AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true, Web: webOpts,
 		MaxBodyBytes: cfg.MaxBodyBytes, APIKeys: apikeys.NewCache(cfg.APIKeyCacheTTL, now), Tracer: tracer, Instance: instance})
 	if err != nil {
 		return err

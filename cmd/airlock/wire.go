@@ -28,10 +28,6 @@ func loadPolicyWithoutSecrets(cfg config.Config) (*policy.Policy, error) {
 	return policy.LoadWithoutSecrets(cfg.PolicyFile)
 }
 
-// aiActionsEnabled reads AI_ACTIONS_ENABLED: unset or "true" lets the database's kill
-// switch decide; anything else stops every send.
-func aiActionsEnabled() (value string, set bool) { return os.LookupEnv("AI_ACTIONS_ENABLED") }
-
 // webOptions discovers the OIDC provider when the policy configures single sign-on: a
 // provider that cannot be reached stops start-up naming oidc.issuer.
 func webOptions(ctx context.Context, p *policy.Policy, publicURL string) ([]web.Option, error) {

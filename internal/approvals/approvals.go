@@ -55,6 +55,9 @@ var (
 	ErrTooLate            = errors.New("too late: the effect is already being sent or was sent")
 	ErrNotPending         = errors.New("the approval is no longer pending: it was decided, withdrawn or expired")
 	ErrNoLink             = errors.New("a review has no link: decide it with POST /v1/reviews/{id}")
+	// ErrUnknownApproval is a reissue's unknown id: an operator names approvals by id, so,
+	// unlike a link, it may say that none has it.
+	ErrUnknownApproval = errors.New("no approval has this id")
 )
 
 // tokenBytes is 256 bits from crypto/rand.
@@ -187,7 +190,7 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 	if err := q.ApprovalInsert(ctx, ap); err != nil {
 		return Requested{}, err
 	}
-	if err := runs.Event(ctx, q, s.At(), run.Key, "approval_requested", moved.Version, actor, meta, map[string]any{
+	if err := runs.Event(ctx, q, s.At(), run.Key, store.EventApprovalRequested, moved.Version, actor, meta, map[string]any{
 		"approval_id": ap.ID, "mode": ap.Mode, "action_type": p.ActionType, "target": p.Target, "effect_id": p.EffectID,
 		"payload_hash": p.PayloadHash, "payload_fields": a.Redact(p.Payload), "requested_by": by.Display, "requesters": by.IDs, "expires_at": ap.ExpiresAt,
 		"approver_roles": ap.ApproverRoles, "approver_subjects": ap.ApproverSubjects,
@@ -242,7 +245,7 @@ func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a 
 	if err := q.ApprovalInsert(ctx, ap); err != nil {
 		return Requested{}, err
 	}
-	if err := runs.Event(ctx, q, s.At(), run.Key, "cancel_window_opened", run.Version, actor, nil, map[string]any{
+	if err := runs.Event(ctx, q, s.At(), run.Key, store.EventCancelWindowOpened, run.Version, actor, nil, map[string]any{
 		"approval_id": ap.ID, "effect_id": e.EffectID, "not_before": e.NotBefore,
 	}); err != nil {
 		return Requested{}, err
@@ -268,12 +271,12 @@ func (s *Service) Reissue(ctx context.Context, id, actor string) (Requested, err
 // ReissueIn gives a pending approval a fresh link inside q's transaction: a new raw token
 // (returned once, only its hash stored) replaces the old one in one statement, so the old
 // link stops working at once and of two concurrent reissues only the later link lives.
-// The event approval_link_reissued names the actor, never the token. ErrNotFound for an
-// unknown id, ErrNoLink for a review, ErrNotPending once decided, withdrawn or expired.
+// The event approval_link_reissued names the actor, never the token. ErrUnknownApproval
+// for an unknown id, ErrNoLink for a review, ErrNotPending once decided, withdrawn or expired.
 func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor string) (Requested, error) {
 	cur, err := q.ApprovalByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return Requested{}, ErrNotFound
+		return Requested{}, ErrUnknownApproval
 	}
 	if err != nil {
 		return Requested{}, err
@@ -296,7 +299,7 @@ func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor stri
 	if err != nil {
 		return Requested{}, err
 	}
-	if err := runs.Event(ctx, q, s.At(), a.RunKey, "approval_link_reissued", run.Version, actor, nil, map[string]any{
+	if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalLinkReissued, run.Version, actor, nil, map[string]any{
 		"approval_id": a.ID, "mode": a.Mode, "effect_id": a.EffectID, "expires_at": a.ExpiresAt,
 	}); err != nil {
 		return Requested{}, err
@@ -390,7 +393,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		if err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), a.RunKey, "approval_decided", run.Version, who.Subject, nil, map[string]any{
+		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalDecided, run.Version, who.Subject, nil, map[string]any{
 			"approval_id": a.ID, "decision": decision, "approver": who.Subject, "reason": reason, "to": to,
 		}); err != nil {
 			return err
@@ -411,7 +414,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		if err := q.EffectNotify(ctx); err != nil { // every instance's dispatcher, at commit
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), a.RunKey, "effect_queued", run.Version, who.Subject, nil, map[string]any{
+		return runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectQueued, run.Version, who.Subject, nil, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "executor": e.Executor,
 			"payload_hash": e.PayloadHash, "approval_id": a.ID,
 		})
@@ -447,7 +450,7 @@ func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval,
 	} else if err != nil {
 		return err
 	}
-	if err := runs.Event(ctx, q, s.At(), a.RunKey, "effect_cancelled", 0, who.Subject, nil, map[string]any{
+	if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectCancelled, 0, who.Subject, nil, map[string]any{
 		"effect_id": e.EffectID, "approval_id": a.ID, "by": who.Subject, "reason": reason,
 	}); err != nil {
 		return err
@@ -470,9 +473,9 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 		if a.Mode == policy.GateActWithWindow || a.Mode == ModeReview {
 			// A closed window lets the effect go ahead; an unreviewed sample just closes.
 			// Either is a change, with its event.
-			kind, detail := "cancel_window_closed", map[string]any{"approval_id": a.ID, "effect_id": a.EffectID}
+			kind, detail := store.EventCancelWindowClosed, map[string]any{"approval_id": a.ID, "effect_id": a.EffectID}
 			if a.Mode == ModeReview {
-				kind, detail = "auto_approval_review_expired", map[string]any{"review_id": a.ID, "effect_id": a.EffectID}
+				kind, detail = store.EventAutoApprovalReviewExpired, map[string]any{"review_id": a.ID, "effect_id": a.EffectID}
 			}
 			err := s.store.Transact(ctx, func(q store.Queries) error {
 				if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
@@ -501,12 +504,12 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := runs.Event(ctx, q, s.At(), a.RunKey, "transition", run.Version, "airlock", nil, map[string]any{
+			if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventTransition, run.Version, "airlock", nil, map[string]any{
 				"from": store.StateAwaitingHuman, "to": store.StateFailedTerminal, "reason": "approval_expired", "approval_id": a.ID,
 			}); err != nil {
 				return err
 			}
-			return runs.Event(ctx, q, s.At(), a.RunKey, "alert", run.Version, "airlock", nil,
+			return runs.Event(ctx, q, s.At(), a.RunKey, store.EventAlert, run.Version, "airlock", nil,
 				map[string]any{"alert": "approval_expired", "approval_id": a.ID})
 		})
 		if errors.Is(err, store.ErrNoMatch) {
@@ -574,7 +577,7 @@ func (s *Service) RecordEvidence(ctx context.Context, key, source, name string, 
 			sum := sha256.Sum256(value) // anything else may carry content: only its hash
 			detail["value_sha256"] = hex.EncodeToString(sum[:])
 		}
-		return runs.Event(ctx, q, s.At(), key, "evidence_recorded", run.Version, actor, nil, detail)
+		return runs.Event(ctx, q, s.At(), key, store.EventEvidenceRecorded, run.Version, actor, nil, detail)
 	})
 	if err != nil {
 		return store.Evidence{}, fmt.Errorf("record evidence on %q: %w", key, err)
@@ -667,7 +670,7 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 		if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), a.RunKey, "auto_approval_reviewed", 0, who.Subject, nil,
+		return runs.Event(ctx, q, s.At(), a.RunKey, store.EventAutoApprovalReviewed, 0, who.Subject, nil,
 			map[string]any{"review_id": a.ID, "effect_id": a.EffectID, "decision": decision, "note": note})
 	})
 	if err != nil {

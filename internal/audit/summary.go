@@ -155,6 +155,10 @@ func Summary(se store.Event) string {
 	return generic(e.detail)
 }
 
+// Generic is the kinds Summary leaves to generic on purpose: their detail fields say it.
+// Every other kind in store.EventKinds has its own case (a test holds the two to that).
+var Generic = []store.EventKind{store.EventKillSwitch, store.EventEvidenceRecorded, store.EventSigninThrottled, store.EventUserChanged}
+
 // generic lists an unfamiliar event's scalar detail fields, so a kind added later still
 // says something.
 func generic(d map[string]any) string {

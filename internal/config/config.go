@@ -35,7 +35,15 @@ type Config struct {
 	// MemoryLimit is the Go runtime's soft memory limit for serve: MemoryLimitAuto,
 	// MemoryLimitOff, or a number of bytes. An explicit GOMEMLIMIT wins over it.
 	MemoryLimit int64
+	// AIActionsEnabled is the process's kill switch, AI_ACTIONS_ENABLED as given: "true"
+	// (the default, so also when unset) leaves sending to the database's kill switch;
+	// any other value, the empty one included, stops every send from this process.
+	AIActionsEnabled string
 }
+
+// envAIActionsEnabled is the one option whose value is not trimmed: only exactly "true"
+// lets sends through, so " true" stops them as it always has (a kill switch fails closed).
+const envAIActionsEnabled = "AI_ACTIONS_ENABLED"
 
 // MemoryLimit's two words.
 const (
@@ -285,6 +293,9 @@ var Options = []Option{
 			}
 			return errors.New("must be off, stdout or otlp")
 		}},
+	{"ai-actions-enabled", envAIActionsEnabled, "true",
+		"this process's kill switch: true leaves sending to the database's kill switch; any other value stops every send",
+		func(c *Config, v string) error { c.AIActionsEnabled = v; return nil }},
 }
 
 func duration(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -313,7 +324,11 @@ func Load(flags map[string]string, lookupEnv func(string) (string, bool)) (Confi
 		if fv, ok := flags[o.Flag]; ok {
 			v, source = fv, "--"+o.Flag
 		}
-		if err := o.set(&c, strings.TrimSpace(v)); err != nil {
+		given := v
+		if o.Env != envAIActionsEnabled {
+			given = strings.TrimSpace(v)
+		}
+		if err := o.set(&c, given); err != nil {
 			shown := strconv.Quote(v)
 			if o.Flag == "database-url" {
 				shown = "(value hidden: it may hold a password)"

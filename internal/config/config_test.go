@@ -136,3 +136,26 @@ func TestDatabaseURLForms(t *testing.T) {
 		}
 	}
 }
+
+// AI_ACTIONS_ENABLED reaches the outbox as given: unset is "true", and a value that is
+// not exactly "true" (padded, empty) is kept so that it stops every send.
+func TestAIActionsEnabledKeptVerbatim(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "true"},
+		{map[string]string{"AI_ACTIONS_ENABLED": "true"}, "true"},
+		{map[string]string{"AI_ACTIONS_ENABLED": "false"}, "false"},
+		{map[string]string{"AI_ACTIONS_ENABLED": ""}, ""},
+		{map[string]string{"AI_ACTIONS_ENABLED": " true"}, " true"},
+	} {
+		cfg, err := Load(nil, env(c.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.AIActionsEnabled != c.want {
+			t.Errorf("env %q: AIActionsEnabled = %q, want %q", c.env, cfg.AIActionsEnabled, c.want)
+		}
+	}
+}

@@ -108,7 +108,7 @@ func (s *Service) SetKillSwitch(ctx context.Context, scope string, enabled bool,
 			return err
 		}
 		s.hook("kill_switch_written")
-		return runs.Event(ctx, q, now, SystemKey, "kill_switch", 0, actor, nil,
+		return runs.Event(ctx, q, now, SystemKey, store.EventKillSwitch, 0, actor, nil,
 			map[string]any{"scope": scope, "enabled": enabled, "reason": reason})
 	})
 }
@@ -192,7 +192,7 @@ func (s *Service) requeueUnsent(ctx context.Context, e store.Effect) error {
 		if err := q.EffectNotify(ctx); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_requeued", 0, "airlock", nil,
+		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectRequeued, 0, "airlock", nil,
 			map[string]any{"effect_id": e.EffectID, "reason": "the sender's lease expired before it began the send"})
 	})
 	if err == nil {
@@ -233,7 +233,7 @@ func (s *Service) WorkerClaim(ctx context.Context, types []string, lease time.Du
 			return err
 		}
 		e := got[0]
-		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_claimed", 0, actor, nil,
+		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectClaimed, 0, actor, nil,
 			map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "attempts": e.Attempts})
 	})
 	if err != nil || len(got) == 0 {
@@ -330,7 +330,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 				return err
 			}
 		}
-		return runs.Event(ctx, q, s.At(), e.RunKey, "effect_resolved", 0, actor, nil, map[string]any{
+		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectResolved, 0, actor, nil, map[string]any{
 			"effect_id": e.EffectID, "from": e.State, "outcome": r.Outcome, "provider_id": r.ProviderID, "note": r.Note,
 			"version": e.Version,
 		})
@@ -476,11 +476,11 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 				return err
 			}
 		}
-		if err := runs.Event(ctx, q, s.At(), e.RunKey, "effect_reconciled", 0, "airlock", nil, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectReconciled, 0, "airlock", nil, detail); err != nil {
 			return err
 		}
 		if alert {
-			if err := runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
+			if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
 				map[string]any{"alert": several, "effect_id": e.EffectID}); err != nil {
 				return err
 			}

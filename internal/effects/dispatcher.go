@@ -304,7 +304,7 @@ func (d *Dispatcher) block(ctx context.Context, q store.Queries, e store.Effect,
 	if err != nil {
 		return err
 	}
-	return runs.Event(ctx, q, d.At(), e.RunKey, "send_blocked", 0, "airlock", nil,
+	return runs.Event(ctx, q, d.At(), e.RunKey, store.EventSendBlocked, 0, "airlock", nil,
 		map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "reason": why})
 }
 
@@ -324,7 +324,7 @@ func (d *Dispatcher) cancelIfRunEnded(ctx context.Context, q store.Queries, e st
 	if err != nil {
 		return err
 	}
-	return runs.Event(ctx, q, d.At(), e.RunKey, "effect_cancelled", 0, "airlock", nil,
+	return runs.Event(ctx, q, d.At(), e.RunKey, store.EventEffectCancelled, 0, "airlock", nil,
 		map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"})
 }
 

@@ -290,7 +290,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 		}
 		if gateMode == policy.GateApproveBeforeAct {
 			if fallback != "" {
-				if err := runs.Event(ctx, q, now, req.Key, "auto_approval_declined", run.Version, "airlock", nil,
+				if err := runs.Event(ctx, q, now, req.Key, store.EventAutoApprovalDeclined, run.Version, "airlock", nil,
 					map[string]any{"reason": fallback, "rule": a.RuleSource, "policy_version": s.policy.Version}); err != nil {
 					return err
 				}
@@ -338,7 +338,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 		if err := q.EffectNotify(ctx); err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, now, req.Key, "effect_queued", run.Version, req.Actor, req.Meta, map[string]any{
+		if err := runs.Event(ctx, q, now, req.Key, store.EventEffectQueued, run.Version, req.Actor, req.Meta, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target,
 			"executor": e.Executor, "payload_hash": e.PayloadHash, "not_before": e.NotBefore,
 			"payload_fields": a.Redact(e.Payload),
@@ -356,7 +356,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, gate *approvals.
 				detail["review_id"] = r.ID
 			}
 			autoApproved = true
-			return runs.Event(ctx, q, now, req.Key, "auto_approved", run.Version, "airlock", nil, detail)
+			return runs.Event(ctx, q, now, req.Key, store.EventAutoApproved, run.Version, "airlock", nil, detail)
 		}
 		if a.Gate == policy.GateActWithWindow {
 			w, err := gate.Window(ctx, q, run, a, e, req.requester(), req.Actor)
@@ -539,14 +539,14 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 	class := res.Class
 	p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class,
 		LeaseExpired: expired, Now: s.At()}
-	kind := ""
+	var kind store.EventKind
 	detail := map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
 	if class != "" {
 		detail["error_class"] = class
 	}
 	switch {
 	case res.Outcome == connector.Sent:
-		p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, "effect_completed"
+		p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, store.EventEffectCompleted
 		detail["provider_id"] = res.ProviderID
 		if res.Note != "" {
 			detail["provider_id_note"] = res.Note
@@ -554,15 +554,15 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 	case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
 		wait := policy.Backoff(retry.Backoff, retry.MaxBackoff, e.Attempts, res.RetryAfter)
 		nb := now.Add(wait)
-		p.To, p.NotBefore, kind = store.EffectPending, &nb, "effect_retry_scheduled"
+		p.To, p.NotBefore, kind = store.EffectPending, &nb, store.EventEffectRetryScheduled
 		detail["retry_in_ms"] = wait.Milliseconds()
 		if res.Outcome == connector.Ambiguous {
 			detail["ambiguous"] = true // resent with the same idempotency key: the provider de-duplicates
 		}
 	case res.Outcome == connector.Ambiguous:
-		p.To, kind, out.alert = store.EffectUnknown, "effect_unknown", "effect_unknown"
+		p.To, kind, out.alert = store.EffectUnknown, store.EventEffectUnknown, "effect_unknown"
 	default: // refused, or retryable past the cap
-		p.To, kind, out.alert = store.EffectFailed, "effect_failed", "effect_failed"
+		p.To, kind, out.alert = store.EffectFailed, store.EventEffectFailed, "effect_failed"
 		if res.Outcome == connector.Retryable {
 			detail["retry_cap"] = retry.MaxAttempts
 		}
@@ -577,7 +577,7 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 		p.From, p.Owner, p.LeaseExpired = []store.EffectState{store.EffectUnknown}, "", false
 		p.Attempts, p.FromErrorClass = e.Attempts, LeaseExpiredClass
 		out.effect, err = q.EffectUpdate(ctx, p)
-		kind, detail["from"], detail["found"], detail["source"] = "effect_reconciled", store.EffectUnknown, 1, LateOutcomeSource
+		kind, detail["from"], detail["found"], detail["source"] = store.EventEffectReconciled, store.EffectUnknown, 1, LateOutcomeSource
 	}
 	if errors.Is(err, store.ErrNoMatch) {
 		return outcome{}, ErrEffectLeaseLost
@@ -592,7 +592,7 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 		return outcome{}, err
 	}
 	if out.alert != "" {
-		return out, runs.Event(ctx, q, s.At(), e.RunKey, "alert", 0, "airlock", nil,
+		return out, runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
 			map[string]any{"alert": out.alert, "effect_id": e.EffectID, "error_class": class})
 	}
 	return out, nil
@@ -638,7 +638,7 @@ func (s *Service) settleApproved(ctx context.Context, q store.Queries, key strin
 	if err != nil {
 		return err
 	}
-	if err := runs.Event(ctx, q, s.At(), key, "transition", run.Version, "airlock", nil,
+	if err := runs.Event(ctx, q, s.At(), key, store.EventTransition, run.Version, "airlock", nil,
 		map[string]any{"from": store.StateApproved, "to": to, "reason": "effects_" + string(effect)}); err != nil {
 		return err
 	}
@@ -705,7 +705,7 @@ func (s *Service) Cancel(ctx context.Context, id, reason, actor string, by Cance
 			Subject: actor, Reason: reason, Now: s.At()}); err != nil && !errors.Is(err, store.ErrNoMatch) {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), e.RunKey, "effect_cancelled", 0, actor, nil,
+		if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectCancelled, 0, actor, nil,
 			map[string]any{"effect_id": e.EffectID, "reason": reason, "by": actor}); err != nil {
 			return err
 		}

@@ -187,7 +187,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		if _, err := q.ValidationInsert(ctx, v); err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), run.Key, "validation", run.Version, req.Actor, req.Meta, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), run.Key, store.EventValidation, run.Version, req.Actor, req.Meta, detail); err != nil {
 			return err
 		}
 		res.Run = run
@@ -313,7 +313,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 			if err != nil {
 				return err
 			}
-			if err := runs.Event(ctx, q, s.At(), run.Key, "transition", d.Run.Version, "airlock", nil,
+			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventTransition, d.Run.Version, "airlock", nil,
 				map[string]any{"from": store.StateProcessing, "to": store.StateAwaitingHuman, "reason": "unknown_commit"}); err != nil {
 				return err
 			}
@@ -322,7 +322,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried", false, map[string]any{"class": req.Class})
 		case d.Attempts >= rule.MaxAttempts:
 			d.Decision, d.Reason, alert = DecisionTerminal, "retry_cap", "retry_cap"
-			if err := runs.Event(ctx, q, s.At(), run.Key, "retry_cap", run.Version, "airlock", nil,
+			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventRetryCap, run.Version, "airlock", nil,
 				map[string]any{"class": req.Class, "attempts": d.Attempts, "max_attempts": rule.MaxAttempts}); err != nil {
 				return err
 			}
@@ -340,7 +340,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 				d.Run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
 					From: store.StateProcessing, To: store.StateFailedRetryable, Now: s.At()})
 				if err == nil {
-					err = runs.Event(ctx, q, s.At(), run.Key, "transition", d.Run.Version, "airlock", nil,
+					err = runs.Event(ctx, q, s.At(), run.Key, store.EventTransition, d.Run.Version, "airlock", nil,
 						map[string]any{"from": store.StateProcessing, "to": store.StateFailedRetryable, "reason": req.Class})
 				}
 			case policy.RetryWrite:
@@ -361,7 +361,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 		if d.Reason != "" {
 			detail["reason"] = d.Reason
 		}
-		return runs.Event(ctx, q, s.At(), run.Key, "failure", d.Run.Version, req.Actor, req.Meta, detail)
+		return runs.Event(ctx, q, s.At(), run.Key, store.EventFailure, d.Run.Version, req.Actor, req.Meta, detail)
 	})
 	if err != nil {
 		return Decision{}, fmt.Errorf("failure on %q: %w", req.Key, err)
@@ -415,7 +415,7 @@ func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls i
 		if run, err = q.RunCount(ctx, store.RunCountParams{Key: held.Key, ActionType: actionType, ModelCalls: modelCalls, Tokens: tokens}); err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), run.Key, "usage", run.Version, req.Actor, req.Meta, map[string]any{
+		if err := runs.Event(ctx, q, s.At(), run.Key, store.EventUsage, run.Version, req.Actor, req.Meta, map[string]any{
 			"model_calls": modelCalls, "tokens": tokens, "total_model_calls": run.ModelCalls, "total_tokens": run.Tokens,
 		}); err != nil {
 			return err
@@ -496,7 +496,7 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 		if err := q.RunSetReplacedBy(ctx, oldKey, newKey); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), oldKey, "replaced", 0, actor, nil,
+		return runs.Event(ctx, q, s.At(), oldKey, store.EventReplaced, 0, actor, nil,
 			map[string]any{"new_key": newKey, "reason": reason, "provider_ids": ids})
 	})
 	if err != nil {
@@ -575,7 +575,7 @@ func (s *Service) Unpark(ctx context.Context, key string, to store.State, reason
 		if err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), key, "run_unparked", out.Version, actor, nil, map[string]any{
+		if err := runs.Event(ctx, q, s.At(), key, store.EventRunUnparked, out.Version, actor, nil, map[string]any{
 			"from": store.StateAwaitingHuman, "to": to, "parked_for": run.ParkReason, "reason": reason,
 		}); err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -123,14 +122,7 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 func (s *server) reissueApproval(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	re, err := s.Approvals.Reissue(r.Context(), id, actor(r))
-	switch {
-	case errors.Is(err, approvals.ErrNotFound):
-		return apiError(http.StatusNotFound, "approval_not_found", "no approval has this id")
-	case errors.Is(err, approvals.ErrNotPending):
-		return apiError(http.StatusConflict, "approval_not_pending", approvals.ErrNotPending.Error())
-	case errors.Is(err, approvals.ErrNoLink):
-		return apiError(http.StatusConflict, "no_link", approvals.ErrNoLink.Error())
-	case err != nil:
+	if err != nil {
 		return err
 	}
 	out := map[string]any{"approval_id": re.Approval.ID, "key": re.Approval.RunKey, "mode": re.Approval.Mode,

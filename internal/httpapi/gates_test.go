@@ -245,7 +245,7 @@ func smtpSetup(t *testing.T, ms **storetest.MailServer) func(env *storetest.Effe
 	return func(env *storetest.EffectsEnv, o *app.Options) {
 		*ms = storetest.NewMailServer(t)
 		smtp := fmt.Sprintf(`{host: 127.0.0.1, port: %d, from: support@example.com, tls: none, timeout: 5s}`, (*ms).Port)
-		yaml := strings.Replace(storetest.TestPolicy(env.Provider.URL), "actions:\n", "actions:\n"+
+		yaml := strings.Replace(storetest.PolicyYAML(env.Provider.URL), "actions:\n", "actions:\n"+
 			"  mail_now: {connector: smtp, gate: none, smtp: "+smtp+"}\n"+
 			"  mail: {connector: smtp, smtp: "+smtp+", approvers: {roles: [support-lead]}}\n"+
 			"  mail_fixed:\n    connector: smtp\n    approvers: {roles: [support-lead]}\n    smtp: {host: 127.0.0.1, port: "+fmt.Sprint((*ms).Port)+

@@ -175,7 +175,7 @@ func (s *Service) Save(ctx context.Context, key, owner string, raw json.RawMessa
 		} else if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), key, "ledger_saved", run.Version, actor, nil, map[string]any{
+		return runs.Event(ctx, q, s.At(), key, store.EventLedgerSaved, run.Version, actor, nil, map[string]any{
 			"checkpoint_version": doc.CheckpointVersion, "next_allowed_action": doc.NextAllowedAction,
 			"completed": len(doc.Completed), "pending": len(doc.Pending),
 		})
@@ -297,7 +297,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 			if err != nil {
 				return err
 			}
-			return runs.Event(ctx, q, s.At(), run.Key, "input_mismatch", moved.Version, req.Actor, req.Meta, map[string]any{
+			return runs.Event(ctx, q, s.At(), run.Key, store.EventInputMismatch, moved.Version, req.Actor, req.Meta, map[string]any{
 				"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash})
 		case e.State == store.EffectCompleted:
 			res = PlanResult{Receipt: e.ProviderID, Result: e.Payload}
@@ -309,7 +309,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 				return err
 			}
 			res.Execute = true
-			return runs.Event(ctx, q, s.At(), run.Key, "effect_planned", run.Version, req.Actor, req.Meta,
+			return runs.Event(ctx, q, s.At(), run.Key, store.EventEffectPlanned, run.Version, req.Actor, req.Meta,
 				map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash, "again": true})
 		default:
 			return ErrReconcileFirst
@@ -363,7 +363,7 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 		return ErrReconcileFirst
 	}
 	res.Execute = true
-	return runs.Event(ctx, q, s.At(), run.Key, "effect_planned", run.Version, req.Actor, req.Meta,
+	return runs.Event(ctx, q, s.At(), run.Key, store.EventEffectPlanned, run.Version, req.Actor, req.Meta,
 		map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash})
 }
 
@@ -392,7 +392,7 @@ func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt str
 		} else if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), key, "effect_confirmed", run.Version, actor, nil,
+		return runs.Event(ctx, q, s.At(), key, store.EventEffectConfirmed, run.Version, actor, nil,
 			map[string]any{"effect_id": effectID, "receipt": receipt, "result_recorded": result != nil})
 	})
 	if err != nil {
@@ -441,11 +441,11 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		if len(found) > 0 {
 			detail["receipts"] = found
 		}
-		if err := runs.Event(ctx, q, s.At(), key, "effect_reconciled", run.Version, actor, nil, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), key, store.EventEffectReconciled, run.Version, actor, nil, detail); err != nil {
 			return err
 		}
 		if p.To == store.EffectUnknown {
-			return runs.Event(ctx, q, s.At(), key, "alert", run.Version, "airlock", nil,
+			return runs.Event(ctx, q, s.At(), key, store.EventAlert, run.Version, "airlock", nil,
 				map[string]any{"alert": "agent_effect_unknown", "effect_id": effectID})
 		}
 		return nil
@@ -585,7 +585,7 @@ func (s *Service) RecordCall(ctx context.Context, key string, c Call, actor stri
 				detail[k] = v
 			}
 		}
-		return runs.Event(ctx, q, s.At(), key, "tool_call", run.Version, actor, nil, detail)
+		return runs.Event(ctx, q, s.At(), key, store.EventToolCall, run.Version, actor, nil, detail)
 	})
 	if err != nil {
 		return fmt.Errorf("record tool call on %q: %w", key, err)

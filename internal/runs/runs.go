@@ -300,7 +300,7 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 		if err != nil {
 			return err
 		}
-		return Event(ctx, q, now, run.Key, "heartbeat", run.Version, req.Actor, req.Meta,
+		return Event(ctx, q, now, run.Key, store.EventHeartbeat, run.Version, req.Actor, req.Meta,
 			map[string]any{"lease_expires_at": run.LeaseExpiresAt})
 	})
 	if err != nil {
@@ -362,7 +362,7 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		if req.Result != nil {
 			detail["result_hash"] = hashBytes(req.Result)
 		}
-		if err := Event(ctx, q, now, run.Key, "transition", run.Version, req.Actor, req.Meta, detail); err != nil {
+		if err := Event(ctx, q, now, run.Key, store.EventTransition, run.Version, req.Actor, req.Meta, detail); err != nil {
 			return err
 		}
 		if req.To == store.StateFailedTerminal {
@@ -429,7 +429,7 @@ func (s *Service) Events(ctx context.Context, key string, after int64, limit int
 
 // Event writes one event on a run's timeline; call it inside the transaction that made
 // the change it records.
-func Event(ctx context.Context, q store.Queries, now *time.Time, key, kind string, version int64, actor string, meta *Meta, detail map[string]any) error {
+func Event(ctx context.Context, q store.Queries, now *time.Time, key string, kind store.EventKind, version int64, actor string, meta *Meta, detail map[string]any) error {
 	var metaJSON, detailJSON json.RawMessage
 	var err error
 	if meta != nil {
@@ -442,7 +442,7 @@ func Event(ctx context.Context, q store.Queries, now *time.Time, key, kind strin
 			return err
 		}
 	}
-	_, err = q.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: kind, Version: version,
+	_, err = q.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: string(kind), Version: version,
 		Actor: actor, Meta: metaJSON, Detail: detailJSON, Now: now})
 	return err
 }
@@ -491,7 +491,7 @@ func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.R
 		detail = map[string]any{}
 	}
 	detail["from"], detail["to"], detail["reason"] = store.StateProcessing, store.StateFailedTerminal, reason
-	if err := Event(ctx, q, now, run.Key, "transition", out.Version, "airlock", nil, detail); err != nil {
+	if err := Event(ctx, q, now, run.Key, store.EventTransition, out.Version, "airlock", nil, detail); err != nil {
 		return store.Run{}, err
 	}
 	if err := CancelPending(ctx, q, now, run.Key); err != nil {
@@ -500,7 +500,7 @@ func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.R
 	if !alert {
 		return out, nil
 	}
-	return out, Event(ctx, q, now, run.Key, "alert", out.Version, "airlock", nil, map[string]any{"alert": reason})
+	return out, Event(ctx, q, now, run.Key, store.EventAlert, out.Version, "airlock", nil, map[string]any{"alert": reason})
 }
 
 // CancelPending withdraws the pending effects of a run that ended failed_terminal, each
@@ -514,7 +514,7 @@ func CancelPending(ctx context.Context, q store.Queries, now *time.Time, key str
 		return fmt.Errorf("cancel pending effects: %w", err)
 	}
 	for _, e := range cancelled {
-		if err := Event(ctx, q, now, key, "effect_cancelled", 0, "airlock", nil,
+		if err := Event(ctx, q, now, key, store.EventEffectCancelled, 0, "airlock", nil,
 			map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"}); err != nil {
 			return err
 		}

@@ -50,12 +50,12 @@ func (o ClaimOutcome) Reclaimed() bool { return o.Claimed && o.Run.Reclaims > 0 
 // A backend's single-statement claim must write exactly these (the conformance suite
 // compares them across backends).
 func ClaimSequence(ctx context.Context, q Queries, p ClaimParams) (ClaimOutcome, error) {
-	event := func(kind string, version int64, actor string, meta json.RawMessage, detail map[string]any) error {
+	event := func(kind EventKind, version int64, actor string, meta json.RawMessage, detail map[string]any) error {
 		d, err := json.Marshal(detail)
 		if err != nil {
 			return err
 		}
-		_, err = q.EventInsert(ctx, EventInsertParams{RunKey: p.Key, Kind: kind, Version: version,
+		_, err = q.EventInsert(ctx, EventInsertParams{RunKey: p.Key, Kind: string(kind), Version: version,
 			Actor: actor, Meta: meta, Detail: d, Now: p.Now})
 		return err
 	}
@@ -63,9 +63,9 @@ func ClaimSequence(ctx context.Context, q Queries, p ClaimParams) (ClaimOutcome,
 	switch {
 	case err == nil:
 		out := ClaimOutcome{Run: run, Claimed: true}
-		kind, detail := "claimed", map[string]any{"payload_hash": run.PayloadHash, "lease_expires_at": EventTime(run.LeaseExpiresAt)}
+		kind, detail := EventClaimed, map[string]any{"payload_hash": run.PayloadHash, "lease_expires_at": EventTime(run.LeaseExpiresAt)}
 		if out.Reclaimed() {
-			kind = "lease_reclaimed"
+			kind = EventLeaseReclaimed
 			detail["reclaims"] = run.Reclaims
 		} else if r, err := q.ReplacementFind(ctx, run.Key, true); err == nil {
 			detail["replaces"], detail["provider_ids"] = r.OldKey, r.ProviderIDs
@@ -77,7 +77,7 @@ func ClaimSequence(ctx context.Context, q Queries, p ClaimParams) (ClaimOutcome,
 		}
 		if out.Reclaimed() && run.Reclaims > p.AlertAfter {
 			out.Alerted = true
-			err = event("alert", run.Version, "airlock", nil,
+			err = event(EventAlert, run.Version, "airlock", nil,
 				map[string]any{"alert": "lease_reclaims", "reclaims": run.Reclaims, "threshold": p.AlertAfter})
 		}
 		return out, err
@@ -90,10 +90,10 @@ func ClaimSequence(ctx context.Context, q Queries, p ClaimParams) (ClaimOutcome,
 			return ClaimOutcome{}, fmt.Errorf("record refused claim: %w", err)
 		}
 		if run.PayloadHash != p.PayloadHash {
-			return ClaimOutcome{Run: run, Mismatch: true}, event("payload_mismatch", 0, p.Actor, p.Meta,
+			return ClaimOutcome{Run: run, Mismatch: true}, event(EventPayloadMismatch, 0, p.Actor, p.Meta,
 				map[string]any{"payload_hash": p.PayloadHash, "stored_payload_hash": run.PayloadHash})
 		}
-		return ClaimOutcome{Run: run}, event("duplicate", 0, p.Actor, p.Meta,
+		return ClaimOutcome{Run: run}, event(EventDuplicate, 0, p.Actor, p.Meta,
 			map[string]any{"state": run.State, "duplicates": run.Duplicates})
 	default:
 		return ClaimOutcome{}, fmt.Errorf("claim: %w", err)

@@ -421,7 +421,7 @@ func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) 
 	}
 	re, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
 	switch {
-	case errors.Is(err, approvals.ErrNotFound), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
+	case errors.Is(err, approvals.ErrUnknownApproval), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
 		msg := err.Error()
 		w.cmessage(rw, r, v, http.StatusConflict, "No new link", strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", "/console")
 		return
@@ -498,17 +498,35 @@ func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) 
 	http.Redirect(rw, r, "/console/effects?done=resolved", http.StatusSeeOther)
 }
 
+// ActionStatuses are the refusals a console action explains in the domain's words, with
+// the API's status for each (the API's error table is the reference; a test in httpapi
+// holds the two to the same status). Anything else is a 500 with the details only logged.
+var ActionStatuses = []struct {
+	Err    error
+	Status int
+}{
+	{effects.ErrNotFound, http.StatusNotFound},
+	{runs.ErrNotFound, http.StatusNotFound},
+	{effects.ErrNotResolvable, http.StatusConflict},
+	{effects.ErrEffectChanged, http.StatusConflict},
+	{failures.ErrNotParked, http.StatusConflict},
+	{effects.ErrUnknownActionType, http.StatusUnprocessableEntity},
+}
+
 // actionError tells the person why a domain operation refused, in its own words.
 func (w *Web) actionError(rw http.ResponseWriter, r *http.Request, v viewer, err error, title, back string) {
+	status := 0
 	var fe *runs.FieldError
-	status := http.StatusConflict
+	if errors.As(err, &fe) {
+		status = http.StatusUnprocessableEntity // a form field: the page's status for bad input
+	}
+	for _, a := range ActionStatuses {
+		if status == 0 && errors.Is(err, a.Err) {
+			status = a.Status
+		}
+	}
 	switch {
-	case errors.As(err, &fe):
-		status = http.StatusUnprocessableEntity
-	case errors.Is(err, effects.ErrNotFound), errors.Is(err, runs.ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, effects.ErrNotResolvable), errors.Is(err, effects.ErrEffectChanged), errors.Is(err, failures.ErrNotParked),
-		errors.Is(err, effects.ErrUnknownActionType):
+	case status != 0:
 	case errors.Is(err, store.ErrUnavailable):
 		w.fail(rw, "console action", err)
 		return

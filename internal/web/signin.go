@@ -142,7 +142,7 @@ func (w *Web) count(ctx context.Context, keys []throttleKey, user string) error 
 				if k.scope == "account" && user != "" {
 					detail["user"] = user
 				}
-				if err := runs.Event(ctx, q, w.At(), "", "signin_throttled", 0, "airlock", nil, detail); err != nil {
+				if err := runs.Event(ctx, q, w.At(), "", store.EventSigninThrottled, 0, "airlock", nil, detail); err != nil {
 					return err
 				}
 			}

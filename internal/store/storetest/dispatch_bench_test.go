@@ -92,7 +92,7 @@ func newNoopProvider(b *testing.B) *noopProvider {
 	return p
 }
 
-// notesURL is the "note" action's URL in storetest.TestPolicy.
+// notesURL is the "note" action's URL in storetest.PolicyYAML.
 func (p *noopProvider) notesURL() string { return p.srv.URL + "/notes" }
 
 // dispatchEnv is a fresh store with the backend's real clock and an outbox whose "note"
@@ -107,7 +107,7 @@ type dispatchEnv struct {
 func newDispatchEnv(b *testing.B, be storetest.Backend) *dispatchEnv {
 	b.Helper()
 	e := &dispatchEnv{Env: storetest.NewEnv(b, be, true), provider: newNoopProvider(b)}
-	pol, err := policy.Parse([]byte(storetest.TestPolicy(e.provider.srv.URL)), func(string) (string, bool) { return "", false })
+	pol, err := policy.Parse([]byte(storetest.PolicyYAML(e.provider.srv.URL)), func(string) (string, bool) { return "", false })
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -138,10 +138,10 @@ func (e *EffectsEnv) NewService(st store.Store, now func() time.Time) *effects.S
 		Now: now, AIActionsEnabled: e.envOverride, AIActionsEnabledSet: e.envOverride != "", Budgets: e.Failures.Budget})
 }
 
-// TestPolicy configures: note (http, not idempotent, lookup), invoice (http, not
+// PolicyYAML is the test policy: note (http, not idempotent, lookup), invoice (http, not
 // idempotent, authoritative lookup), crm (http, idempotent, authoritative lookup), task (worker), email (gated); console operators have the role
 // ops, admins sre.
-func TestPolicy(providerURL string) string {
+func PolicyYAML(providerURL string) string {
 	return fmt.Sprintf(`
 console:
   operators: {roles: [ops]}
@@ -227,7 +227,7 @@ input_schemas:
 func NewEffectsEnv(t testing.TB, b Backend, envOverride string) *EffectsEnv {
 	t.Helper()
 	e := &EffectsEnv{Env: NewEnv(t, b, false), Provider: NewProvider(t)}
-	pol, err := policy.Parse([]byte(TestPolicy(e.Provider.URL)), func(string) (string, bool) { return "", false })
+	pol, err := policy.Parse([]byte(PolicyYAML(e.Provider.URL)), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,7 +216,7 @@ func testGateReissue(t *testing.T, e *EffectsEnv) {
 	if err != nil || a.ID != sub.Approval.Approval.ID || strings.Contains(a.TokenHash, re.Token) {
 		t.Fatalf("by the new hash: %+v %v", a, err)
 	}
-	if _, err := e.Approvals.Reissue(ctx, "nope", "apikey:ops"); !errors.Is(err, approvals.ErrNotFound) {
+	if _, err := e.Approvals.Reissue(ctx, "nope", "apikey:ops"); !errors.Is(err, approvals.ErrUnknownApproval) {
 		t.Fatalf("unknown id: %v", err)
 	}
 	// Expired (by the store's clock: its own `now` on PostgreSQL when no time is injected).

@@ -1,0 +1,137 @@
+package audit
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// TestSummaryKnowsEveryKind fails when a kind airlock writes would reach Summary's
+// catch-all without being listed in Generic, or a Generic kind has gained a case.
+func TestSummaryKnowsEveryKind(t *testing.T) {
+	for _, k := range store.EventKinds {
+		probe := store.Event{Kind: string(k), Detail: []byte(`{"zz_probe":"x"}`)}
+		fellThrough := Summary(probe) == "zz_probe=x"
+		if generic := slices.Contains(Generic, k); fellThrough != generic {
+			t.Errorf("kind %q: falls through to the generic summary %v, listed in Generic %v", k, fellThrough, generic)
+		}
+	}
+}
+
+// TestEveryWrittenKindIsAConstant scans the non-test code for the calls that write events
+// (runs.Event, and store.EventInsertParams literals) and fails on a kind spelt as a string
+// literal: each must be a store.EventKind constant, so it is in store.EventKinds, which the
+// test above holds the audit to. (A misspelt constant does not compile.)
+func TestEveryWrittenKindIsAConstant(t *testing.T) {
+	root := filepath.Join("..", "..")
+	fset := token.NewFileSet()
+	calls := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		// storetest is test code (its own made-up kinds) in non-test files.
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules" || d.Name() == "storetest") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		literal := func(e ast.Expr, what string) {
+			if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				t.Errorf("%s: %s writes the kind %s as a string literal; use a store.EventKind constant",
+					fset.Position(lit.Pos()), what, lit.Value)
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				if isEventCall(f, n.Fun) && len(n.Args) > 4 {
+					calls++
+					literal(n.Args[4], "runs.Event")
+				}
+			case *ast.CompositeLit:
+				if name(n.Type) == "EventInsertParams" {
+					for _, el := range n.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok && name(kv.Key) == "Kind" {
+							literal(kv.Value, "EventInsertParams")
+						}
+					}
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls < 40 {
+		t.Fatalf("found %d runs.Event calls; the scan is not seeing the code", calls)
+	}
+}
+
+// isEventCall is runs.Event from another package, or Event inside package runs.
+func isEventCall(f *ast.File, fun ast.Expr) bool {
+	switch fn := fun.(type) {
+	case *ast.SelectorExpr:
+		x, ok := fn.X.(*ast.Ident)
+		return ok && x.Name == "runs" && fn.Sel.Name == "Event"
+	case *ast.Ident:
+		return f.Name.Name == "runs" && fn.Name == "Event"
+	}
+	return false
+}
+
+func name(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name
+	case *ast.SelectorExpr:
+		return e.Sel.Name
+	}
+	return ""
+}
+
+// TestEventKindsListsEveryConstant keeps store.EventKinds complete: a constant added
+// without its entry would escape the summary test.
+func TestEventKindsListsEveryConstant(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "store", "eventkinds.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var consts []string
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, s := range g.Specs {
+				if v := s.(*ast.ValueSpec); name(v.Type) == "EventKind" {
+					for i := range v.Names {
+						consts = append(consts, strings.Trim(v.Values[i].(*ast.BasicLit).Value, `"`))
+					}
+				}
+			}
+		}
+	}
+	if len(consts) == 0 {
+		t.Fatal("no EventKind constants found")
+	}
+	for _, c := range consts {
+		if !slices.Contains(store.EventKinds, store.EventKind(c)) {
+			t.Errorf("the kind %q is a constant but not in store.EventKinds", c)
+		}
+	}
+	if len(consts) != len(store.EventKinds) {
+		t.Errorf("%d constants, %d in store.EventKinds", len(consts), len(store.EventKinds))
+	}
+}
