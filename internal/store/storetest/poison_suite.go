@@ -59,7 +59,7 @@ func testRefusedValuesMarked(t *testing.T, e *EffectsEnv) {
 		err := e.Store.Within(ctx, func(ctx context.Context) error {
 			return e.Store.Transact(ctx, func(q store.Queries) error { // a savepoint, as the recorder's
 				_, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: eff.ID, From: []store.EffectState{store.EffectPending},
-					To: store.EffectPending, ProviderID: &id})
+					Version: eff.Version, To: store.EffectPending, ProviderID: &id})
 				return err
 			})
 		})
