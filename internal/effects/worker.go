@@ -1,0 +1,69 @@
+package effects
+
+// The external-worker protocol: claim under a lease, report the outcome.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// WorkerClaim leases one due effect of the given types to an external worker. The kill
+// switch is read in the claiming transaction, like a dispatcher's begin-mark.
+func (s *Service) WorkerClaim(ctx context.Context, types []string, lease time.Duration, actor string) (store.Effect, bool, error) {
+	for _, t := range types {
+		a := s.policy.Action(t)
+		if a == nil || a.Executor() != store.ExecutorWorker {
+			return store.Effect{}, false, fmt.Errorf("%w: %q is not a worker action type", ErrUnknownActionType, t)
+		}
+	}
+	owner := "worker:" + uuid.NewString()
+	var got []store.Effect
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		enabled, err := s.enabledIn(ctx, q)
+		if err != nil {
+			return err
+		}
+		caps := map[string]int{}
+		for _, t := range types {
+			if ok, _ := enabled(t); ok {
+				caps[t] = 1
+			}
+		}
+		if len(caps) == 0 {
+			_, why := enabled(types[0])
+			return fmt.Errorf("%w: %s", ErrActionsDisabled, why)
+		}
+		got, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorWorker, Caps: caps,
+			Owner: owner, Lease: lease, Limit: 1, Now: s.At()})
+		if err != nil || len(got) == 0 {
+			return err
+		}
+		e := got[0]
+		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectClaimed, 0, actor, nil,
+			map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "attempts": e.Attempts})
+	})
+	if err != nil || len(got) == 0 {
+		return store.Effect{}, false, err
+	}
+	return got[0], true, nil
+}
+
+// WorkerReport records an external worker's outcome for an effect it holds.
+func (s *Service) WorkerReport(ctx context.Context, id, owner string, res connector.Result, actor string) (store.Effect, error) {
+	e, err := s.Get(ctx, id)
+	if err != nil {
+		return store.Effect{}, err
+	}
+	if e.Executor != store.ExecutorWorker || e.State != store.EffectSending || e.LeaseOwner != owner {
+		return store.Effect{}, ErrEffectLeaseLost
+	}
+	out, err := s.finish(ctx, e, owner, res, actor)
+	return out, err
+}
