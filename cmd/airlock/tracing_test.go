@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,29 +11,12 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
-
-// lockedBuffer is a bytes.Buffer safe to write from the process's output copier.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Issue 11 item 15: with tracing on, //approve/T, /x/../approve/T and /Approve/T were
 // traced with the raw token in url.path. The spans airlock serve writes (stdout mode)
@@ -43,7 +25,7 @@ func TestServeTracingNeverRecordsPaths(t *testing.T) {
 	env := []string{"AIRLOCK_DATABASE_URL=" + t.TempDir() + "/airlock.db", "AIRLOCK_TRACING=stdout", "AIRLOCK_LISTEN=127.0.0.1:0"}
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = slices.Concat(os.Environ(), env)
-	var stdout lockedBuffer
+	var stdout storetest.LockedBuffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

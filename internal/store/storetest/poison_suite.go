@@ -346,7 +346,7 @@ func testLateOutcomeStale(t *testing.T, e *EffectsEnv) {
 func testLateOutcomeShutdown(t *testing.T, e *EffectsEnv) {
 	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
 	down := &downStore{Store: e.Store}
-	logs := &lockedBuffer{}
+	logs := &LockedBuffer{}
 	svc := effects.NewService(effects.Options{Store: down, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
 		Now: e.Clock.Now, Budgets: e.Failures.Budget, Log: slog.New(slog.NewJSONHandler(logs, nil))})
 	svc.Hook = hookOn("sent", func() { down.down.Store(true) })
@@ -366,19 +366,20 @@ func testLateOutcomeShutdown(t *testing.T, e *EffectsEnv) {
 	t.Fatalf("no shutdown line with provider id %s in:\n%s", want, logs.String())
 }
 
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
+// LockedBuffer collects output written from several goroutines (logs, a process's
+// output copier).
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()

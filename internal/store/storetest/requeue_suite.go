@@ -72,6 +72,16 @@ func holdLookup(p *Provider) (held <-chan struct{}, release func()) {
 	return h, sync.OnceFunc(func() { close(r) })
 }
 
+// reconcileHeld starts instance A's reconciliation and returns once its first lookup's
+// answer is held; release lets the answer through, done reports Reconcile's end.
+func reconcileHeld(e *EffectsEnv) (release func(), done <-chan error) {
+	held, release := holdLookup(e.Provider)
+	d := make(chan error, 1)
+	go func() { d <- e.Effects.Reconcile(ctx) }()
+	<-held
+	return release, d
+}
+
 func tickWith(t *testing.T, d *effects.Dispatcher) {
 	t.Helper()
 	if _, err := d.Tick(ctx); err != nil {
@@ -102,14 +112,8 @@ func unknownInvoice(t *testing.T, e *EffectsEnv, key string) store.Effect {
 func testStaleReconcileAnswer(t *testing.T, e *EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	key := effects.ProviderKey(eff)
-	held, release := holdLookup(e.Provider)
+	release, done := reconcileHeld(e)
 	defer release()
-	done := make(chan error, 1)
-	go func() { done <- e.Effects.Reconcile(ctx) }()
-	<-held
-	e.Provider.mu.Lock()
-	e.Provider.Lookup = nil
-	e.Provider.mu.Unlock()
 
 	b := e.NewService(e.Store, func() time.Time { return e.Clock.Now().Add(10 * time.Minute) })
 	bd := &effects.Dispatcher{Service: b, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
@@ -141,11 +145,8 @@ func testStaleReconcileAnswer(t *testing.T, e *EffectsEnv) {
 // While A holds its claim mid-lookup, B (same clock) finds nothing to look up.
 func testReconcileClaim(t *testing.T, e *EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
-	held, release := holdLookup(e.Provider)
+	release, done := reconcileHeld(e)
 	defer release()
-	done := make(chan error, 1)
-	go func() { done <- e.Effects.Reconcile(ctx) }()
-	<-held
 	b := e.NewService(e.Store, e.Clock.Now)
 	reconcile(t, b)
 	equal(t, "lookups while A holds the claim", e.Provider.Lookups(), 1)
@@ -182,11 +183,8 @@ func testReconcileClaim(t *testing.T, e *EffectsEnv) {
 func testLookupVsOperator(t *testing.T, e *EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	key := effects.ProviderKey(eff)
-	held, release := holdLookup(e.Provider)
+	release, done := reconcileHeld(e)
 	defer release()
-	done := make(chan error, 1)
-	go func() { done <- e.Effects.Reconcile(ctx) }()
-	<-held
 	if _, err := e.Effects.Resolve(ctx, eff.ID, effects.Resolution{Outcome: effects.OutcomeNotSent,
 		Note: "not in the provider's list"}, "cli:ana"); err != nil {
 		t.Fatal(err)
