@@ -212,11 +212,12 @@ class ServerTestCase(unittest.TestCase):
     """One server per test class and backend; subclasses set ``backend``."""
 
     backend = "sqlite"
+    policy = POLICY
     server: Server
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.server = Server(cls.backend)
+        cls.server = Server(cls.backend, policy=cls.policy)
 
     @classmethod
     def tearDownClass(cls) -> None:
