@@ -128,7 +128,7 @@ class Server:
             f.write(policy)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
         self.env.update({"AIRLOCK_DATABASE_URL": db, "AIRLOCK_CONFIG": os.path.join(self.dir, "airlock.yaml"),
-                         "AIRLOCK_LOG_LEVEL": "warn"})
+                         "AIRLOCK_LOG_LEVEL": "error"})
         self.env.update(extra_env or {})
         self.run("migrate")
         self.keys = {s: self.run("apikey", "create", "--name", "py-" + s, "--scope", s)
