@@ -3,7 +3,9 @@
 # once, runs the Python tests (unittest) and the TypeScript tests (tsc --noEmit, node
 # --test) on SQLite, and again inside scripts/with-postgres.sh on PostgreSQL (each suite
 # runs both stores when AIRLOCK_TEST_DATABASE_URL is set). Needs Go, python3 (3.9+), node
-# (20.3+) and npm (the TypeScript dev dependencies: typescript, @types/node).
+# (20.3+) and npm (the TypeScript dev dependencies: typescript, @types/node; the OpenAI
+# Agents SDK example's dependencies). Last, the OpenAI Agents SDK example end to end
+# (scripts/test-openai-agents.sh, SQLite) with the same binary.
 #
 #   scripts/test-clients.sh            # both clients, SQLite and PostgreSQL
 #   CLIENTS_PG=0 scripts/test-clients.sh   # SQLite only (quick)
@@ -32,3 +34,5 @@ else
 	export -f run_suites
 	scripts/with-postgres.sh bash -c run_suites
 fi
+
+scripts/test-openai-agents.sh

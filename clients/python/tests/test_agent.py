@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 import harness
 
@@ -50,13 +51,20 @@ class AgentBase:
     def test_crash_and_resume(self):
         docs = tempfile.mkdtemp(prefix="airlock-py-docs-")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", docs]))
-        for crash_at, want_found in (("", None), ("before_create", []), ("after_create", 1), ("before_receipt", 1)):
+        cases = (("", None), ("before_create", []), ("after_create", 1), ("before_receipt", 1))
+
+        def scenario(crash_at):
+            # The crash points run at once, each on its own run: the lease waits overlap.
+            run_id = harness.unique("report")
+            first = run_agent(self.server, run_id, docs, crash_at)[0] if crash_at else None
+            return run_id, first, run_agent(self.server, run_id, docs)
+
+        with ThreadPoolExecutor(len(cases)) as pool:
+            results = list(pool.map(scenario, [c for c, _ in cases]))
+        for (crash_at, want_found), (run_id, first, (p, lines)) in zip(cases, results):
             with self.subTest(crash_at=crash_at or "none"):
-                run_id = harness.unique("report")
                 if crash_at:
-                    p, _ = run_agent(self.server, run_id, docs, crash_at)
-                    self.assertEqual(p.returncode, -signal.SIGKILL, p.stdout + p.stderr)
-                p, lines = run_agent(self.server, run_id, docs)
+                    self.assertEqual(first.returncode, -signal.SIGKILL, first.stdout + first.stderr)
                 self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
                 self.assertEqual(len(self.docs_of(docs, run_id)), 1, "exactly one document for the run")
                 created = [l for l in lines if l["msg"] == "document created"]
