@@ -56,46 +56,67 @@ for _ in $(seq 1 200); do curl -sf "$AIRLOCK_URL/readyz" >/dev/null && grep -q l
 
 agent() { # agent TICKET [CRASH_AT]: runs the agent, prints its exit status
 	local rc=0
-	AGENT_CRASH_AT=${2:-} node "$EX/refund-agent.mjs" --ticket "$1" --order "A-$1" --payments "$WORK/payments" --lease 2 \
-		>>"$WORK/agent.log" 2>"$WORK/agent.err" || rc=$?
-	cat "$WORK/agent.err" >>"$WORK/agent.log"
+	AGENT_CRASH_AT=${2:-} node "$EX/refund-agent.mjs" --ticket "$1" --order "A-$1" --payments "$WORK/payments" --lease 5 \
+		>>"$WORK/$1.log" 2>"$WORK/$1.err" || rc=$?
+	cat "$WORK/$1.err" >>"$WORK/$1.log"
 	echo "$rc"
 }
 refunds() { grep -l "\"run_id\":\"refund-$1\"" "$WORK"/payments/*.json 2>/dev/null | wc -l; }
-approve() { # signs in as the approver and presses Approve on the link the agent printed
+approve() { # approve TICKET: signs in as the approver and presses Approve on the link the agent printed
 	local url
-	url=$(grep -o "http://[^ ]*/approve/[^ ]*" "$WORK/agent.log" | tail -n 1 || true)
-	[ -n "$url" ] || fail "no approval link"
-	curl -sf -c "$WORK/cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
-	curl -sf -b "$WORK/cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d decision=approve "$url"
+	url=$(grep -o "http://[^ ]*/approve/[^ ]*" "$WORK/$1.log" | tail -n 1 || true)
+	[ -n "$url" ] || { echo "no approval link"; return 1; }
+	curl -sf -c "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
+	curl -sf -b "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d decision=approve "$url"
 }
 state() { curl -sf "$AIRLOCK_URL/v1/runs/refund-$1" -H "Authorization: Bearer $AIRLOCK_API_KEY" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 
-start=$(date +%s)
-for crash in none before_refund after_refund before_confirm; do
-	t="T$RANDOM"
-	[ "$(agent "$t")" = 3 ] || fail "$crash: the first start should pause on the approval (exit 3)"
-	[ "$(refunds "$t")" = 0 ] || fail "$crash: refunded before the approval"
-	[ "$(state "$t")" = awaiting_human ] || fail "$crash: the run should wait for a person"
+# scenario CRASH: one ticket through the approval and a crash at CRASH; prints what went
+# wrong (nothing when all is well).
+scenario() {
+	local crash=$1 t="T-$1"
+	[ "$(agent "$t")" = 3 ] || { echo "the first start should pause on the approval (exit 3)"; return; }
+	[ "$(refunds "$t")" = 0 ] || { echo "refunded before the approval"; return; }
+	[ "$(state "$t")" = awaiting_human ] || { echo "the run should wait for a person"; return; }
 	if [ "$crash" = none ]; then
-		[ "$(agent "$t")" = 3 ] || fail "$crash: a start before the decision should wait again"
+		[ "$(agent "$t")" = 3 ] || { echo "a start before the decision should wait again"; return; }
 	fi
-	approve
+	approve "$t" || return
 	if [ "$crash" = none ]; then
-		[ "$(agent "$t")" = 0 ] || fail "$crash: the approved run should finish"
+		[ "$(agent "$t")" = 0 ] || { echo "the approved run should finish"; return; }
 	else
-		[ "$(agent "$t" "$crash")" = 137 ] || fail "$crash: the agent should have been SIGKILLed"
-		[ "$(agent "$t")" = 0 ] || fail "$crash: the restarted agent should finish"
+		[ "$(agent "$t" "$crash")" = 137 ] || { echo "the agent should have been SIGKILLed"; return; }
+		[ "$(agent "$t")" = 0 ] || { echo "the restarted agent should finish"; return; }
 	fi
-	[ "$(refunds "$t")" = 1 ] || fail "$crash: $(refunds "$t") refunds for ticket $t, want exactly 1"
-	[ "$(state "$t")" = completed ] || fail "$crash: run not completed"
+	[ "$(refunds "$t")" = 1 ] || { echo "$(refunds "$t") refunds, want exactly 1"; return; }
+	[ "$(state "$t")" = completed ] || { echo "run not completed"; return; }
 	if [ "$crash" = none ]; then
-		[ "$(agent "$t")" = 0 ] || fail "$crash: a start after the end should answer already completed"
-		grep -q '"already completed"' "$WORK/agent.log" || fail "$crash: no 'already completed'"
-		[ "$(refunds "$t")" = 1 ] || fail "$crash: refunded again after the end"
+		[ "$(agent "$t")" = 0 ] || { echo "a start after the end should answer already completed"; return; }
+		grep -q '"already completed"' "$WORK/$t.log" || { echo "no 'already completed'"; return; }
+		[ "$(refunds "$t")" = 1 ] || { echo "refunded again after the end"; return; }
 	fi
-	echo "test-openai-agents: $crash: paused on the approval, approved, 1 refund, completed"
+}
+
+start=$(date +%s)
+CRASHES=(none before_refund after_refund before_confirm)
+# The crash points run at once, each on its own ticket: the SDK's load and the lease waits overlap.
+for crash in "${CRASHES[@]}"; do
+	scenario "$crash" >"$WORK/$crash.result" 2>&1 &
+	PIDS+=($!)
 done
+wait "${PIDS[@]:2}" || true
+failed=0
+for crash in "${CRASHES[@]}"; do
+	if [ -s "$WORK/$crash.result" ]; then
+		echo "test-openai-agents: FAIL: $crash: $(cat "$WORK/$crash.result")" >&2
+		tail -n 20 "$WORK/T-$crash.log" >&2 || true
+		failed=1
+	else
+		echo "test-openai-agents: $crash: paused on the approval, approved, 1 refund, completed"
+	fi
+done
+[ "$failed" = 0 ] || exit 1
+cat "$WORK"/T-*.log >"$WORK/agent.log"
 grep -q '"status":"confirmed"' "$WORK/agent.log" || fail "no crash was reconciled as confirmed"
 grep -q '"status":"cleared"' "$WORK/agent.log" || fail "no crash was reconciled as cleared"
 echo "test-openai-agents: ok ($(($(date +%s) - start)) s)"

@@ -319,8 +319,9 @@ export class LeaseKeeper {
 		this.beats = 0;
 		this.error = null;
 		this.last = null;
-		// One try per tick, bounded by the tick: the next tick is the retry.
-		this.client = new Client(client.baseURL, client.apiKey, { retries: 0, timeoutMs: Math.max(1000, this.intervalMs), fetch: client.fetch });
+		// One try per tick (ticks do not overlap: a slow answer skips the next ones), waiting
+		// at most the lease: an answer after the lease ended would be moot anyway.
+		this.client = new Client(client.baseURL, client.apiKey, { retries: 0, timeoutMs: lease_seconds * 1000, fetch: client.fetch });
 		this.#timer = setInterval(() => this.#beat(), this.intervalMs);
 	}
 

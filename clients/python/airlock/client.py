@@ -440,9 +440,9 @@ class LeaseKeeper:
         self.beats = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        # One try per tick, bounded by the tick: the next tick is the retry, while the
-        # lease may still be live.
-        self._client = Client(client.base_url, client.api_key, timeout=max(1.0, self.interval), retries=0,
+        # One try per tick, waiting at most the lease (an answer after the lease ended would
+        # be moot); the next tick is the retry, while the lease may still be live.
+        self._client = Client(client.base_url, client.api_key, timeout=float(lease_seconds), retries=0,
                               user_agent=client.user_agent)
 
     def __enter__(self) -> "LeaseKeeper":
