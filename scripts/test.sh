@@ -21,6 +21,11 @@ else
 	echo "test.sh: node not found: the n8n node's tests (scripts/test-n8n-node.sh) did not run" >&2
 	exit 1
 fi
+# The Python and TypeScript clients (clients/) against a real airlock on SQLite and
+# PostgreSQL; skipped, like the n8n node's tests, when arguments narrow the run.
+if [ $# -eq 0 ]; then
+	scripts/test-clients.sh
+fi
 # airlock mcp end to end: real MCP servers from npm and a TypeScript SDK client (15–35 s;
 # skips without node/npm, fails under CI=true).
 scripts/test-mcp-e2e.sh

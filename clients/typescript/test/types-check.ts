@@ -1,0 +1,31 @@
+// Compiled (never run) by `tsc --noEmit`: the declarations in index.d.ts describe a usable
+// API. A wrong type here, or a declaration that does not parse, fails the test command.
+import { Client, LeaseLostError, ReconcileFirstError, APIError, hashInput, type Claim, type Ledger, type Plan } from '../index.js';
+
+async function agent(c: Client): Promise<string> {
+	const claim: Claim = await c.claim('report-1', { payload: { week: 48 }, lease_seconds: 30 });
+	if (!claim.claimed) return claim.state;
+	return c.withLease(claim, { lease_seconds: 30 }, async (lease) => {
+		const r = await c.resume(claim.key, { signal: lease.signal });
+		if (r.verdict === 'reconcile') {
+			for (const item of r.reconcile) await c.reconcile(claim.key, item.effect_id, claim.lease_owner, { found: [] });
+		}
+		const l: Ledger = { goal: 'g', invariants: [], completed: [], pending: ['a'], next_allowed_action: 'a', checkpoint_version: 1 };
+		const cp: number = await c.saveLedger(claim.key, claim.lease_owner, l, { idempotencyKey: claim.key + '/cp1' });
+		let plan: Plan;
+		try {
+			plan = await c.plan(claim.key, 'e1', claim.lease_owner, { action: 'create_doc', target: 'docs', input_hash: hashInput({ a: 1 }) });
+		} catch (e) {
+			if (e instanceof ReconcileFirstError || e instanceof LeaseLostError) return e.code;
+			if (e instanceof APIError) return String(e.status);
+			throw e;
+		}
+		if (plan.approval) return plan.approval.approve_url;
+		if (plan.execute) await c.confirm(claim.key, 'e1', claim.lease_owner, 'doc://1', { result: { ok: true } });
+		lease.check();
+		const t = await c.transition(claim.key, claim.lease_owner, claim.version, 'completed');
+		return `${t.state} ${cp} ${plan.receipt}`;
+	});
+}
+
+void agent;
