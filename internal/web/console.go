@@ -381,7 +381,7 @@ func (w *Web) consoleDecide(rw http.ResponseWriter, r *http.Request, v viewer) e
 	if err != nil {
 		return neutral(v.Person)
 	}
-	return w.decideHash(rw, r, a.TokenHash, "/console/approvals/"+a.ID)
+	return w.decideApproval(rw, r, a.TokenHash, "/console/approvals/"+a.ID)
 }
 
 type reissuedPage struct {
@@ -405,14 +405,14 @@ func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) 
 	if err := approvals.May(a, *v.Person); err != nil {
 		return notApprover(v.Person, err)
 	}
-	re, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
+	reissued, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
 	if err != nil {
 		return &actionError{err: err, v: v, title: "No new link", back: "/console"}
 	}
-	if slices.Contains(re.Approval.AllowedDecisions, approvals.Approve) {
-		w.approvals.Notify(context.WithoutCancel(r.Context()), re, w.log)
+	if slices.Contains(reissued.Approval.AllowedDecisions, approvals.Approve) {
+		w.approvals.Notify(context.WithoutCancel(r.Context()), reissued, w.log)
 	}
-	return w.renderConsole(rw, http.StatusOK, "console_reissued.html", reissuedPage{consoleFrame: w.frame(r, v, "New approval link", "waiting"), Approval: re.Approval, URL: re.URL})
+	return w.renderConsole(rw, http.StatusOK, "console_reissued.html", reissuedPage{consoleFrame: w.frame(r, v, "New approval link", "waiting"), Approval: reissued.Approval, URL: reissued.URL})
 }
 
 // ---- 2. Unknown and failed effects ----
@@ -606,15 +606,15 @@ const weeks = 6
 func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	p := weekPage{consoleFrame: w.frame(r, v, "This week", "week")}
 	// Reports over 1…weeks weeks back; a week's counts are the difference of two.
-	cum := make([]audit.Report, weeks+1)
+	cumulative := make([]audit.Report, weeks+1)
 	for i := 1; i <= weeks; i++ {
 		rep, err := w.console.Audit.Report(r.Context(), p.Now.Add(-time.Duration(i)*7*24*time.Hour))
 		if err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
-		cum[i] = rep
+		cumulative[i] = rep
 	}
-	p.R = cum[1]
-	p.Charts = weekCharts(cum, p.Now)
+	p.R = cumulative[1]
+	p.Charts = weekCharts(cumulative, p.Now)
 	return w.renderConsole(rw, http.StatusOK, "console_week.html", p)
 }

@@ -55,12 +55,12 @@ func (w *Web) login(rw http.ResponseWriter, r *http.Request) error {
 		return w.loginRefused(http.StatusBadRequest, bad)
 	}
 	u, err := w.signIn.Check(r.Context(), form["username"], form["password"], clientAddress(r))
-	var th *accounts.ThrottledError
+	var throttled *accounts.ThrottledError
 	switch {
-	case errors.As(err, &th):
+	case errors.As(err, &throttled):
 		w.observe("throttled")
-		s := th.RetryAfter()
-		w.log.Warn("sign-in throttled", "scope", th.Scope, "retry_after_s", s)
+		s := throttled.RetryAfter()
+		w.log.Warn("sign-in throttled", "scope", throttled.Scope, "retry_after_s", s)
 		rf := w.loginRefused(http.StatusTooManyRequests, fmt.Sprintf("Too many sign-in attempts. Try again in %d seconds.", s))
 		rf.header = http.Header{"Retry-After": {strconv.FormatInt(s, 10)}}
 		return rf

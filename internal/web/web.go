@@ -336,20 +336,20 @@ func (w *Web) model(ctx context.Context, a store.Approval) string {
 }
 
 func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) error {
-	th := approvals.HashToken(r.PathValue("token"))
+	tokenHash := approvals.HashToken(r.PathValue("token"))
 	who, err := w.person(r)
 	if err != nil {
 		return err
 	}
 	if who == nil {
-		if _, _, err := w.approvals.Lookup(r.Context(), th); errors.Is(err, store.ErrUnavailable) {
+		if _, _, err := w.approvals.Lookup(r.Context(), tokenHash); errors.Is(err, store.ErrUnavailable) {
 			return fmt.Errorf("approval page: %w", err)
 		} else if err != nil {
 			return neutral(nil)
 		}
-		return w.askLogin(rw, r, th)
+		return w.askLogin(rw, r, tokenHash)
 	}
-	return w.showCard(rw, r, th, r.URL.Path, who, http.StatusOK, "")
+	return w.showCard(rw, r, tokenHash, r.URL.Path, who, http.StatusOK, "")
 }
 
 func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) error {
@@ -357,7 +357,7 @@ func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	th, ok := w.openIntent(r)
+	tokenHash, ok := w.openIntent(r)
 	switch {
 	case !ok:
 		return neutral(who)
@@ -365,15 +365,15 @@ func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) error {
 		http.Redirect(rw, r, "/login", http.StatusSeeOther)
 		return nil
 	}
-	return w.showCard(rw, r, th, "/approve/continue", who, http.StatusOK, "")
+	return w.showCard(rw, r, tokenHash, "/approve/continue", who, http.StatusOK, "")
 }
 
 func (w *Web) decide(rw http.ResponseWriter, r *http.Request) error {
-	return w.decideHash(rw, r, approvals.HashToken(r.PathValue("token")), r.URL.Path)
+	return w.decideApproval(rw, r, approvals.HashToken(r.PathValue("token")), r.URL.Path)
 }
 
 func (w *Web) continueDecide(rw http.ResponseWriter, r *http.Request) error {
-	th, ok := w.openIntent(r)
+	tokenHash, ok := w.openIntent(r)
 	if !ok {
 		who, err := w.person(r)
 		if err != nil {
@@ -381,20 +381,20 @@ func (w *Web) continueDecide(rw http.ResponseWriter, r *http.Request) error {
 		}
 		return neutral(who)
 	}
-	return w.decideHash(rw, r, th, "/approve/continue")
+	return w.decideApproval(rw, r, tokenHash, "/approve/continue")
 }
 
-// decideHash takes the decision on the approval of the token hash th, through
+// decideApproval takes the decision on the approval of tokenHash, through
 // approvals.Decide (May, separation of duties, single use). Its refusals are the
 // approval pages' own: the not-an-approver page, the card again with why, the
 // too-late page, the neutral page.
-func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action string) error {
+func (w *Web) decideApproval(rw http.ResponseWriter, r *http.Request, tokenHash, action string) error {
 	who, err := w.person(r)
 	if err != nil {
 		return err
 	}
 	if who == nil {
-		return w.askLogin(rw, r, th)
+		return w.askLogin(rw, r, tokenHash)
 	}
 	form, bad := postForm(r, formField{name: "decision", label: "decision", max: 20},
 		formField{name: "reason", label: "reason", max: 2000, multiline: true})
@@ -403,14 +403,14 @@ func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action str
 	}
 	decision, reason := form["decision"], strings.TrimSpace(form["reason"])
 	if decision == approvals.Reject && reason == "" {
-		return w.showCard(rw, r, th, action, who, http.StatusUnprocessableEntity, "Say why you reject it.")
+		return w.showCard(rw, r, tokenHash, action, who, http.StatusUnprocessableEntity, "Say why you reject it.")
 	}
-	a, err := w.approvals.Decide(r.Context(), th, decision, reason, *who)
+	a, err := w.approvals.Decide(r.Context(), tokenHash, decision, reason, *who)
 	switch {
 	case errors.Is(err, approvals.ErrForbidden), errors.Is(err, approvals.ErrSelfApproval):
 		return notApprover(who, err)
 	case errors.Is(err, approvals.ErrDecisionNotAllowed):
-		return w.showCard(rw, r, th, action, who, http.StatusForbidden, err.Error())
+		return w.showCard(rw, r, tokenHash, action, who, http.StatusForbidden, err.Error())
 	case errors.Is(err, approvals.ErrTooLate):
 		return refuse(http.StatusConflict, "neutral.html", page{Title: "Too late to cancel", Message: err.Error(), Person: who})
 	case errors.Is(err, approvals.ErrNotFound):
