@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 // readPassword takes AIRLOCK_USER_PASSWORD, else the first line of stdin.
@@ -36,9 +36,9 @@ digits and . _ @ + -; roles 1–64 letters, digits and . _ : / -. Disabling an a
 changing its roles or its password, or removing it ends its sessions at once. Every
 change is an event (user_changed) with who made it.`,
 	}
-	accounts := func(st store.Store) web.Accounts { return web.Accounts{Store: st, Actor: cliActor()} }
+	accountsOf := func(st store.Store) accounts.Accounts { return accounts.Accounts{Store: st, Actor: cliActor()} }
 	notFound := func(name string, err error) error {
-		if errors.Is(err, web.ErrNoUser) {
+		if errors.Is(err, accounts.ErrNoUser) {
 			return fmt.Errorf("no local account is named %q", name)
 		}
 		return err
@@ -50,10 +50,10 @@ change is an event (user_changed) with who made it.`,
 		Short: "Add a local account; the password is read from AIRLOCK_USER_PASSWORD or the first line of stdin",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := web.ValidUserName(args[0]); err != nil {
+			if err := accounts.ValidUserName(args[0]); err != nil {
 				return err
 			}
-			rs, err := web.ParseRoles(roles)
+			rs, err := accounts.ParseRoles(roles)
 			if err != nil {
 				return fmt.Errorf("--role: %w", err)
 			}
@@ -62,7 +62,7 @@ change is an event (user_changed) with who made it.`,
 				return err
 			}
 			return withStore(cmd, func(st store.Store) error {
-				if err := web.CreateUser(cmd.Context(), st, args[0], password, rs); err != nil {
+				if err := accounts.CreateUser(cmd.Context(), st, args[0], password, rs); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "added %s with roles %s\n", args[0], strings.Join(rs, ","))
@@ -97,14 +97,14 @@ change is an event (user_changed) with who made it.`,
 		},
 	}
 
-	change := func(use, short, done string, fn func(cmd *cobra.Command, a web.Accounts, name string) error) *cobra.Command {
+	change := func(use, short, done string, fn func(cmd *cobra.Command, a accounts.Accounts, name string) error) *cobra.Command {
 		return &cobra.Command{
 			Use:   use,
 			Short: short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withStore(cmd, func(st store.Store) error {
-					if err := fn(cmd, accounts(st), args[0]); err != nil {
+					if err := fn(cmd, accountsOf(st), args[0]); err != nil {
 						return notFound(args[0], err)
 					}
 					fmt.Fprintln(cmd.OutOrStdout(), done, args[0])
@@ -114,27 +114,27 @@ change is an event (user_changed) with who made it.`,
 		}
 	}
 	disable := change("disable NAME", "Refuse the account's sign-ins and end its sessions now", "disabled",
-		func(cmd *cobra.Command, a web.Accounts, name string) error {
+		func(cmd *cobra.Command, a accounts.Accounts, name string) error {
 			_, err := a.Disable(cmd.Context(), name)
 			return err
 		})
 	enable := change("enable NAME", "Let a disabled account sign in again", "enabled",
-		func(cmd *cobra.Command, a web.Accounts, name string) error {
+		func(cmd *cobra.Command, a accounts.Accounts, name string) error {
 			_, err := a.Enable(cmd.Context(), name)
 			return err
 		})
 	remove := change("remove NAME", "Delete the account and end its sessions now", "removed",
-		func(cmd *cobra.Command, a web.Accounts, name string) error { return a.Remove(cmd.Context(), name) })
+		func(cmd *cobra.Command, a accounts.Accounts, name string) error { return a.Remove(cmd.Context(), name) })
 	var newRoles string
 	setRoles := change("set-roles NAME --role ROLE[,ROLE]", "Replace the account's roles and end its sessions now", "roles set for",
-		func(cmd *cobra.Command, a web.Accounts, name string) error {
+		func(cmd *cobra.Command, a accounts.Accounts, name string) error {
 			_, err := a.SetRoles(cmd.Context(), name, newRoles)
 			return err
 		})
 	setRoles.Flags().StringVar(&newRoles, "role", "", "comma-separated roles (required)")
 	_ = setRoles.MarkFlagRequired("role")
 	reset := change("reset-password NAME", "Set a new password (AIRLOCK_USER_PASSWORD or stdin) and end the account's sessions now", "password reset for",
-		func(cmd *cobra.Command, a web.Accounts, name string) error {
+		func(cmd *cobra.Command, a accounts.Accounts, name string) error {
 			password, err := readPassword(cmd)
 			if err != nil {
 				return err

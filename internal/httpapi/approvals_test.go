@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 // browser is a person's HTTP client: its own cookies, no automatic redirects.
@@ -66,7 +66,7 @@ func (b *browser) do(method, u string, form url.Values, header map[string]string
 
 func (h *harness) addUser(name string, roles ...string) {
 	h.t.Helper()
-	if err := web.CreateUser(context.Background(), h.env.Store, name, "correct horse battery", roles); err != nil {
+	if err := accounts.CreateUser(context.Background(), h.env.Store, name, "correct horse battery", roles); err != nil {
 		h.t.Fatal(err)
 	}
 }

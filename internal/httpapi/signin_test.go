@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/store/storetest"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 const rightPassword = "correct horse battery"
@@ -137,7 +137,7 @@ func TestSigninThrottlePerClient(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		h.addUser("lead", "support-lead")
 		b := newBrowser(t)
-		for i := range web.DefaultThrottle.ClientFree + 1 {
+		for i := range accounts.DefaultThrottle.ClientFree + 1 {
 			if code, _ := h.login(b, h.url, "nobody-"+strconv.Itoa(i), "x"); code != http.StatusUnauthorized {
 				t.Fatalf("name %d: %d", i, code)
 			}
@@ -170,7 +170,7 @@ func TestSigninTimingSameForUnknownUsers(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		h.addUser("lead", "support-lead")
 		h.addUser("gone", "support-lead")
-		if _, err := (web.Accounts{Store: h.env.Store, Actor: "test"}).Disable(context.Background(), "gone"); err != nil {
+		if _, err := (accounts.Accounts{Store: h.env.Store, Actor: "test"}).Disable(context.Background(), "gone"); err != nil {
 			t.Fatal(err)
 		}
 		timed := func(name string) time.Duration {

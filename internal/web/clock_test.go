@@ -28,8 +28,8 @@ func TestSessionOnTheDatabaseClock(t *testing.T) {
 	}
 	w := New(st, nil, slog.New(slog.DiscardHandler), "http://127.0.0.1:8080", nil)
 	rec := httptest.NewRecorder()
-	if !w.startSession(rec, httptest.NewRequest("POST", "/login", nil), approvals.Person{Subject: "ana", Roles: []string{"support-lead"}}, "") {
-		t.Fatal("no session started")
+	if err := w.startSession(rec, httptest.NewRequest("POST", "/login", nil), approvals.Person{Subject: "ana", Roles: []string{"support-lead"}}, ""); err != nil {
+		t.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/login", nil)
 	for _, c := range rec.Result().Cookies() {

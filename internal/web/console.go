@@ -104,8 +104,8 @@ func csrfToken(r *http.Request) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// cpage is what every console page shows around its content.
-type cpage struct {
+// consoleFrame is what every console page shows around its content.
+type consoleFrame struct {
 	viewer
 	Title, Nav   string
 	Notice, Err  string
@@ -187,21 +187,19 @@ func parseCursor(s string) store.Cursor {
 	return store.Cursor{At: time.UnixMicro(us).UTC(), ID: id}
 }
 
-func (w *Web) crender(rw http.ResponseWriter, status int, name string, data any) {
-	var buf strings.Builder
-	if err := consolePages.ExecuteTemplate(&buf, name, data); err != nil {
-		w.log.Error("render console page", "page", name, "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
-		return
-	}
-	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-	rw.WriteHeader(status)
-	_, _ = rw.Write([]byte(buf.String()))
+// renderConsole is render for a console page.
+func (w *Web) renderConsole(rw http.ResponseWriter, status int, name string, data any) error {
+	return writeTemplate(rw, consolePages, status, name, data)
 }
 
-// cmessage is the one page for an outcome, a refusal or an error.
-func (w *Web) cmessage(rw http.ResponseWriter, r *http.Request, v viewer, status int, title, msg, back string) {
-	w.crender(rw, status, "console_message.html", cpage{viewer: v, Title: title, Message: msg, Back: back, Now: w.now(r)})
+// messagePage is the console's one page for an outcome, a refusal or an error.
+func (w *Web) messagePage(r *http.Request, v viewer, title, msg, back string) consoleFrame {
+	return consoleFrame{viewer: v, Title: title, Message: msg, Back: back, Now: w.now(r)}
+}
+
+// consoleRefusal is a console request refused on its merits, with the message page.
+func (w *Web) consoleRefusal(r *http.Request, v viewer, status int, title, msg, back string) *refusal {
+	return &refusal{status: status, templates: consolePages, name: "console_message.html", data: w.messagePage(r, v, title, msg, back)}
 }
 
 func (w *Web) now(r *http.Request) time.Time {
@@ -212,62 +210,58 @@ func (w *Web) now(r *http.Request) time.Time {
 	return t
 }
 
-// cget serves a console page to someone signed in with the level it needs; anyone
-// else is sent to sign in, or told the page is not for their role.
-func (w *Web) cget(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
-	return headers(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+// consoleHandler is a console page or action for the viewer v: it writes its answer, or
+// returns an error for writeError.
+type consoleHandler func(rw http.ResponseWriter, r *http.Request, v viewer) error
+
+// consoleView serves a console page to someone signed in with the level it needs;
+// anyone else is sent to sign in, or told the page is not for their role.
+func (w *Web) consoleView(need level, h consoleHandler) http.Handler {
+	return w.handle(func(rw http.ResponseWriter, r *http.Request) error {
 		if bad := badInput(r); bad != "" {
-			w.cmessage(rw, r, viewer{}, http.StatusBadRequest, "Not shown", bad+" Nothing was looked up.", "/console")
-			return
+			return w.consoleRefusal(r, viewer{}, http.StatusBadRequest, "Not shown", bad+" Nothing was looked up.", "/console")
 		}
 		v, ok, err := w.viewer(r)
 		if err != nil {
-			w.fail(rw, "console session", err)
-			return
+			return err
 		}
 		if !ok {
 			http.Redirect(rw, r, "/login", http.StatusSeeOther)
-			return
+			return nil
 		}
 		if !v.may(need) {
-			w.cmessage(rw, r, v, http.StatusForbidden, "Not for your role", "This page is for "+levelName(need)+". Nothing is shown.", "/console")
-			return
+			return w.consoleRefusal(r, v, http.StatusForbidden, "Not for your role", "This page is for "+levelName(need)+". Nothing is shown.", "/console")
 		}
-		h(rw, r, v)
-	}))
+		return h(rw, r, v)
+	})
 }
 
-// cpost is a console action: a same-origin form post (CrossOriginProtection and the
-// Referer rule of every page form), from someone signed in, carrying the session's form
-// token, by a person whose console role allows it. Anything else is 403 and changes
+// consoleAction is a console action: a same-origin form post (CrossOriginProtection and
+// the Referer rule of every page form), from someone signed in, carrying the session's
+// form token, by a person whose console role allows it. Anything else is 403 and changes
 // nothing.
-func (w *Web) cpost(need level, h func(rw http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
+func (w *Web) consoleAction(need level, h consoleHandler) http.Handler {
 	cop := http.NewCrossOriginProtection()
-	return headers(cop.Handler(w.sameOrigin(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	return headers(cop.Handler(w.answer(sameOrigin(w.log, func(rw http.ResponseWriter, r *http.Request) error {
 		if bad := badInput(r); bad != "" {
-			w.cmessage(rw, r, viewer{}, http.StatusBadRequest, "Not changed", bad+" Nothing was changed.", "/console")
-			return
+			return w.consoleRefusal(r, viewer{}, http.StatusBadRequest, "Not changed", bad+" Nothing was changed.", "/console")
 		}
 		v, ok, err := w.viewer(r)
 		if err != nil {
-			w.fail(rw, "console session", err)
-			return
+			return err
 		}
 		if !ok {
-			w.cmessage(rw, r, v, http.StatusForbidden, "Sign in first", "You are not signed in. Nothing was changed.", "/login")
-			return
+			return w.consoleRefusal(r, v, http.StatusForbidden, "Sign in first", "You are not signed in. Nothing was changed.", "/login")
 		}
 		if got := r.PostFormValue("csrf"); v.CSRF == "" || !hmac.Equal([]byte(got), []byte(v.CSRF)) {
 			w.log.Warn("console post refused", "route", r.Pattern, "reason", "missing or wrong form token")
-			w.cmessage(rw, r, v, http.StatusForbidden, "Refused", "This form was not sent from your console page. Nothing was changed. Open the page again and use its buttons.", "/console")
-			return
+			return w.consoleRefusal(r, v, http.StatusForbidden, "Refused", "This form was not sent from your console page. Nothing was changed. Open the page again and use its buttons.", "/console")
 		}
 		if !v.may(need) {
 			w.log.Warn("console post refused", "route", r.Pattern, "reason", "role", "subject", v.Person.Subject)
-			w.cmessage(rw, r, v, http.StatusForbidden, "Not for your role", "Only "+levelName(need)+" may do this. Nothing was changed.", "/console")
-			return
+			return w.consoleRefusal(r, v, http.StatusForbidden, "Not for your role", "Only "+levelName(need)+" may do this. Nothing was changed.", "/console")
 		}
-		h(rw, r, v)
+		return h(rw, r, v)
 	}))))
 }
 
@@ -282,18 +276,18 @@ func levelName(l level) string {
 }
 
 func (w *Web) registerConsole(mux *http.ServeMux) {
-	mux.Handle("GET /console", w.cget(levelPerson, w.consoleWaiting))
-	mux.Handle("GET /console/approvals/{id}", w.cget(levelPerson, w.consoleApproval))
-	mux.Handle("POST /console/approvals/{id}", w.cpost(levelPerson, w.consoleDecide))
-	mux.Handle("POST /console/approvals/{id}/reissue", w.cpost(levelPerson, w.consoleReissue))
-	mux.Handle("GET /console/effects", w.cget(levelOperator, w.consoleEffects))
-	mux.Handle("POST /console/effects/{id}/resolve", w.cpost(levelOperator, w.consoleResolve))
-	mux.Handle("GET /console/parked", w.cget(levelOperator, w.consoleParked))
-	mux.Handle("POST /console/runs/{key}/unpark", w.cpost(levelOperator, w.consoleUnpark))
-	mux.Handle("GET /console/runs", w.cget(levelOperator, w.consoleRun))
-	mux.Handle("GET /console/kill-switch", w.cget(levelOperator, w.consoleKillSwitch))
-	mux.Handle("POST /console/kill-switch", w.cpost(levelAdmin, w.consoleSetKillSwitch))
-	mux.Handle("GET /console/week", w.cget(levelOperator, w.consoleWeek))
+	mux.Handle("GET /console", w.consoleView(levelPerson, w.consoleWaiting))
+	mux.Handle("GET /console/approvals/{id}", w.consoleView(levelPerson, w.consoleApproval))
+	mux.Handle("POST /console/approvals/{id}", w.consoleAction(levelPerson, w.consoleDecide))
+	mux.Handle("POST /console/approvals/{id}/reissue", w.consoleAction(levelPerson, w.consoleReissue))
+	mux.Handle("GET /console/effects", w.consoleView(levelOperator, w.consoleEffects))
+	mux.Handle("POST /console/effects/{id}/resolve", w.consoleAction(levelOperator, w.consoleResolve))
+	mux.Handle("GET /console/parked", w.consoleView(levelOperator, w.consoleParked))
+	mux.Handle("POST /console/runs/{key}/unpark", w.consoleAction(levelOperator, w.consoleUnpark))
+	mux.Handle("GET /console/runs", w.consoleView(levelOperator, w.consoleRun))
+	mux.Handle("GET /console/kill-switch", w.consoleView(levelOperator, w.consoleKillSwitch))
+	mux.Handle("POST /console/kill-switch", w.consoleAction(levelAdmin, w.consoleSetKillSwitch))
+	mux.Handle("GET /console/week", w.consoleView(levelOperator, w.consoleWeek))
 }
 
 // actor is how a console action is recorded: the person, and where they acted.
@@ -306,8 +300,8 @@ var notices = map[string]string{
 	"kill_switch": "The kill switch is changed; the event records you and your reason.",
 }
 
-func (w *Web) page(r *http.Request, v viewer, title, nav string) cpage {
-	return cpage{viewer: v, Title: title, Nav: nav, Notice: notices[r.URL.Query().Get("done")], Now: w.now(r)}
+func (w *Web) frame(r *http.Request, v viewer, title, nav string) consoleFrame {
+	return consoleFrame{viewer: v, Title: title, Nav: nav, Notice: notices[r.URL.Query().Get("done")], Now: w.now(r)}
 }
 
 // formReason is a required one-line reason or note (as the API takes it).
@@ -322,7 +316,7 @@ func formReason(r *http.Request, field string) (string, string) {
 // ---- 1. Waiting for me ----
 
 type waitingPage struct {
-	cpage
+	consoleFrame
 	Approvals []store.Approval
 	Next      string
 	Scanned   int
@@ -331,16 +325,15 @@ type waitingPage struct {
 // consoleWaiting lists the pending approvals the person may decide, newest first. The
 // list is read in keyset pages of every pending approval and filtered by the same rule
 // as the card (approvals.May); a page reads at most 10 batches.
-func (w *Web) consoleWaiting(rw http.ResponseWriter, r *http.Request, v viewer) {
-	p := waitingPage{cpage: w.page(r, v, "Waiting for me", "waiting")}
+func (w *Web) consoleWaiting(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := waitingPage{consoleFrame: w.frame(r, v, "Waiting for me", "waiting")}
 	after := parseCursor(r.URL.Query().Get("after"))
 	now := p.Now
 	exhausted := false
 	for range 10 {
 		batch, err := w.store.ApprovalsPending(r.Context(), after, &now, 2*consolePageSize)
 		if err != nil {
-			w.fail(rw, "console: pending approvals", err)
-			return
+			return fmt.Errorf("pending approvals: %w", err)
 		}
 		for _, a := range batch {
 			p.Scanned++
@@ -364,39 +357,35 @@ func (w *Web) consoleWaiting(rw http.ResponseWriter, r *http.Request, v viewer) 
 	if !exhausted {
 		p.Next = formatCursor(after.At, after.ID)
 	}
-	w.crender(rw, http.StatusOK, "console_waiting.html", p)
+	return w.renderConsole(rw, http.StatusOK, "console_waiting.html", p)
 }
 
-func (w *Web) consoleApproval(rw http.ResponseWriter, r *http.Request, v viewer) {
+func (w *Web) consoleApproval(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
 	if errors.Is(err, store.ErrUnavailable) {
-		w.fail(rw, "console: approval", err)
-		return
+		return fmt.Errorf("approval: %w", err)
 	}
 	if err != nil {
-		w.neutral(rw, v.Person)
-		return
+		return neutral(v.Person)
 	}
-	w.show(rw, r, a.TokenHash, "/console/approvals/"+a.ID, v.Person, http.StatusOK, "")
+	return w.showCard(rw, r, a.TokenHash, "/console/approvals/"+a.ID, v.Person, http.StatusOK, "")
 }
 
 // consoleDecide decides through the same code as the approval link (approvals.Decide,
 // reached by the approval's stored token hash): May, separation of duties, single use.
-func (w *Web) consoleDecide(rw http.ResponseWriter, r *http.Request, v viewer) {
+func (w *Web) consoleDecide(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
 	if errors.Is(err, store.ErrUnavailable) {
-		w.fail(rw, "console: approval", err)
-		return
+		return fmt.Errorf("approval: %w", err)
 	}
 	if err != nil {
-		w.neutral(rw, v.Person)
-		return
+		return neutral(v.Person)
 	}
-	w.decideHash(rw, r, a.TokenHash, "/console/approvals/"+a.ID)
+	return w.decideApproval(rw, r, a.TokenHash, "/console/approvals/"+a.ID)
 }
 
 type reissuedPage struct {
-	cpage
+	consoleFrame
 	Approval store.Approval
 	URL      string
 }
@@ -405,52 +394,39 @@ type reissuedPage struct {
 // (approvals.Service.Reissue: the old link dies at once, only the new token's hash is
 // stored, event approval_link_reissued). Only one who may decide the approval may.
 // The new link is shown once, on this page.
-func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) {
+func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	a, err := w.store.ApprovalByID(r.Context(), r.PathValue("id"))
 	if errors.Is(err, store.ErrUnavailable) {
-		w.fail(rw, "console: approval", err)
-		return
+		return fmt.Errorf("approval: %w", err)
 	}
 	if err != nil {
-		w.neutral(rw, v.Person)
-		return
+		return neutral(v.Person)
 	}
 	if err := approvals.May(a, *v.Person); err != nil {
-		w.notApprover(rw, v.Person, err)
-		return
+		return notApprover(v.Person, err)
 	}
-	re, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
-	switch {
-	case errors.Is(err, approvals.ErrUnknownApproval), errors.Is(err, approvals.ErrNotPending), errors.Is(err, approvals.ErrNoLink):
-		msg := err.Error()
-		w.cmessage(rw, r, v, http.StatusConflict, "No new link", strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", "/console")
-		return
-	case errors.Is(err, store.ErrUnavailable):
-		w.fail(rw, "console: reissue", err)
-		return
-	case err != nil:
-		w.log.Error("console: reissue", "err", err)
-		w.cmessage(rw, r, v, http.StatusInternalServerError, "No new link", "Something went wrong; nothing was changed. The log has the details.", "/console")
-		return
+	reissued, err := w.approvals.Reissue(r.Context(), a.ID, consoleActor(v))
+	if err != nil {
+		return &actionError{err: err, v: v, title: "No new link", back: "/console"}
 	}
-	if slices.Contains(re.Approval.AllowedDecisions, approvals.Approve) {
-		w.approvals.Notify(context.WithoutCancel(r.Context()), re, w.log)
+	if slices.Contains(reissued.Approval.AllowedDecisions, approvals.Approve) {
+		w.approvals.Notify(context.WithoutCancel(r.Context()), reissued, w.log)
 	}
-	w.crender(rw, http.StatusOK, "console_reissued.html", reissuedPage{cpage: w.page(r, v, "New approval link", "waiting"), Approval: re.Approval, URL: re.URL})
+	return w.renderConsole(rw, http.StatusOK, "console_reissued.html", reissuedPage{consoleFrame: w.frame(r, v, "New approval link", "waiting"), Approval: reissued.Approval, URL: reissued.URL})
 }
 
 // ---- 2. Unknown and failed effects ----
 
 type effectsPage struct {
-	cpage
+	consoleFrame
 	Unknown, Failed         []store.Effect
 	NextUnknown, NextFailed string
 	AfterUnknown            string
 	AfterFailed             string
 }
 
-func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) {
-	p := effectsPage{cpage: w.page(r, v, "Unknown and failed effects", "effects")}
+func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := effectsPage{consoleFrame: w.frame(r, v, "Unknown and failed effects", "effects")}
 	q := r.URL.Query()
 	p.AfterUnknown, p.AfterFailed = q.Get("unknown_after"), q.Get("failed_after")
 	list := func(state store.EffectState, after string) ([]store.Effect, string, error) {
@@ -467,17 +443,15 @@ func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) 
 		p.Failed, p.NextFailed, err = list(store.EffectFailed, p.AfterFailed)
 	}
 	if err != nil {
-		w.fail(rw, "console: effects", err)
-		return
+		return fmt.Errorf("effects: %w", err)
 	}
-	w.crender(rw, http.StatusOK, "console_effects.html", p)
+	return w.renderConsole(rw, http.StatusOK, "console_effects.html", p)
 }
 
-func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) {
+func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	note, bad := formReason(r, "note")
 	if bad != "" {
-		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not resolved", bad+" Nothing was changed.", "/console/effects")
-		return
+		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not resolved", bad+" Nothing was changed.", "/console/effects")
 	}
 	outcome, provider := r.PostFormValue("outcome"), strings.TrimSpace(r.PostFormValue("provider_id"))
 	if outcome != effects.OutcomeSent {
@@ -486,74 +460,31 @@ func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) 
 	// The version the page showed: a decision on a row that changed since is refused.
 	version, perr := strconv.ParseInt(r.PostFormValue("version"), 10, 64)
 	if perr != nil || version < 1 {
-		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not resolved", "The form is missing the effect's version: reload the page. Nothing was changed.", "/console/effects")
-		return
+		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not resolved", "The form is missing the effect's version: reload the page. Nothing was changed.", "/console/effects")
 	}
 	_, err := w.console.Effects.Resolve(r.Context(), r.PathValue("id"),
 		effects.Resolution{Outcome: outcome, ProviderID: provider, Note: note, Version: version}, consoleActor(v))
 	if err != nil {
-		w.actionError(rw, r, v, err, "Not resolved", "/console/effects")
-		return
+		return &actionError{err: err, v: v, title: "Not resolved", back: "/console/effects"}
 	}
 	http.Redirect(rw, r, "/console/effects?done=resolved", http.StatusSeeOther)
-}
-
-// ActionStatuses are the refusals a console action explains in the domain's words, with
-// the API's status for each (the API's error table is the reference; a test in httpapi
-// holds the two to the same status). Anything else is a 500 with the details only logged.
-var ActionStatuses = []struct {
-	Err    error
-	Status int
-}{
-	{effects.ErrNotFound, http.StatusNotFound},
-	{runs.ErrNotFound, http.StatusNotFound},
-	{effects.ErrNotResolvable, http.StatusConflict},
-	{effects.ErrEffectChanged, http.StatusConflict},
-	{failures.ErrNotParked, http.StatusConflict},
-	{effects.ErrUnknownActionType, http.StatusUnprocessableEntity},
-}
-
-// actionError tells the person why a domain operation refused, in its own words.
-func (w *Web) actionError(rw http.ResponseWriter, r *http.Request, v viewer, err error, title, back string) {
-	status := 0
-	var fe *runs.FieldError
-	if errors.As(err, &fe) {
-		status = http.StatusUnprocessableEntity // a form field: the page's status for bad input
-	}
-	for _, a := range ActionStatuses {
-		if status == 0 && errors.Is(err, a.Err) {
-			status = a.Status
-		}
-	}
-	switch {
-	case status != 0:
-	case errors.Is(err, store.ErrUnavailable):
-		w.fail(rw, "console action", err)
-		return
-	default:
-		w.log.Error("console action", "route", r.Pattern, "err", err)
-		w.cmessage(rw, r, v, http.StatusInternalServerError, title, "Something went wrong; nothing was changed. The log has the details.", back)
-		return
-	}
-	msg := err.Error()
-	w.cmessage(rw, r, v, status, title, strings.ToUpper(msg[:1])+msg[1:]+". Nothing was changed.", back)
+	return nil
 }
 
 // ---- 3. Parked runs ----
 
 type parkedPage struct {
-	cpage
+	consoleFrame
 	Runs  []store.Run
 	Next  string
 	After string
 }
 
-func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) {
-	p := parkedPage{cpage: w.page(r, v, "Parked runs", "parked"), After: r.URL.Query().Get("after")}
+func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := parkedPage{consoleFrame: w.frame(r, v, "Parked runs", "parked"), After: r.URL.Query().Get("after")}
 	rs, err := w.store.RunsParked(r.Context(), parseCursor(p.After), consolePageSize+1)
 	if err != nil {
-		w.fail(rw, "console: parked runs", err)
-		return
+		return fmt.Errorf("parked runs: %w", err)
 	}
 	if len(rs) > consolePageSize {
 		rs = rs[:consolePageSize]
@@ -561,27 +492,26 @@ func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) {
 		p.Next = formatCursor(last.UpdatedAt, last.Key)
 	}
 	p.Runs = rs
-	w.crender(rw, http.StatusOK, "console_parked.html", p)
+	return w.renderConsole(rw, http.StatusOK, "console_parked.html", p)
 }
 
-func (w *Web) consoleUnpark(rw http.ResponseWriter, r *http.Request, v viewer) {
+func (w *Web) consoleUnpark(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	reason, bad := formReason(r, "reason")
 	if bad != "" {
-		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not unparked", bad+" Nothing was changed.", "/console/parked")
-		return
+		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not unparked", bad+" Nothing was changed.", "/console/parked")
 	}
 	_, err := w.console.Failures.Unpark(r.Context(), r.PathValue("key"), store.State(r.PostFormValue("to")), reason, consoleActor(v))
 	if err != nil {
-		w.actionError(rw, r, v, err, "Not unparked", "/console/parked")
-		return
+		return &actionError{err: err, v: v, title: "Not unparked", back: "/console/parked"}
 	}
 	http.Redirect(rw, r, "/console/parked?done=unparked", http.StatusSeeOther)
+	return nil
 }
 
 // ---- 4. Run ----
 
 type runPage struct {
-	cpage
+	consoleFrame
 	Key     string
 	Found   bool
 	X       audit.Explanation
@@ -589,16 +519,15 @@ type runPage struct {
 	Approve []store.Approval
 }
 
-func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) {
-	p := runPage{cpage: w.page(r, v, "Run", "runs"), Key: strings.TrimSpace(r.URL.Query().Get("key"))}
+func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := runPage{consoleFrame: w.frame(r, v, "Run", "runs"), Key: strings.TrimSpace(r.URL.Query().Get("key"))}
 	if p.Key != "" {
 		x, err := w.console.Audit.Explain(r.Context(), p.Key)
 		switch {
 		case errors.Is(err, runs.ErrNotFound):
 			p.Err = "No run has the key " + strconv.Quote(p.Key) + "."
 		case err != nil:
-			w.fail(rw, "console: explain", err)
-			return
+			return fmt.Errorf("explain: %w", err)
 		default:
 			p.Found, p.X, p.Title = true, x, "Run "+p.Key
 			p.Parked = x.Processed.State == store.StateAwaitingHuman && slices.Contains(store.ParkReasons, x.Processed.ParkReason)
@@ -608,13 +537,13 @@ func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) {
 	if p.Key != "" && !p.Found {
 		status = http.StatusNotFound
 	}
-	w.crender(rw, status, "console_run.html", p)
+	return w.renderConsole(rw, status, "console_run.html", p)
 }
 
 // ---- 5. Kill switch ----
 
 type killSwitchPage struct {
-	cpage
+	consoleFrame
 	EnvDisabled bool
 	Global      *store.KillSwitch
 	Actions     []killSwitchRow
@@ -625,12 +554,11 @@ type killSwitchRow struct {
 	Setting *store.KillSwitch
 }
 
-func (w *Web) consoleKillSwitch(rw http.ResponseWriter, r *http.Request, v viewer) {
-	p := killSwitchPage{cpage: w.page(r, v, "Kill switch", "kill")}
+func (w *Web) consoleKillSwitch(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := killSwitchPage{consoleFrame: w.frame(r, v, "Kill switch", "kill")}
 	switches, env, err := w.console.Effects.KillSwitch(r.Context())
 	if err != nil {
-		w.fail(rw, "console: kill switch", err)
-		return
+		return fmt.Errorf("kill switch: %w", err)
 	}
 	p.EnvDisabled = env
 	byScope := map[string]*store.KillSwitch{}
@@ -641,14 +569,13 @@ func (w *Web) consoleKillSwitch(rw http.ResponseWriter, r *http.Request, v viewe
 	for _, t := range w.console.Policy.ActionTypes() {
 		p.Actions = append(p.Actions, killSwitchRow{Type: t, Setting: byScope[effects.ActionScope(t)]})
 	}
-	w.crender(rw, http.StatusOK, "console_killswitch.html", p)
+	return w.renderConsole(rw, http.StatusOK, "console_killswitch.html", p)
 }
 
-func (w *Web) consoleSetKillSwitch(rw http.ResponseWriter, r *http.Request, v viewer) {
+func (w *Web) consoleSetKillSwitch(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	reason, bad := formReason(r, "reason")
 	if bad != "" {
-		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not changed", bad+" Nothing was changed.", "/console/kill-switch")
-		return
+		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not changed", bad+" Nothing was changed.", "/console/kill-switch")
 	}
 	var enabled bool
 	switch r.PostFormValue("enabled") {
@@ -656,20 +583,19 @@ func (w *Web) consoleSetKillSwitch(rw http.ResponseWriter, r *http.Request, v vi
 		enabled = true
 	case "false":
 	default:
-		w.cmessage(rw, r, v, http.StatusUnprocessableEntity, "Not changed", "Choose enable or disable. Nothing was changed.", "/console/kill-switch")
-		return
+		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not changed", "Choose enable or disable. Nothing was changed.", "/console/kill-switch")
 	}
 	if err := w.console.Effects.SetKillSwitch(r.Context(), r.PostFormValue("scope"), enabled, reason, consoleActor(v)); err != nil {
-		w.actionError(rw, r, v, err, "Not changed", "/console/kill-switch")
-		return
+		return &actionError{err: err, v: v, title: "Not changed", back: "/console/kill-switch"}
 	}
 	http.Redirect(rw, r, "/console/kill-switch?done=kill_switch", http.StatusSeeOther)
+	return nil
 }
 
 // ---- 6. This week ----
 
 type weekPage struct {
-	cpage
+	consoleFrame
 	R      audit.Report
 	Charts []template.HTML
 }
@@ -677,19 +603,18 @@ type weekPage struct {
 // weeks is how many past weeks the charts show.
 const weeks = 6
 
-func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) {
-	p := weekPage{cpage: w.page(r, v, "This week", "week")}
+func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := weekPage{consoleFrame: w.frame(r, v, "This week", "week")}
 	// Reports over 1…weeks weeks back; a week's counts are the difference of two.
-	cum := make([]audit.Report, weeks+1)
+	cumulative := make([]audit.Report, weeks+1)
 	for i := 1; i <= weeks; i++ {
 		rep, err := w.console.Audit.Report(r.Context(), p.Now.Add(-time.Duration(i)*7*24*time.Hour))
 		if err != nil {
-			w.fail(rw, "console: report", err)
-			return
+			return fmt.Errorf("report: %w", err)
 		}
-		cum[i] = rep
+		cumulative[i] = rep
 	}
-	p.R = cum[1]
-	p.Charts = weekCharts(cum, p.Now)
-	w.crender(rw, http.StatusOK, "console_week.html", p)
+	p.R = cumulative[1]
+	p.Charts = weekCharts(cumulative, p.Now)
+	return w.renderConsole(rw, http.StatusOK, "console_week.html", p)
 }

@@ -100,31 +100,30 @@ func (w *Web) setFlowCookie(rw http.ResponseWriter, value string, maxAge time.Du
 		SameSite: http.SameSiteLaxMode, MaxAge: int(maxAge.Seconds())})
 }
 
-func (w *Web) noSSO(rw http.ResponseWriter) {
-	w.render(rw, http.StatusNotFound, "neutral.html", page{Title: "Single sign-on is not configured",
+func noSSO() error {
+	return refuse(http.StatusNotFound, "neutral.html", page{Title: "Single sign-on is not configured",
 		Message: "This airlock has no single sign-on. Sign in with a local account."})
 }
 
 // oidcStart sends the person to the provider with a fresh state, nonce and S256
 // challenge; the verifier stays in the flow cookie.
-func (w *Web) oidcStart(rw http.ResponseWriter, r *http.Request) {
+func (w *Web) oidcStart(rw http.ResponseWriter, r *http.Request) error {
 	if w.oidc == nil {
-		w.noSSO(rw)
-		return
+		return noSSO()
 	}
 	state, nonce, verifier := randomValue(), randomValue(), oauth2.GenerateVerifier()
 	w.setFlowCookie(rw, state+"."+nonce+"."+verifier, oidcFlowLife)
 	http.Redirect(rw, r, w.oidc.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), http.StatusSeeOther)
+	return nil
 }
 
 // oidcCallback finishes a flow: the state must match the flow cookie's (constant-time),
 // the code is exchanged with the verifier, the ID token is verified (issuer, audience,
 // expiry, signature) and must carry the flow's nonce. Then the same server-side
 // session as a local sign-in starts.
-func (w *Web) oidcCallback(rw http.ResponseWriter, r *http.Request) {
+func (w *Web) oidcCallback(rw http.ResponseWriter, r *http.Request) error {
 	if w.oidc == nil {
-		w.noSSO(rw)
-		return
+		return noSSO()
 	}
 	q := r.URL.Query()
 	var flow []string
@@ -134,21 +133,18 @@ func (w *Web) oidcCallback(rw http.ResponseWriter, r *http.Request) {
 	if len(flow) != 3 || slices.Contains(flow, "") || subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(flow[0])) != 1 {
 		// The flow cookie stays: a forged callback must not end a real attempt.
 		w.log.Warn("sso sign-in refused", "reason", "state does not match this browser's sign-in attempt")
-		w.loginError(rw, r, http.StatusBadRequest, "This sign-in cannot be completed: it expired, was already used, or was started in another browser. Sign in again.")
-		return
+		return w.loginRefused(http.StatusBadRequest, "This sign-in cannot be completed: it expired, was already used, or was started in another browser. Sign in again.")
 	}
 	w.setFlowCookie(rw, "", -time.Second) // used up, whatever happens next
-	refuse := func(reason string, args ...any) {
+	deny := func(reason string, args ...any) error {
 		w.log.Warn("sso sign-in refused", append([]any{"reason", reason}, args...)...)
-		w.loginError(rw, r, http.StatusUnauthorized, "Single sign-on did not sign you in. Try again, or ask your administrator.")
+		return w.loginRefused(http.StatusUnauthorized, "Single sign-on did not sign you in. Try again, or ask your administrator.")
 	}
 	if e := q.Get("error"); e != "" {
-		refuse("the provider returned an error", "error", clip(e))
-		return
+		return deny("the provider returned an error", "error", clip(e))
 	}
 	if q.Get("code") == "" {
-		refuse("no code")
-		return
+		return deny("no code")
 	}
 	ctx, cancel := context.WithTimeout(oidc.ClientContext(r.Context(), w.oidc.client), oidcTimeout)
 	defer cancel()
@@ -156,41 +152,34 @@ func (w *Web) oidcCallback(rw http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && re.Response != nil {
-			refuse("token exchange failed", "status", re.Response.StatusCode, "error", clip(re.ErrorCode))
-		} else {
-			refuse("token exchange failed", "err", err)
+			return deny("token exchange failed", "status", re.Response.StatusCode, "error", clip(re.ErrorCode))
 		}
-		return
+		return deny("token exchange failed", "err", err)
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		refuse("the token response has no id_token")
-		return
+		return deny("the token response has no id_token")
 	}
 	idt, err := w.oidc.verifier.Verify(ctx, raw)
 	if err != nil {
-		refuse("ID token not valid", "err", err)
-		return
+		return deny("ID token not valid", "err", err)
 	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(flow[1])) != 1 {
-		refuse("the ID token's nonce does not match this sign-in attempt")
-		return
+		return deny("the ID token's nonce does not match this sign-in attempt")
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
-		refuse("ID token claims", "err", err)
-		return
+		return deny("ID token claims", "err", err)
 	}
 	who, dropped, err := w.oidc.person(idt.Subject, claims)
 	if err != nil {
-		refuse(err.Error())
-		return
+		return deny(err.Error())
 	}
 	if dropped > 0 {
 		w.log.Warn("sso sign-in: claim values that cannot be roles were ignored", "claim", w.oidc.roleClaim, "ignored", dropped)
 	}
-	if !w.startSession(rw, r, who, "") {
-		return
+	if err := w.startSession(rw, r, who, ""); err != nil {
+		return err
 	}
 	w.log.Info("sso sign-in", "subject", who.Subject, "roles", who.Roles)
 	to := "/login" // which says who is signed in
@@ -198,6 +187,7 @@ func (w *Web) oidcCallback(rw http.ResponseWriter, r *http.Request) {
 		to = "/approve/continue"
 	}
 	http.Redirect(rw, r, to, http.StatusSeeOther)
+	return nil
 }
 
 // person reads the subject and the roles from verified ID token claims. dropped counts

@@ -2,27 +2,28 @@
 // Connect single sign-on (oidc.go), and the approval confirmation page and decision.
 // Pages are server-rendered and work without JavaScript; a GET never changes an
 // approval; every POST passes net/http's CrossOriginProtection, and cookies are
-// SameSite=Lax, HttpOnly, Secure over https.
+// SameSite=Lax, HttpOnly, Secure over https. Accounts, sessions and the sign-in
+// throttle live in internal/accounts; a handler here returns its errors, and
+// writeError (errors.go) is the one place they become a status and a page.
 package web
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"embed"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -36,12 +37,9 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{"shown": input
 	ParseFS(templateFS, "templates/layout.html", "templates/login.html", "templates/neutral.html", "templates/approval.html"))
 
 const (
-	sessionCookie = "airlock_session"
-	intentCookie  = "airlock_intent"
-	// SessionIdle and SessionLifetime bound a session: idle, and absolute.
-	SessionIdle     = 30 * time.Minute
-	SessionLifetime = 12 * time.Hour
-	intentLifetime  = 15 * time.Minute
+	sessionCookie  = "airlock_session"
+	intentCookie   = "airlock_intent"
+	intentLifetime = 15 * time.Minute
 )
 
 // Web serves the pages.
@@ -51,7 +49,8 @@ type Web struct {
 	log       *slog.Logger
 	secure    bool  // Secure cookies: the public URL is https
 	oidc      *OIDC // single sign-on, when configured
-	throttle  Throttle
+	sessions  accounts.Sessions
+	signIn    accounts.SignIn // local sign-in, under its throttle
 	observer  Observer
 	intent    intentKey
 	console   *Console // the operator console, when enabled
@@ -59,7 +58,10 @@ type Web struct {
 }
 
 func New(st store.Store, ap *approvals.Service, log *slog.Logger, publicURL string, now func() time.Time, opts ...Option) *Web {
-	w := &Web{store: st, approvals: ap, log: log, secure: strings.HasPrefix(publicURL, "https://"), Clock: runs.Clock{Now: now}, throttle: DefaultThrottle}
+	clock := runs.Clock{Now: now}
+	w := &Web{store: st, approvals: ap, log: log, secure: strings.HasPrefix(publicURL, "https://"), Clock: clock,
+		sessions: accounts.Sessions{Store: st, Clock: clock},
+		signIn:   accounts.SignIn{Store: st, Throttle: accounts.DefaultThrottle, Log: log, Clock: clock}}
 	for _, o := range opts {
 		o(w)
 	}
@@ -73,17 +75,17 @@ var Patterns = []string{"GET /login", "POST /login", "POST /logout", "GET /appro
 // Register adds the pages to mux.
 func (w *Web) Register(mux *http.ServeMux) {
 	cop := http.NewCrossOriginProtection()
-	post := func(h http.HandlerFunc) http.Handler { return headers(cop.Handler(w.sameOrigin(h))) }
-	mux.Handle("GET /login", headers(http.HandlerFunc(w.loginPage)))
+	post := func(h handlerFunc) http.Handler { return headers(cop.Handler(w.answer(sameOrigin(w.log, h)))) }
+	mux.Handle("GET /login", w.handle(w.loginPage))
 	mux.Handle("POST /login", post(w.login))
 	mux.Handle("POST /logout", post(w.logout))
-	mux.Handle("GET /login/oidc", headers(http.HandlerFunc(w.oidcStart)))
-	mux.Handle("GET "+CallbackPath, headers(http.HandlerFunc(w.oidcCallback)))
+	mux.Handle("GET /login/oidc", w.handle(w.oidcStart))
+	mux.Handle("GET "+CallbackPath, w.handle(w.oidcCallback))
 	// "continue" is the page after a sign-in, found through the intent cookie: the raw
 	// token never sits in a URL parameter or server-side.
-	mux.Handle("GET /approve/continue", headers(http.HandlerFunc(w.continuePage)))
+	mux.Handle("GET /approve/continue", w.handle(w.continuePage))
 	mux.Handle("POST /approve/continue", post(w.continueDecide))
-	mux.Handle("GET /approve/{token}", headers(http.HandlerFunc(w.approvalPage)))
+	mux.Handle("GET /approve/{token}", w.handle(w.approvalPage))
 	mux.Handle("POST /approve/{token}", post(w.decide))
 	if w.console != nil {
 		w.registerConsole(mux)
@@ -111,26 +113,21 @@ func headers(next http.Handler) http.Handler {
 // Sec-Fetch-Site through (it takes it for a non-browser client): a form post must come
 // from a browser, so without both it needs a Referer on this host, and without any of
 // the three it is refused.
-func (w *Web) sameOrigin(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+func sameOrigin(log *slog.Logger, next handlerFunc) handlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) error {
 		if r.Header.Get("Sec-Fetch-Site") == "" && r.Header.Get("Origin") == "" {
 			ref, err := url.Parse(r.Header.Get("Referer"))
 			if err != nil || ref.Host == "" || ref.Host != r.Host || (ref.Scheme != "http" && ref.Scheme != "https") {
-				w.log.Warn("form post refused", "route", r.Pattern, "reason", "no Origin or Sec-Fetch-Site, and no Referer from this site")
-				w.render(rw, http.StatusForbidden, "neutral.html", page{Title: "Refused",
+				log.Warn("form post refused", "route", r.Pattern, "reason", "no Origin or Sec-Fetch-Site, and no Referer from this site")
+				return refuse(http.StatusForbidden, "neutral.html", page{Title: "Refused",
 					Message: "This form was not sent from an airlock page. Nothing was changed. Open the page again and use its buttons."})
-				return
 			}
 		}
-		next.ServeHTTP(rw, r)
-	})
+		return next(rw, r)
+	}
 }
 
-func hashOf(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
+// randomValue is an OIDC flow's state or nonce: 32 random bytes, URL-safe base64.
 func randomValue() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
@@ -150,46 +147,14 @@ func (w *Web) person(r *http.Request) (*approvals.Person, error) {
 	if err != nil || c.Value == "" {
 		return nil, nil
 	}
-	s, err := w.store.SessionTouch(r.Context(), hashOf(c.Value), SessionIdle, w.At())
-	if errors.Is(err, store.ErrUnavailable) {
-		return nil, err
-	}
-	if err != nil {
+	who, err := w.sessions.Person(r.Context(), c.Value)
+	if errors.Is(err, accounts.ErrNoSession) {
 		return nil, nil
 	}
-	return &approvals.Person{Subject: s.Subject, Roles: s.Roles}, nil
-}
-
-// whoIs is person for a page: when the database cannot say, it answers the request with
-// the try-again page and ok is false.
-func (w *Web) whoIs(rw http.ResponseWriter, r *http.Request) (who *approvals.Person, ok bool) {
-	who, err := w.person(r)
 	if err != nil {
-		w.fail(rw, "session", err)
-		return nil, false
+		return nil, fmt.Errorf("session: %w", err)
 	}
-	return who, true
-}
-
-// fail answers a request that the store failed: 503 and a page that says to try again
-// when the database is unavailable (store.ErrUnavailable), else 500. Both are logged.
-func (w *Web) fail(rw http.ResponseWriter, what string, err error) {
-	if errors.Is(err, store.ErrUnavailable) {
-		w.log.Warn(what+": the database is unavailable", "err", err)
-		w.unavailable(rw)
-		return
-	}
-	w.log.Error(what, "err", err)
-	http.Error(rw, "internal error", http.StatusInternalServerError)
-}
-
-// unavailable is the page of an outage: nothing is wrong with the request, and sending
-// it again (the browser's reload, the form again) is safe — a decision is taken once,
-// and a sign-in only signs in.
-func (w *Web) unavailable(rw http.ResponseWriter) {
-	rw.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-	w.render(rw, http.StatusServiceUnavailable, "neutral.html", page{Title: "Try again in a moment",
-		Message: "airlock cannot use its database just now. Try again in a few seconds: what you sent is safe to send again, and a decision already recorded is not taken twice."})
+	return &who, nil
 }
 
 // RetryAfterSeconds is the Retry-After of the outage page, as of the API's 503.
@@ -201,21 +166,27 @@ type page struct {
 	Person                *approvals.Person
 }
 
-func (w *Web) render(rw http.ResponseWriter, status int, name string, data any) {
+// render writes the page name with status; when the template fails nothing is written
+// and the error is returned (a 500 by writeError).
+func (w *Web) render(rw http.ResponseWriter, status int, name string, data any) error {
+	return writeTemplate(rw, pages, status, name, data)
+}
+
+// writeTemplate renders into a buffer first, so that a failed template writes nothing.
+func writeTemplate(rw http.ResponseWriter, t *template.Template, status int, name string, data any) error {
 	var buf bytes.Buffer
-	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
-		w.log.Error("render page", "page", name, "err", err)
-		http.Error(rw, "internal error", http.StatusInternalServerError)
-		return
+	if err := t.ExecuteTemplate(&buf, name, data); err != nil {
+		return fmt.Errorf("render page %s: %w", name, err)
 	}
 	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
 	rw.WriteHeader(status)
 	_, _ = buf.WriteTo(rw)
+	return nil
 }
 
 // neutral is the one page for unknown, expired and used links: no hint which.
-func (w *Web) neutral(rw http.ResponseWriter, who *approvals.Person) {
-	w.render(rw, http.StatusNotFound, "neutral.html", page{Title: "This link cannot be used",
+func neutral(who *approvals.Person) error {
+	return refuse(http.StatusNotFound, "neutral.html", page{Title: "This link cannot be used",
 		Message: "The approval link is unknown, has expired, or has already been used. Nothing was changed.", Person: who})
 }
 
@@ -224,51 +195,43 @@ type loginPage struct {
 	SSO bool
 }
 
-func (w *Web) loginPage(rw http.ResponseWriter, r *http.Request) {
-	who, ok := w.whoIs(rw, r)
-	if !ok {
-		return
+func (w *Web) loginPage(rw http.ResponseWriter, r *http.Request) error {
+	who, err := w.person(r)
+	if err != nil {
+		return err
 	}
 	if who != nil {
-		w.signedIn(rw, who)
-		return
+		return w.signedIn(rw, who)
 	}
-	w.render(rw, http.StatusOK, "login.html", loginPage{page: page{Title: "Sign in"}, SSO: w.oidc != nil})
+	return w.render(rw, http.StatusOK, "login.html", loginPage{page: page{Title: "Sign in"}, SSO: w.oidc != nil})
 }
 
-func (w *Web) loginError(rw http.ResponseWriter, r *http.Request, status int, msg string) {
-	w.render(rw, status, "login.html", loginPage{page: page{Title: "Sign in", Error: msg}, SSO: w.oidc != nil})
+// loginRefused is the sign-in page again, with why it did not sign in.
+func (w *Web) loginRefused(status int, msg string) *refusal {
+	return refuse(status, "login.html", loginPage{page: page{Title: "Sign in", Error: msg}, SSO: w.oidc != nil})
 }
 
-func (w *Web) signedIn(rw http.ResponseWriter, who *approvals.Person) {
+func (w *Web) signedIn(rw http.ResponseWriter, who *approvals.Person) error {
 	p := page{Title: "Signed in", Message: "You are signed in. Open your approval link again.", Person: who}
 	if w.console != nil {
 		p.Message, p.Link = "You are signed in. Open your approval link again, or the console.", "/console"
 	}
-	w.render(rw, http.StatusOK, "neutral.html", p)
+	return w.render(rw, http.StatusOK, "neutral.html", p)
 }
 
-// startSession starts the server-side session of a sign-in, local or single sign-on:
-// only the cookie value's hash is stored; a session the browser held before ends.
-func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approvals.Person, userID string) bool {
-	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
-		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
+// startSession starts the server-side session of a sign-in, local or single sign-on
+// (accounts.Sessions: only the id's hash is stored), and ends the one the browser held.
+func (w *Web) startSession(rw http.ResponseWriter, r *http.Request, who approvals.Person, userID string) error {
+	previous := ""
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		previous = c.Value
 	}
-	value := randomValue()
-	// The database's clock (or the test's): sessions are checked against it, and another
-	// instance's process clock may differ from this one's.
-	now, err := w.Read(r.Context(), w.store)
+	id, err := w.sessions.Start(r.Context(), previous, who, userID)
 	if err != nil {
-		w.fail(rw, "create session", err)
-		return false
+		return fmt.Errorf("create session: %w", err)
 	}
-	if err := w.store.SessionInsert(r.Context(), store.Session{IDHash: hashOf(value), UserID: userID, Subject: who.Subject, Roles: who.Roles,
-		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
-		w.fail(rw, "create session", err)
-		return false
-	}
-	w.setCookie(rw, sessionCookie, value, SessionLifetime)
-	return true
+	w.setCookie(rw, sessionCookie, id, accounts.SessionLifetime)
+	return nil
 }
 
 // hasIntent: an approval's place is kept across this sign-in.
@@ -277,24 +240,25 @@ func (w *Web) hasIntent(r *http.Request) bool {
 	return err == nil
 }
 
-func (w *Web) logout(rw http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(sessionCookie); err == nil {
-		_ = w.store.SessionDelete(r.Context(), hashOf(c.Value))
+func (w *Web) logout(rw http.ResponseWriter, r *http.Request) error {
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
+		_ = w.sessions.End(r.Context(), c.Value)
 	}
 	w.setCookie(rw, sessionCookie, "", -time.Second)
 	http.Redirect(rw, r, "/login", http.StatusSeeOther)
+	return nil
 }
 
 // askLogin keeps the approval's place (its token's hash) in a sealed intent cookie, and
 // sends the person to sign in. It writes nothing to the database.
-func (w *Web) askLogin(rw http.ResponseWriter, r *http.Request, tokenHash string) {
+func (w *Web) askLogin(rw http.ResponseWriter, r *http.Request, tokenHash string) error {
 	value, err := w.sealIntent(r.Context(), tokenHash)
 	if err != nil {
-		w.fail(rw, "keep login intent", err)
-		return
+		return fmt.Errorf("keep login intent: %w", err)
 	}
 	w.setCookie(rw, intentCookie, value, intentLifetime)
 	http.Redirect(rw, r, "/login", http.StatusSeeOther)
+	return nil
 }
 
 type approvalPage struct {
@@ -315,28 +279,27 @@ type approvalPage struct {
 
 // notApprover tells a signed-in person that this approval is not theirs to decide, and
 // shows nothing of it.
-func (w *Web) notApprover(rw http.ResponseWriter, who *approvals.Person, why error) {
-	w.render(rw, http.StatusForbidden, "neutral.html", page{Title: "You are not an approver of this action",
+func notApprover(who *approvals.Person, why error) error {
+	return refuse(http.StatusForbidden, "neutral.html", page{Title: "You are not an approver of this action",
 		Message: strings.ToUpper(why.Error()[:1]) + why.Error()[1:] + ". Nothing was changed; its content is shown only to those who may decide it.", Person: who})
 }
 
-func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action string, who *approvals.Person, status int, errMsg string) {
+// showCard writes the approval card of the token hash, for the person who may decide it,
+// with status and errMsg (a decision refused on the card).
+func (w *Web) showCard(rw http.ResponseWriter, r *http.Request, tokenHash, action string, who *approvals.Person, status int, errMsg string) error {
 	a, run, err := w.approvals.Lookup(r.Context(), tokenHash)
 	if errors.Is(err, store.ErrUnavailable) {
-		w.fail(rw, "approval page", err)
-		return
+		return fmt.Errorf("approval page: %w", err)
 	}
 	if err != nil {
 		if !errors.Is(err, approvals.ErrNotFound) {
 			w.log.Error("approval page", "err", err)
 		}
-		w.neutral(rw, who)
-		return
+		return neutral(who)
 	}
 	// The card, and the draft in it, is for the people who may decide it.
 	if err := approvals.May(a, *who); err != nil {
-		w.notApprover(rw, who, err)
-		return
+		return notApprover(who, err)
 	}
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, a.Payload, "", "  "); err != nil {
@@ -348,7 +311,7 @@ func (w *Web) show(rw http.ResponseWriter, r *http.Request, tokenHash, action st
 	if strings.HasPrefix(action, "/console/") {
 		p.CSRF = csrfToken(r)
 	}
-	w.render(rw, status, "approval.html", p)
+	return w.render(rw, status, "approval.html", p)
 }
 
 // model reads the model that drafted the effect from the request's event.
@@ -372,99 +335,88 @@ func (w *Web) model(ctx context.Context, a store.Approval) string {
 	}
 }
 
-func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) {
-	th := approvals.HashToken(r.PathValue("token"))
-	who, ok := w.whoIs(rw, r)
-	if !ok {
-		return
+func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) error {
+	tokenHash := approvals.HashToken(r.PathValue("token"))
+	who, err := w.person(r)
+	if err != nil {
+		return err
 	}
 	if who == nil {
-		if _, _, err := w.approvals.Lookup(r.Context(), th); errors.Is(err, store.ErrUnavailable) {
-			w.fail(rw, "approval page", err)
-			return
+		if _, _, err := w.approvals.Lookup(r.Context(), tokenHash); errors.Is(err, store.ErrUnavailable) {
+			return fmt.Errorf("approval page: %w", err)
 		} else if err != nil {
-			w.neutral(rw, nil)
-			return
+			return neutral(nil)
 		}
-		w.askLogin(rw, r, th)
-		return
+		return w.askLogin(rw, r, tokenHash)
 	}
-	w.show(rw, r, th, r.URL.Path, who, http.StatusOK, "")
+	return w.showCard(rw, r, tokenHash, r.URL.Path, who, http.StatusOK, "")
 }
 
-func (w *Web) continueTokenHash(r *http.Request) (string, bool) {
-	return w.openIntent(r)
-}
-
-func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) {
-	who, ok := w.whoIs(rw, r)
-	if !ok {
-		return
+func (w *Web) continuePage(rw http.ResponseWriter, r *http.Request) error {
+	who, err := w.person(r)
+	if err != nil {
+		return err
 	}
-	th, ok := w.continueTokenHash(r)
+	tokenHash, ok := w.openIntent(r)
 	switch {
 	case !ok:
-		w.neutral(rw, who)
+		return neutral(who)
 	case who == nil:
 		http.Redirect(rw, r, "/login", http.StatusSeeOther)
-	default:
-		w.show(rw, r, th, "/approve/continue", who, http.StatusOK, "")
+		return nil
 	}
+	return w.showCard(rw, r, tokenHash, "/approve/continue", who, http.StatusOK, "")
 }
 
-func (w *Web) decide(rw http.ResponseWriter, r *http.Request) {
-	w.decideHash(rw, r, approvals.HashToken(r.PathValue("token")), r.URL.Path)
+func (w *Web) decide(rw http.ResponseWriter, r *http.Request) error {
+	return w.decideApproval(rw, r, approvals.HashToken(r.PathValue("token")), r.URL.Path)
 }
 
-func (w *Web) continueDecide(rw http.ResponseWriter, r *http.Request) {
-	th, ok := w.continueTokenHash(r)
+func (w *Web) continueDecide(rw http.ResponseWriter, r *http.Request) error {
+	tokenHash, ok := w.openIntent(r)
 	if !ok {
-		who, ok := w.whoIs(rw, r)
-		if ok {
-			w.neutral(rw, who)
+		who, err := w.person(r)
+		if err != nil {
+			return err
 		}
-		return
+		return neutral(who)
 	}
-	w.decideHash(rw, r, th, "/approve/continue")
+	return w.decideApproval(rw, r, tokenHash, "/approve/continue")
 }
 
-func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action string) {
-	who, ok := w.whoIs(rw, r)
-	if !ok {
-		return
+// decideApproval takes the decision on the approval of tokenHash, through
+// approvals.Decide (May, separation of duties, single use). Its refusals are the
+// approval pages' own: the not-an-approver page, the card again with why, the
+// too-late page, the neutral page.
+func (w *Web) decideApproval(rw http.ResponseWriter, r *http.Request, tokenHash, action string) error {
+	who, err := w.person(r)
+	if err != nil {
+		return err
 	}
 	if who == nil {
-		w.askLogin(rw, r, th)
-		return
+		return w.askLogin(rw, r, tokenHash)
 	}
 	form, bad := postForm(r, formField{name: "decision", label: "decision", max: 20},
 		formField{name: "reason", label: "reason", max: 2000, multiline: true})
 	if bad != "" {
-		w.render(rw, http.StatusBadRequest, "neutral.html", page{Title: "Not sent", Message: bad + " Nothing was decided.", Person: who})
-		return
+		return refuse(http.StatusBadRequest, "neutral.html", page{Title: "Not sent", Message: bad + " Nothing was decided.", Person: who})
 	}
 	decision, reason := form["decision"], strings.TrimSpace(form["reason"])
 	if decision == approvals.Reject && reason == "" {
-		w.show(rw, r, th, action, who, http.StatusUnprocessableEntity, "Say why you reject it.")
-		return
+		return w.showCard(rw, r, tokenHash, action, who, http.StatusUnprocessableEntity, "Say why you reject it.")
 	}
-	a, err := w.approvals.Decide(r.Context(), th, decision, reason, *who)
+	a, err := w.approvals.Decide(r.Context(), tokenHash, decision, reason, *who)
 	switch {
 	case errors.Is(err, approvals.ErrForbidden), errors.Is(err, approvals.ErrSelfApproval):
-		w.notApprover(rw, who, err)
-		return
+		return notApprover(who, err)
 	case errors.Is(err, approvals.ErrDecisionNotAllowed):
-		w.show(rw, r, th, action, who, http.StatusForbidden, err.Error())
-		return
+		return w.showCard(rw, r, tokenHash, action, who, http.StatusForbidden, err.Error())
 	case errors.Is(err, approvals.ErrTooLate):
-		w.render(rw, http.StatusConflict, "neutral.html", page{Title: "Too late to cancel", Message: err.Error(), Person: who})
-		return
+		return refuse(http.StatusConflict, "neutral.html", page{Title: "Too late to cancel", Message: err.Error(), Person: who})
 	case errors.Is(err, approvals.ErrNotFound):
-		w.neutral(rw, who)
-		return
+		return neutral(who)
 	case err != nil:
-		w.fail(rw, "decide approval", err)
-		return
+		return fmt.Errorf("decide approval: %w", err)
 	}
 	msg := "Approved: the action is queued and will be sent once."
 	switch a.Decision {
@@ -473,5 +425,5 @@ func (w *Web) decideHash(rw http.ResponseWriter, r *http.Request, th, action str
 	case approvals.Cancel:
 		msg = "Cancelled: nothing will be sent."
 	}
-	w.render(rw, http.StatusOK, "neutral.html", page{Title: "Decision recorded", Message: msg, Person: who})
+	return w.render(rw, http.StatusOK, "neutral.html", page{Title: "Decision recorded", Message: msg, Person: who})
 }

@@ -1,4 +1,9 @@
-package web
+// Package accounts is who may sign in to airlock's pages and for how long: local
+// accounts (bcrypt password hashes, roles), the server-side sessions of people signed in
+// (stored only as hashes of their ids), and the sign-in throttle. The pages
+// (internal/web) and the CLI (airlock user) both act through it; it knows nothing of
+// HTTP.
+package accounts
 
 import (
 	"context"
