@@ -219,7 +219,7 @@ func (e *env) startAgent() {
 func (e *env) stopAgent() {
 	if e.agent != nil {
 		e.agent.Close()
-		e.gw.Close()
+		e.gw.Abandon()
 		e.agent, e.gw = nil, nil
 	}
 }
