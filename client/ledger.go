@@ -121,8 +121,8 @@ type Plan struct {
 	Execute   bool
 	Confirmed bool
 	Receipt   string
-	Result   json.RawMessage // with Receipt: the result confirmed with it, while retained
-	Approval *Approval
+	Result    json.RawMessage // with Receipt: the result confirmed with it, while retained
+	Approval  *Approval
 }
 
 // Plan records the intent for effectID. Refusals to act on, by code:

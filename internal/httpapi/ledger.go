@@ -74,9 +74,9 @@ func (s *server) ledgerSchema(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 	var b struct {
-		LeaseOwner string     `json:"lease_owner"`
-		Action     string     `json:"action"`
-		Target     string     `json:"target"`
+		LeaseOwner string          `json:"lease_owner"`
+		Action     string          `json:"action"`
+		Target     string          `json:"target"`
 		InputHash  string          `json:"input_hash"`
 		Input      json.RawMessage `json:"input"`
 		Meta       *runs.Meta      `json:"meta"`

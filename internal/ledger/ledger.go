@@ -264,8 +264,8 @@ type PlanResult struct {
 	// a person resolved it as sent without the provider's id.
 	Confirmed bool
 	Receipt   string
-	Result   json.RawMessage // the result recorded with the confirmation, while retained
-	Approval *approvals.Requested
+	Result    json.RawMessage // the result recorded with the confirmation, while retained
+	Approval  *approvals.Requested
 }
 
 // Plan passes the same checks as every other effect — a configured action type, an

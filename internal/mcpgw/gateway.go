@@ -91,9 +91,9 @@ type runState struct {
 	claimMu sync.Mutex    // one claim at a time
 	effect  chan struct{} // one effect call at a time: plan → upstream → confirm
 	mu      sync.Mutex
-	owner    string
-	version  int64
-	stop     context.CancelFunc
+	owner   string
+	version int64
+	stop    context.CancelFunc
 }
 
 // New connects to every upstream, lists their tools and builds the gateway's server.
