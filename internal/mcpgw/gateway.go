@@ -522,7 +522,7 @@ func (g *Gateway) effectSteps(ctx context.Context, req *mcp.CallToolRequest, nam
 	for attempt := 0; ; attempt++ {
 		owner, err := g.claim(ctx, runID, true)
 		if rf := (*refusal)(nil); errors.As(err, &rf) && rf.code == "approval_pending" {
-			if p, ok := g.pendingLink(runID, effectID); ok {
+			if p, ok := g.pendingLink(runID, inputHash); ok {
 				call.Decision = "approval_pending"
 				return nil, refuse("approval_pending", "%s still waits for a person's approval; nothing was done. Approvers decide at %s (until %s). Call the tool again with the same arguments after the approval.",
 					t.Effect, p.url, p.expires.Format(time.RFC3339))
@@ -574,38 +574,39 @@ func (g *Gateway) attempt(ctx context.Context, req *mcp.CallToolRequest, runID, 
 		return nil, false, refuse("airlock_unavailable", "airlock could not be asked, so the call was not sent: %v", err)
 	case plan.Approval != nil:
 		g.drop(runID) // the run waits for a person now
-		g.keepLink(runID, effectID, pendingApproval{url: plan.Approval.ApproveURL, expires: plan.Approval.ExpiresAt})
+		g.keepLink(runID, inputHash, pendingApproval{url: plan.Approval.ApproveURL, expires: plan.Approval.ExpiresAt})
 		call.Decision = "approval_pending"
 		return nil, false, refuse("approval_pending", "%s needs a person's approval before it is performed; nothing was done. Approvers decide at %s (until %s). Call the tool again with the same arguments after the approval.",
 			t.Effect, plan.Approval.ApproveURL, plan.Approval.ExpiresAt.Format(time.RFC3339))
 	case !plan.Execute:
-		g.forgetLink(runID, effectID)
+		g.forgetLink(runID, inputHash)
 		call.Decision = "replayed"
 		return replay(effectID, plan.Receipt, plan.Result), false, nil
 	}
-	g.forgetLink(runID, effectID)
+	g.forgetLink(runID, inputHash)
 	res, err = g.execute(ctx, req, runID, owner, effectID, name, r, args, call)
 	return res, false, err
 }
 
-func pendingKey(runID, effectID string) string { return runID + "\x00" + effectID }
+// pendingKey names a pending approval by its run and the input it is bound to.
+func pendingKey(runID, inputHash string) string { return runID + "\x00" + inputHash }
 
-func (g *Gateway) keepLink(runID, effectID string, p pendingApproval) {
+func (g *Gateway) keepLink(runID, inputHash string, p pendingApproval) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.pending[pendingKey(runID, effectID)] = p
+	g.pending[pendingKey(runID, inputHash)] = p
 }
 
-func (g *Gateway) forgetLink(runID, effectID string) {
+func (g *Gateway) forgetLink(runID, inputHash string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.pending, pendingKey(runID, effectID))
+	delete(g.pending, pendingKey(runID, inputHash))
 }
 
-func (g *Gateway) pendingLink(runID, effectID string) (pendingApproval, bool) {
+func (g *Gateway) pendingLink(runID, inputHash string) (pendingApproval, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	p, ok := g.pending[pendingKey(runID, effectID)]
+	p, ok := g.pending[pendingKey(runID, inputHash)]
 	return p, ok && time.Now().Before(p.expires)
 }
 
@@ -1020,7 +1021,7 @@ func (g *Gateway) claim(ctx context.Context, runID string, wait bool) (string, e
 		}
 		switch c.State {
 		case client.StateAwaitingHuman:
-			return "", refuse("approval_pending", "run %s waits for a person (an approval, or a decision on an effect): nothing was done; call again after the decision", runID)
+			return "", refuse("approval_pending", "run %s waits for a person (an approval, or a decision on an effect): nothing was done; call again after the decision. An approval's link was in the answer to the call that asked for it; an operator can re-issue it from the console", runID)
 		case client.StateProcessing:
 		default:
 			return "", refuse("run_finished", "run %s is %s: no more effects are performed in it", runID, c.State)
