@@ -485,7 +485,7 @@ func TestGatedToolPendingThenAllowedAfterApproval(t *testing.T) {
 		if again := text(e.mustRefuse("send_mail", args, "approval_pending")); !strings.Contains(again, "/approve/"+token+" ") {
 			t.Errorf("a repeated call while the approval is pending lacks its link: %q", again)
 		}
-		e.mustOK("read_note", map[string]any{"id": 1})      // reads go on meanwhile
+		e.mustOK("read_note", map[string]any{"id": 1}) // reads go on meanwhile
 		if n := e.up.count("send_mail"); n != 0 {
 			t.Fatalf("a gated tool reached the upstream %d times before the approval", n)
 		}
