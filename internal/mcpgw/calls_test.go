@@ -6,12 +6,15 @@ package mcpgw_test
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,15 +81,18 @@ func approvalToken(t *testing.T, r *mcp.CallToolResult) string {
 	return strings.Fields(text(r)[i+len("/approve/"):])[0]
 }
 
-// signedIn is a session of an approver with the role lead, as the sign-in page makes
+// signedIn is a session of a person with roles (default lead), as the sign-in page makes
 // one: the cookie's value, whose hash the store keeps.
-func signedIn(t *testing.T, e *env, subject string) *http.Cookie {
+func signedIn(t *testing.T, e *env, subject string, roles ...string) *http.Cookie {
 	t.Helper()
+	if roles == nil {
+		roles = []string{"lead"}
+	}
 	raw := "session-of-" + subject
 	sum := sha256.Sum256([]byte(raw))
 	now := time.Now()
 	if err := e.st.SessionInsert(context.Background(), store.Session{IDHash: hex.EncodeToString(sum[:]), Subject: subject,
-		Roles: []string{"lead"}, CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		Roles: roles, CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	return &http.Cookie{Name: "airlock_session", Value: raw}
@@ -241,13 +247,14 @@ func TestApprovalOfOneInputNeverForwardsAnother(t *testing.T) {
 	})
 }
 
-// An unknown effect a person resolved as sent without a provider id (the API, the CLI
-// and the console all reach effects.Resolve so) is answered from the ledger: performed,
-// no result recorded, never sent again — not airlock_unavailable on every later call
-// (issue 22 item 4). With a provider id, the answer names it.
+// An unknown effect a person resolved as sent without a provider id is answered from the
+// ledger: performed, no result recorded, never sent again — not airlock_unavailable on
+// every later call (issue 22 item 4). With a provider id, the answer names it. The doors:
+// the API and the console's form here, the CLI in scripts/test-mcp-e2e.sh.
 func TestResolvedSentWithoutProviderIDIsAnsweredFromTheLedger(t *testing.T) {
-	for _, providerID := range []string{"", "n-42"} {
-		t.Run("provider_id="+providerID, func(t *testing.T) {
+	for _, c := range []struct{ door, providerID string }{{"api", ""}, {"api", "n-42"}, {"console", ""}} {
+		providerID := c.providerID
+		t.Run(c.door+"/provider_id="+providerID, func(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, e *env) {
 				e.hook = func(p string) error {
 					if p == "mcp_after_upstream" {
@@ -265,13 +272,17 @@ func TestResolvedSentWithoutProviderIDIsAnsweredFromTheLedger(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				op := client.New(e.srv.URL, operatorKey(t, e))
-				body := `{"outcome":"sent","note":"the note is there"}`
-				if providerID != "" {
-					body = `{"outcome":"sent","provider_id":"` + providerID + `","note":"the note is there"}`
-				}
-				if err := post(op, "/v1/effects/"+eff.ID+"/resolve", body); err != nil {
-					t.Fatal(err)
+				if c.door == "console" {
+					consoleResolve(t, e, eff, providerID)
+				} else {
+					op := client.New(e.srv.URL, operatorKey(t, e))
+					body := `{"outcome":"sent","note":"the note is there"}`
+					if providerID != "" {
+						body = `{"outcome":"sent","provider_id":"` + providerID + `","note":"the note is there"}`
+					}
+					if err := post(op, "/v1/effects/"+eff.ID+"/resolve", body); err != nil {
+						t.Fatal(err)
+					}
 				}
 				for i := range 2 {
 					r := e.mustOK("write_note", args)
@@ -295,6 +306,31 @@ func TestResolvedSentWithoutProviderIDIsAnsweredFromTheLedger(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// consoleResolve resolves the effect as sent with the console's form, as an operator's
+// browser posts it (its session, the form token, the page's origin).
+func consoleResolve(t *testing.T, e *env, eff store.Effect, providerID string) {
+	t.Helper()
+	cookie := signedIn(t, e, "oncall-1", "ops")
+	m := hmac.New(sha256.New, []byte(cookie.Value))
+	m.Write([]byte("airlock console form"))
+	form := url.Values{"csrf": {hex.EncodeToString(m.Sum(nil))}, "outcome": {"sent"}, "provider_id": {providerID},
+		"note": {"the note is there"}, "version": {strconv.FormatInt(eff.Version, 10)}}
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/console/effects/"+eff.ID+"/resolve", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", e.srv.URL)
+	req.AddCookie(cookie)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "done=resolved") {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("console resolve: %s %s: %.300s", resp.Status, loc, b)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 )
 
 const testPolicy = `
+console: {operators: {roles: [ops]}}
 actions:
   note_write: {connector: worker, gate: none}
   mail_send:
