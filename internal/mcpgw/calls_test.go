@@ -531,3 +531,33 @@ func TestResourcesAndPromptsPassThrough(t *testing.T) {
 		}
 	})
 }
+
+// The release the gateway sends on a clean exit is a heartbeat with release: true; it
+// refuses a lease length with it, and a holder that is not the lease's owner.
+func TestReleaseRefusals(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := client.New(e.srv.URL, e.srv.APIKey)
+		claim, err := c.Claim(ctx, client.ClaimRequest{Key: "rel-1", Payload: map[string]string{"a": "b"}, LeaseSeconds: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"lease_owner":"` + claim.LeaseOwner + `","version":` + strconv.FormatInt(claim.Version, 10) + `,"release":true,"lease_seconds":5}`
+		if err := post(c, "/v1/runs/rel-1/heartbeat", body); err == nil || !strings.Contains(err.Error(), "invalid_field") {
+			t.Errorf("release with lease_seconds: %v, want invalid_field", err)
+		}
+		if err := c.Release(ctx, "rel-1", "someone-else", claim.Version); !client.IsCode(err, "lease_lost") {
+			t.Errorf("release by another owner: %v, want lease_lost", err)
+		}
+		if err := c.Release(ctx, "rel-1", claim.LeaseOwner, claim.Version); err != nil {
+			t.Fatal(err)
+		}
+		again, err := c.Claim(ctx, client.ClaimRequest{Key: "rel-1", Payload: map[string]string{"a": "b"}})
+		if err != nil || !again.Claimed || again.LeaseOwner == claim.LeaseOwner {
+			t.Errorf("the claim after a release: %+v %v; want it taken at once by a new owner", again, err)
+		}
+		if err := c.Release(ctx, "rel-1", claim.LeaseOwner, claim.Version); err == nil {
+			t.Error("a released lease was released again by its old owner")
+		}
+	})
+}
