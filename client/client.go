@@ -323,6 +323,15 @@ func (c *Client) Heartbeat(ctx context.Context, key string, req HeartbeatRequest
 	return out, err
 }
 
+// Release ends the lease of a run this process holds, now (a clean exit): the run stays
+// processing and the next claim takes it at once, instead of waiting for the lease to
+// lapse.
+func (c *Client) Release(ctx context.Context, key, leaseOwner string, version int64) error {
+	body := map[string]any{"lease_owner": leaseOwner, "version": version, "release": true}
+	_, err := c.do(ctx, http.MethodPost, runPath(key, "heartbeat"), body, nil)
+	return err
+}
+
 // TransitionRequest moves a run: To is completed, failed_retryable or failed_terminal.
 type TransitionRequest struct {
 	LeaseOwner string `json:"lease_owner"`

@@ -105,18 +105,24 @@ type PlanRequest struct {
 	Action     string `json:"action"` // an action type of airlock's policy
 	Target     string `json:"target"`
 	InputHash  string `json:"input_hash"` // see [HashInput]
+	// Input, optional, is what the effect will do (any JSON whose [HashInput] is
+	// InputHash, else the plan is refused with invalid_field): a gated effect's approval
+	// shows it to the person who decides, as a proposed effect's payload.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // Plan is airlock's answer to a plan: exactly one of these holds.
 //   - Execute: perform the effect now, then [Client.Confirm] it with its receipt.
-//   - Receipt != "": it was confirmed before; do NOT perform it again, use the receipt.
+//   - Confirmed: it was performed before; do NOT perform it again. Receipt is its
+//     receipt, empty when a person resolved it as sent without the provider's id.
 //   - Approval != nil: the action is gated; the run waits for a person. Exit; after the
 //     approval, claim the run again and plan again.
 type Plan struct {
-	Execute  bool
-	Receipt  string
-	Result   json.RawMessage // with Receipt: the result confirmed with it, while retained
-	Approval *Approval
+	Execute   bool
+	Confirmed bool
+	Receipt   string
+	Result    json.RawMessage // with Receipt: the result confirmed with it, while retained
+	Approval  *Approval
 }
 
 // Plan records the intent for effectID. Refusals to act on, by code:
@@ -125,9 +131,10 @@ type Plan struct {
 // input: stop), actions_disabled (the kill switch), unknown_action_type, lease_lost.
 func (c *Client) Plan(ctx context.Context, key, effectID string, req PlanRequest) (Plan, error) {
 	var raw struct {
-		Execute bool            `json:"execute"`
-		Receipt string          `json:"receipt"`
-		Result  json.RawMessage `json:"result"`
+		Execute   bool            `json:"execute"`
+		Confirmed bool            `json:"confirmed"`
+		Receipt   string          `json:"receipt"`
+		Result    json.RawMessage `json:"result"`
 		Approval
 	}
 	status, err := c.do(ctx, http.MethodPost, runPath(key, "ledger", "effects", effectID, "plan"), req, &raw)
@@ -138,10 +145,10 @@ func (c *Client) Plan(ctx context.Context, key, effectID string, req PlanRequest
 		a := raw.Approval
 		return Plan{Approval: &a}, nil
 	}
-	if !raw.Execute && raw.Receipt == "" {
+	if !raw.Execute && !raw.Confirmed && raw.Receipt == "" {
 		return Plan{}, fmt.Errorf("airlock: plan %s: neither execute nor a receipt in the answer", effectID)
 	}
-	return Plan{Execute: raw.Execute, Receipt: raw.Receipt, Result: raw.Result}, nil
+	return Plan{Execute: raw.Execute, Confirmed: !raw.Execute, Receipt: raw.Receipt, Result: raw.Result}, nil
 }
 
 // Confirm records that the planned effect happened, with the external system's id (or

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of `airlock mcp` (docs/mcp.md): a real airlock server (SQLite), the real
-# @modelcontextprotocol/server-filesystem from npm behind the gateway, and an agent on the
+# @modelcontextprotocol/server-filesystem, server-memory and server-everything from npm
+# behind the gateway, and an agent on the
 # official TypeScript SDK (e2e/mcp/agent.mjs) that crashes and restarts. Needs node + npm
 # and the npm registry; without them it skips, except under CI=true, where it fails.
 set -euo pipefail
@@ -52,12 +53,40 @@ mcp:
         write_file: {effect: fs_write}
 YAML
 
+# Behind server-memory and server-everything: replays and call keys, a slow effect the
+# client times out, a clean exit's lease, resources and prompts.
+cat >"$work/policy2.yaml" <<YAML
+actions:
+  fs_write: {connector: worker, gate: none}    # the server's policy is this one: every action type of both
+  memory_write: {connector: worker, gate: none}
+  slow_op: {connector: worker, gate: none}
+mcp:
+  upstreams:
+    memory:
+      command: node
+      args: ["$work/node_modules/@modelcontextprotocol/server-memory/dist/index.js"]
+      env: {MEMORY_FILE_PATH: "$work/memory.jsonl"}
+      tools:
+        read_graph: read
+        search_nodes: read
+        open_nodes: read
+        create_entities: {effect: memory_write}
+        delete_entities: {effect: memory_write}
+    everything:
+      command: node
+      args: ["$work/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"]
+      tools:
+        echo: read
+        get-resource-links: read
+        trigger-long-running-operation: {effect: slow_op}
+YAML
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 db="$work/airlock.db"
 "$work/airlock" migrate --database-url "$db" >/dev/null
 key=$("$work/airlock" apikey create --database-url "$db" --name agent --scope runs 2>/dev/null)
-"$work/airlock" serve --database-url "$db" --config "$work/policy.yaml" --listen "127.0.0.1:$port" 2>"$work/serve.log" &
+"$work/airlock" serve --database-url "$db" --config "$work/policy2.yaml" --listen "127.0.0.1:$port" 2>"$work/serve.log" &
 server_pid=$!
 for _ in $(seq 1 100); do
 	curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
@@ -65,7 +94,7 @@ for _ in $(seq 1 100); do
 done
 curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$work/serve.log" >&2; echo "test-mcp-e2e: airlock did not start" >&2; exit 1; }
 
-(cd "$work" && AIRLOCK_BIN="$work/airlock" MCP_POLICY="$work/policy.yaml" FILES_DIR="$work/files" \
+(cd "$work" && AIRLOCK_BIN="$work/airlock" MCP_POLICY="$work/policy.yaml" MCP_POLICY2="$work/policy2.yaml" FILES_DIR="$work/files" AIRLOCK_DB="$db" \
 	AIRLOCK_URL="http://127.0.0.1:$port" AIRLOCK_API_KEY="$key" AIRLOCK_LOG_LEVEL=warn MCP_HTTP_PORT="$(free_port)" node agent.mjs) || {
 	echo "--- airlock serve log" >&2
 	tail -50 "$work/serve.log" >&2

@@ -35,7 +35,11 @@ func mcpCmd() *cobra.Command {
 (--config) and lists their tools as its own. Read tools pass through; an effect tool is
 planned in the run's ledger on the airlock server (kill switch, budget, gate), forwarded
 once, and confirmed with its result, so the same call after a restart is answered from the
-ledger. Unclassified tools are refused. Every call is a tool_call event on the run.
+ledger (marked airlock/replayed in its _meta; an airlock/call_key in a call's _meta makes
+an identical call a new effect). Unclassified tools are refused; resources and prompts
+pass through. Every call is a tool_call event on the run. On a clean exit (stdin closed,
+SIGINT, SIGTERM) it lets forwarded effect calls be confirmed, then releases the run's
+lease.
 
 It speaks MCP on stdin/stdout, or streamable HTTP on --listen (a loopback address) when
 that flag is given. It talks to airlock at --airlock with --api-key (the runs scope).`,

@@ -74,11 +74,12 @@ func (s *server) ledgerSchema(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 	var b struct {
-		LeaseOwner string     `json:"lease_owner"`
-		Action     string     `json:"action"`
-		Target     string     `json:"target"`
-		InputHash  string     `json:"input_hash"`
-		Meta       *runs.Meta `json:"meta"`
+		LeaseOwner string          `json:"lease_owner"`
+		Action     string          `json:"action"`
+		Target     string          `json:"target"`
+		InputHash  string          `json:"input_hash"`
+		Input      json.RawMessage `json:"input"`
+		Meta       *runs.Meta      `json:"meta"`
 	}
 	if err := decode(r, &b); err != nil {
 		return err
@@ -98,8 +99,14 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 	if err := validMeta(b.Meta); err != nil {
 		return err
 	}
+	if bytes.Equal(bytes.TrimSpace(b.Input), []byte("null")) {
+		b.Input = nil
+	}
+	if len(b.Input) > maxResultBytes {
+		return invalid("input", fmt.Sprintf("at most %d bytes", maxResultBytes))
+	}
 	res, err := s.Ledger.Plan(r.Context(), ledger.PlanRequest{Key: key, EffectID: id, Owner: b.LeaseOwner, Action: b.Action,
-		Target: b.Target, InputHash: b.InputHash, Actor: actor(r), OnBehalfOf: principal(r.Context()).OnBehalfOf, Meta: b.Meta})
+		Target: b.Target, InputHash: b.InputHash, Input: b.Input, Actor: actor(r), OnBehalfOf: principal(r.Context()).OnBehalfOf, Meta: b.Meta})
 	if err != nil {
 		return err
 	}
@@ -111,6 +118,9 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	out := map[string]any{"execute": res.Execute}
+	if res.Confirmed {
+		out["confirmed"] = true
+	}
 	if res.Receipt != "" {
 		out["receipt"] = res.Receipt
 	}

@@ -282,6 +282,7 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		leaseBody
 		LeaseSeconds *int64 `json:"lease_seconds"`
+		Release      bool   `json:"release"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -290,11 +291,19 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lease, err := leaseSeconds(body.LeaseSeconds, s.Runs.MaxLease())
-	if err != nil {
-		return err
+	var run store.Run
+	if body.Release {
+		if body.LeaseSeconds != nil {
+			return invalid("lease_seconds", "not with release: a release ends the lease now")
+		}
+		run, err = s.Runs.Release(r.Context(), lr)
+	} else {
+		var lease time.Duration
+		if lease, err = leaseSeconds(body.LeaseSeconds, s.Runs.MaxLease()); err != nil {
+			return err
+		}
+		run, err = s.Runs.Heartbeat(r.Context(), lr, lease)
 	}
-	run, err := s.Runs.Heartbeat(r.Context(), lr, lease)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,9 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gowebpki/jcs"
 
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/effects"
@@ -236,15 +239,33 @@ type PlanRequest struct {
 	Actor                string
 	OnBehalfOf           string // the person the API key acts for
 	Meta                 *runs.Meta
+	// Input, when given, is what the effect will do (an MCP call's tool and arguments):
+	// InputHash must be its hash (see [InputHash]). A gated effect's approval holds it as
+	// an effect's payload, so the person sees what the decision is bound to.
+	Input json.RawMessage
+}
+
+// InputHash is the hash an input is bound to: the hex SHA-256 of its canonical JSON
+// (RFC 8785), as the client's HashInput computes it.
+func InputHash(raw json.RawMessage) (string, error) {
+	c, err := jcs.Transform(raw)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // PlanResult says whether to execute: Execute, or not (Receipt of the confirmed one), or
 // wait for a person (Approval).
 type PlanResult struct {
-	Execute  bool
-	Receipt  string
-	Result   json.RawMessage // the result recorded with the confirmation, while retained
-	Approval *approvals.Requested
+	Execute bool
+	// Confirmed: performed before, and not to be performed again. Receipt is empty when
+	// a person resolved it as sent without the provider's id.
+	Confirmed bool
+	Receipt   string
+	Result    json.RawMessage // the result recorded with the confirmation, while retained
+	Approval  *approvals.Requested
 }
 
 // Plan passes the same checks as every other effect — a configured action type, an
@@ -256,6 +277,12 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 	}
 	if !a.ValidTarget(req.Target) {
 		return PlanResult{}, fmt.Errorf("%w: %q for %s", effects.ErrInvalidTarget, req.Target, req.Action)
+	}
+	if req.Input != nil {
+		// The approval shows the input and is bound to the hash: they must be one.
+		if h, err := InputHash(req.Input); err != nil || h != req.InputHash {
+			return PlanResult{}, &runs.FieldError{Field: "input", Msg: "input_hash must be the hex SHA-256 of the input's canonical JSON (RFC 8785)"}
+		}
 	}
 	var res PlanResult
 	var mismatch bool
@@ -300,7 +327,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 			return runs.Event(ctx, q, s.At(), run.Key, store.EventInputMismatch, moved.Version, req.Actor, req.Meta, map[string]any{
 				"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash})
 		case e.State == store.EffectCompleted:
-			res = PlanResult{Receipt: e.ProviderID, Result: e.Payload}
+			res = PlanResult{Confirmed: true, Receipt: e.ProviderID, Result: e.Payload}
 			return nil
 		case e.State == store.EffectPending:
 			// Reconciled as not done: it may run again, under the same id.
@@ -349,7 +376,7 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 				declared = req.Meta.RequestedBy
 			}
 			r, err := s.approvals.Request(ctx, q, run, a, approvals.Proposed{ActionType: req.Action, Target: req.Target,
-				EffectID: req.EffectID, Executor: store.ExecutorAgent, PayloadHash: req.InputHash},
+				EffectID: req.EffectID, Executor: store.ExecutorAgent, Payload: req.Input, PayloadHash: req.InputHash},
 				approvals.NewRequester(req.Actor, req.OnBehalfOf, declared), req.Actor, req.Meta)
 			res.Approval = &r
 			return err

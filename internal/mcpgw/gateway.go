@@ -8,8 +8,9 @@
 // switch, budget and gate), forwarded upstream only when the plan says execute, and
 // confirmed with a receipt (the hash of the upstream's result) and the result itself,
 // so the same call later is answered from the ledger instead of reaching the upstream
-// again. A call whose earlier attempt stopped between plan and confirm is never sent:
-// it is settled by the policy's lookup tool, or left to a person.
+// again (marked so in its _meta). A call whose earlier attempt stopped between plan and
+// confirm is never sent: it is settled by the policy's lookup tool, or left to a person.
+// Resources and prompts are reads: they pass through.
 package mcpgw
 
 import (
@@ -67,6 +68,17 @@ type Gateway struct {
 	mu      sync.Mutex
 	runs    map[string]*runState
 	stopped bool
+	// inflight counts effect calls between plan and confirm: Close waits for them.
+	inflight sync.WaitGroup
+	progress progressRelay
+	// pending holds the approval link of each effect waiting for a person (by run and
+	// effect id), so a repeated call can show it again; airlock keeps only its hash.
+	pending map[string]pendingApproval
+}
+
+type pendingApproval struct {
+	url     string
+	expires time.Time
 }
 
 type route struct {
@@ -76,12 +88,12 @@ type route struct {
 
 // runState is what the gateway knows of one run: the lease it holds, if any.
 type runState struct {
-	claimMu  sync.Mutex // one claim at a time
-	effectMu sync.Mutex // one effect call at a time: plan → upstream → confirm
-	mu       sync.Mutex
-	owner    string
-	version  int64
-	stop     context.CancelFunc
+	claimMu sync.Mutex    // one claim at a time
+	effect  chan struct{} // one effect call at a time: plan → upstream → confirm
+	mu      sync.Mutex
+	owner   string
+	version int64
+	stop    context.CancelFunc
 }
 
 // New connects to every upstream, lists their tools and builds the gateway's server.
@@ -110,8 +122,10 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 			}
 		}
 	}
-	g := &Gateway{opts: o, ups: map[string]*mcp.ClientSession{}, routes: map[string]route{}, runs: map[string]*runState{}}
+	g := &Gateway{opts: o, ups: map[string]*mcp.ClientSession{}, routes: map[string]route{}, runs: map[string]*runState{},
+		pending: map[string]pendingApproval{}, progress: progressRelay{calls: map[string]progressTarget{}}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp", Version: "1"}, nil)
+	resources, prompts := map[string]string{}, map[string]string{}
 	for _, name := range sortedUpstreams(o.Policy.MCP.Upstreams) {
 		u := o.Policy.MCP.Upstreams[name]
 		t, err := o.Connect(ctx, u)
@@ -119,7 +133,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 			g.Close()
 			return nil, fmt.Errorf("upstream %s: %w", name, err)
 		}
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: "1"}, nil).Connect(ctx, t, nil)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: "1"},
+			&mcp.ClientOptions{ProgressNotificationHandler: g.progress.relay}).Connect(ctx, t, nil)
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("upstream %s: connect: %w", name, err)
@@ -147,6 +162,10 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 				o.Log.Warn("a tool the policy classifies is not offered by its upstream", "upstream", name, "tool", tn)
 			}
 		}
+		if err := g.addReads(ctx, name, cs, resources, prompts); err != nil {
+			g.Close()
+			return nil, fmt.Errorf("upstream %s: %w", name, err)
+		}
 	}
 	return g, nil
 }
@@ -154,25 +173,64 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 // Server is the MCP server the agent talks to.
 func (g *Gateway) Server() *mcp.Server { return g.server }
 
-// Close stops renewing leases (they lapse; nothing is released early) and closes the
-// upstream sessions.
+// Drain is how long Close waits for effect calls already forwarded to finish and be
+// confirmed.
+const Drain = 30 * time.Second
+
+// Close is a clean exit: it waits (up to Drain) for the effect calls already forwarded
+// to be confirmed, releases every lease the gateway holds, so the next gateway on the
+// same run takes it at once, and closes the upstream sessions.
 func (g *Gateway) Close() error {
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(Drain):
+		g.opts.Log.Warn("effect calls were still running when the gateway stopped: they are reconciled on their next call")
+	}
+	return g.stop(true)
+}
+
+// Abandon stops the gateway as a crash would: the leases are kept until they lapse
+// (--lease), and calls in flight are cut off.
+func (g *Gateway) Abandon() error { return g.stop(false) }
+
+func (g *Gateway) stop(release bool) error {
 	g.mu.Lock()
 	g.stopped = true
-	for _, r := range g.runs {
+	var held []heldLease
+	for runID, r := range g.runs {
 		r.mu.Lock()
 		if r.stop != nil {
 			r.stop()
 			r.stop = nil
 		}
+		if r.owner != "" {
+			held = append(held, heldLease{runID, r.owner, r.version})
+			r.owner = ""
+		}
 		r.mu.Unlock()
 	}
 	g.mu.Unlock()
+	if release {
+		for _, h := range held {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := g.opts.Client.Release(ctx, h.runID, h.owner, h.version); err != nil {
+				g.opts.Log.Warn("could not release the run's lease: the next gateway waits for it to lapse", "run_id", h.runID, "err", err)
+			}
+			cancel()
+		}
+	}
 	var errs []error
 	for _, cs := range g.ups {
 		errs = append(errs, cs.Close())
 	}
 	return errors.Join(errs...)
+}
+
+type heldLease struct {
+	runID, owner string
+	version      int64
 }
 
 // connect spawns the upstream's command (environment: the gateway's, without AIRLOCK_*
@@ -210,6 +268,19 @@ func toolError(r *refusal) *mcp.CallToolResult {
 		Text: "airlock refused this call (" + r.code + "): " + r.msg}}}
 }
 
+// The _meta keys the gateway reads in a tool call and writes in its result.
+const (
+	// CallKeyMeta, in a tool call's _meta, is the agent's key for one performance of an
+	// effect: the same tool and arguments with another key are another effect, performed
+	// again; with the same key (or none) they are the same effect, answered from the
+	// ledger. A string of 1–200 letters, digits and . _ : @ + = ~ -.
+	CallKeyMeta = "airlock/call_key"
+	// ReplayedMeta, in a result's _meta, marks an answer from the ledger: the upstream
+	// was not called. Its value: {"effect_id", "receipt" (when one was recorded),
+	// "result_recorded" (false when no result is kept)}.
+	ReplayedMeta = "airlock/replayed"
+)
+
 func (g *Gateway) handler(name string, r route) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := json.RawMessage(req.Params.Arguments)
@@ -225,20 +296,71 @@ func (g *Gateway) handler(name string, r route) mcp.ToolHandler {
 			res = toolError(refuse("unclassified_tool", "the tool %s is not classified in airlock's policy (mcp.upstreams.%s.tools): add it as read or as an effect", name, r.upstream))
 		case r.tool.Read:
 			call.Class = "read"
-			res, err = g.ups[r.upstream].CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+			params := &mcp.CallToolParams{Name: name, Arguments: args}
+			done := g.progress.forward(req, params)
+			res, err = g.ups[r.upstream].CallTool(ctx, params)
+			done()
 			call.Decision = "passed"
 			if err != nil {
 				call.Decision = "upstream_error"
 			}
 		default:
 			call.Class, call.Action = "effect", r.tool.Effect
-			res, err = g.effect(ctx, name, r, args, &call)
+			res, err = g.effect(ctx, req, name, r, args, &call)
 		}
 		if runID, _ := g.runID(r.tool, args); runID != "" && call.Decision != "" {
-			g.record(ctx, runID, call)
+			// Recorded even when the agent gave up on the call: it was handled.
+			g.record(context.WithoutCancel(ctx), runID, call)
 		}
 		return res, err
 	}
+}
+
+// progressRelay passes an upstream's progress notifications on to the agent that made
+// the call: each forwarded call that asked for progress gets a token of the gateway's
+// own (upstream sessions are shared), mapped back to the agent's token and session.
+type progressRelay struct {
+	mu    sync.Mutex
+	next  int64
+	calls map[string]progressTarget
+}
+
+type progressTarget struct {
+	session *mcp.ServerSession
+	token   any
+}
+
+// forward gives params a token of the gateway's when the agent's request asked for
+// progress; done forgets it.
+func (p *progressRelay) forward(req *mcp.CallToolRequest, params *mcp.CallToolParams) (done func()) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	p.mu.Lock()
+	p.next++
+	ours := fmt.Sprintf("airlock-%d", p.next)
+	p.calls[ours] = progressTarget{session: req.Session, token: token}
+	p.mu.Unlock()
+	params.SetProgressToken(ours)
+	return func() {
+		p.mu.Lock()
+		delete(p.calls, ours)
+		p.mu.Unlock()
+	}
+}
+
+func (p *progressRelay) relay(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+	ours, _ := req.Params.ProgressToken.(string)
+	p.mu.Lock()
+	t, ok := p.calls[ours]
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	// The agent may have gone (it cancelled): its progress is then nobody's.
+	_ = t.session.NotifyProgress(context.WithoutCancel(ctx), &mcp.ProgressNotificationParams{ProgressToken: t.token,
+		Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
 }
 
 // record writes the call as an event on the run; a run that does not exist yet is
@@ -285,24 +407,51 @@ func stringArg(args json.RawMessage, name string) (string, error) {
 // of {"tool", "arguments"} — and its effect id: the policy's effect-id argument, or
 // mcp.<tool>.<first 32 hex digits of the hash>.
 func Identity(tool string, t *policy.Tool, args json.RawMessage) (effectID, inputHash string, err error) {
+	effectID, inputHash, _, err = identity(tool, t, args, "")
+	return effectID, inputHash, err
+}
+
+// identity is Identity with the agent's call key (CallKeyMeta), which joins the input as
+// "call_key", and the input itself: what the approval shows and the hash is of.
+func identity(tool string, t *policy.Tool, args json.RawMessage, callKey string) (effectID, inputHash string, input json.RawMessage, err error) {
 	var v any
 	if err := json.Unmarshal(args, &v); err != nil {
-		return "", "", refuse("invalid_arguments", "the arguments are not JSON")
+		return "", "", nil, refuse("invalid_arguments", "the arguments are not JSON")
 	}
-	b, err := json.Marshal(map[string]any{"tool": tool, "arguments": v})
+	in := map[string]any{"tool": tool, "arguments": v}
+	if callKey != "" {
+		if t.EffectIDArgument != "" {
+			return "", "", nil, refuse("invalid_arguments", "the effect id of %s is its argument %s: to perform it again, give another %s (not %s)", tool, t.EffectIDArgument, t.EffectIDArgument, CallKeyMeta)
+		}
+		in["call_key"] = callKey
+	}
+	b, err := json.Marshal(in)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	inputHash, err = canonicalHash(b)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	if t.EffectIDArgument != "" {
 		effectID, err = stringArg(args, t.EffectIDArgument)
-		return effectID, inputHash, err
+		return effectID, inputHash, b, err
 	}
 	safe := regexp.MustCompile(`[^A-Za-z0-9._:@+=~-]`).ReplaceAllString(tool, "_")
-	return "mcp." + safe + "." + inputHash[:32], inputHash, nil
+	return "mcp." + safe + "." + inputHash[:32], inputHash, b, nil
+}
+
+// callKey reads CallKeyMeta from the call's _meta ("" when absent).
+func callKey(req *mcp.CallToolRequest) (string, error) {
+	v, ok := req.Params.Meta[CallKeyMeta]
+	if !ok {
+		return "", nil
+	}
+	s, isString := v.(string)
+	if !isString || !keyPattern.MatchString(s) {
+		return "", refuse("invalid_arguments", "_meta[%q] must be a string of 1–200 letters, digits and . _ : @ + = ~ -", CallKeyMeta)
+	}
+	return s, nil
 }
 
 func canonicalHash(b []byte) (string, error) {
@@ -315,8 +464,8 @@ func canonicalHash(b []byte) (string, error) {
 }
 
 // effect runs one call of an effect tool through the ledger.
-func (g *Gateway) effect(ctx context.Context, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
-	res, err := g.effectSteps(ctx, name, r, args, call)
+func (g *Gateway) effect(ctx context.Context, req *mcp.CallToolRequest, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
+	res, err := g.effectSteps(ctx, req, name, r, args, call)
 	var rf *refusal
 	if errors.As(err, &rf) {
 		if call.Decision == "" {
@@ -327,7 +476,7 @@ func (g *Gateway) effect(ctx context.Context, name string, r route, args json.Ra
 	return res, err
 }
 
-func (g *Gateway) effectSteps(ctx context.Context, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
+func (g *Gateway) effectSteps(ctx context.Context, req *mcp.CallToolRequest, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
 	t := r.tool
 	runID, err := g.runID(t, args)
 	if err != nil {
@@ -349,65 +498,127 @@ func (g *Gateway) effectSteps(ctx context.Context, name string, r route, args js
 			return nil, refuse("invalid_arguments", "the arguments fail the schema of %s: %s", t.Effect, strings.Join(parts, "; "))
 		}
 	}
-	effectID, inputHash, err := Identity(name, t, args)
+	key, err := callKey(req)
 	if err != nil {
 		return nil, err
 	}
+	effectID, inputHash, input, err := identity(name, t, args, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(input) > MaxStoredResult {
+		input = nil // airlock keeps no larger input: an approval of it shows the hash alone
+	}
 	call.EffectID, call.InputHash = effectID, inputHash
 	rs := g.run(runID)
-	rs.effectMu.Lock()
-	defer rs.effectMu.Unlock()
+	// One effect call of a run at a time. An agent that gives up waiting gives up the
+	// call, which has not started.
+	select {
+	case rs.effect <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-rs.effect }()
 	for attempt := 0; ; attempt++ {
 		owner, err := g.claim(ctx, runID, true)
+		if rf := (*refusal)(nil); errors.As(err, &rf) && rf.code == "approval_pending" {
+			if p, ok := g.pendingLink(runID, inputHash); ok {
+				call.Decision = "approval_pending"
+				return nil, refuse("approval_pending", "%s still waits for a person's approval; nothing was done. Approvers decide at %s (until %s). Call the tool again with the same arguments after the approval.",
+					t.Effect, p.url, p.expires.Format(time.RFC3339))
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
-		plan, err := g.opts.Client.Plan(ctx, runID, effectID, client.PlanRequest{LeaseOwner: owner, Action: t.Effect,
-			Target: r.upstream, InputHash: inputHash})
-		var ae *client.APIError
+		// From the plan on, the call is carried to its end even if the agent cancels or
+		// times out: a plan left unconfirmed would make the next call reconcile first,
+		// and a write cut off upstream would leave its outcome unknown. The agent's retry
+		// waits for it and is answered from the ledger.
+		g.inflight.Add(1)
+		res, again, err := g.attempt(context.WithoutCancel(ctx), req, runID, owner, effectID, inputHash, input, name, r, args, call)
+		g.inflight.Done()
 		switch {
-		case client.IsCode(err, "lease_lost") || client.IsCode(err, "version_conflict"):
-			g.drop(runID)
-			if attempt < 2 {
-				continue
-			}
-			return nil, refuse("lease_lost", "another process holds run %s", runID)
-		case client.IsCode(err, "reconcile_first"):
-			settled, res, err := g.reconcile(ctx, runID, owner, effectID, r, args, call)
-			if err != nil || !settled {
-				return res, err
-			}
-			if attempt < 2 {
-				continue // cleared: plan again
-			}
+		case again && attempt < 2:
+			continue
+		case again && err == nil:
 			return nil, refuse("reconcile_first", "effect %s could not be settled", effectID)
-		case errors.As(err, &ae):
-			if ae.Code == "input_mismatch" || ae.Code == "budget_exhausted" {
-				g.drop(runID) // the run is parked or finished
-			}
-			return nil, refuse(ae.Code, "%s", ae.Message)
-		case err != nil:
-			call.Decision = "airlock_unavailable"
-			return nil, refuse("airlock_unavailable", "airlock could not be asked, so the call was not sent: %v", err)
-		case plan.Approval != nil:
-			g.drop(runID) // the run waits for a person now
-			call.Decision = "approval_pending"
-			return nil, refuse("approval_pending", "%s needs a person's approval before it is performed; nothing was done. Approvers decide at %s (until %s). Call the tool again with the same arguments after the approval.",
-				t.Effect, plan.Approval.ApproveURL, plan.Approval.ExpiresAt.Format(time.RFC3339))
-		case !plan.Execute:
-			call.Decision = "replayed"
-			return replay(plan.Receipt, plan.Result), nil
 		}
-		return g.execute(ctx, runID, owner, effectID, name, r, args, call)
+		return res, err
 	}
 }
 
+// attempt plans the call once and acts on the answer; again asks for another plan.
+func (g *Gateway) attempt(ctx context.Context, req *mcp.CallToolRequest, runID, owner, effectID, inputHash string, input json.RawMessage, name string, r route, args json.RawMessage, call *client.ToolCall) (res *mcp.CallToolResult, again bool, err error) {
+	t := r.tool
+	plan, err := g.opts.Client.Plan(ctx, runID, effectID, client.PlanRequest{LeaseOwner: owner, Action: t.Effect,
+		Target: r.upstream, InputHash: inputHash, Input: input})
+	var ae *client.APIError
+	switch {
+	case client.IsCode(err, "lease_lost") || client.IsCode(err, "version_conflict"):
+		g.drop(runID)
+		return nil, true, refuse("lease_lost", "another process holds run %s", runID)
+	case client.IsCode(err, "reconcile_first"):
+		settled, res, err := g.reconcile(ctx, runID, owner, effectID, r, args, call)
+		if err != nil || !settled {
+			return res, false, err
+		}
+		return nil, true, nil // cleared: plan again
+	case errors.As(err, &ae):
+		if ae.Code == "input_mismatch" || ae.Code == "budget_exhausted" {
+			g.drop(runID) // the run is parked or finished
+		}
+		return nil, false, refuse(ae.Code, "%s", ae.Message)
+	case err != nil:
+		call.Decision = "airlock_unavailable"
+		return nil, false, refuse("airlock_unavailable", "airlock could not be asked, so the call was not sent: %v", err)
+	case plan.Approval != nil:
+		g.drop(runID) // the run waits for a person now
+		g.keepLink(runID, inputHash, pendingApproval{url: plan.Approval.ApproveURL, expires: plan.Approval.ExpiresAt})
+		call.Decision = "approval_pending"
+		return nil, false, refuse("approval_pending", "%s needs a person's approval before it is performed; nothing was done. Approvers decide at %s (until %s). Call the tool again with the same arguments after the approval.",
+			t.Effect, plan.Approval.ApproveURL, plan.Approval.ExpiresAt.Format(time.RFC3339))
+	case !plan.Execute:
+		g.forgetLink(runID, inputHash)
+		call.Decision = "replayed"
+		return replay(effectID, plan.Receipt, plan.Result), false, nil
+	}
+	g.forgetLink(runID, inputHash)
+	res, err = g.execute(ctx, req, runID, owner, effectID, name, r, args, call)
+	return res, false, err
+}
+
+// pendingKey names a pending approval by its run and the input it is bound to.
+func pendingKey(runID, inputHash string) string { return runID + "\x00" + inputHash }
+
+func (g *Gateway) keepLink(runID, inputHash string, p pendingApproval) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pending[pendingKey(runID, inputHash)] = p
+}
+
+func (g *Gateway) forgetLink(runID, inputHash string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.pending, pendingKey(runID, inputHash))
+}
+
+func (g *Gateway) pendingLink(runID, inputHash string) (pendingApproval, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.pending[pendingKey(runID, inputHash)]
+	return p, ok && time.Now().Before(p.expires)
+}
+
 // execute forwards a planned call and confirms it with its result.
-func (g *Gateway) execute(ctx context.Context, runID, owner, effectID, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
+func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, runID, owner, effectID, name string, r route, args json.RawMessage, call *client.ToolCall) (*mcp.CallToolResult, error) {
 	if err := g.hook("mcp_after_plan"); err != nil {
 		return nil, err
 	}
-	res, err := g.ups[r.upstream].CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	params := &mcp.CallToolParams{Name: name, Arguments: args}
+	done := g.progress.forward(req, params)
+	res, err := g.ups[r.upstream].CallTool(ctx, params)
+	done()
 	if err != nil {
 		// It may or may not have happened: the effect stays planned, and the next call of
 		// it is settled before anything is sent again.
@@ -563,16 +774,33 @@ func omitted(size int, receipt, why string) json.RawMessage {
 	return b
 }
 
-// replay answers a confirmed effect from the ledger.
-func replay(receipt string, result json.RawMessage) *mcp.CallToolResult {
+// replay answers a confirmed effect from the ledger, marked in _meta[ReplayedMeta].
+// Without a kept result it says what is known: performed, with its receipt, or — when a
+// person resolved it as sent without the provider's id — with none.
+func replay(effectID, receipt string, result json.RawMessage) *mcp.CallToolResult {
+	mark := map[string]any{"effect_id": effectID, "result_recorded": false}
+	if receipt != "" {
+		mark["receipt"] = receipt
+	}
+	var res *mcp.CallToolResult
 	if result != nil {
-		var res mcp.CallToolResult
-		if err := json.Unmarshal(result, &res); err == nil {
-			return &res
+		var r mcp.CallToolResult
+		if err := json.Unmarshal(result, &r); err == nil {
+			res, mark["result_recorded"] = &r, true
 		}
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
-		Text: "airlock: this call was performed earlier (receipt " + receipt + "); it was not sent again, and its result is no longer retained."}}}
+	if res == nil {
+		text := "airlock: this call was performed earlier (receipt " + receipt + "); it was not sent again, and its result is no longer retained."
+		if receipt == "" {
+			text = "airlock: this call was performed earlier (a person recorded it as done, without an id from the tool); it was not sent again, and no result was recorded."
+		}
+		res = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	}
+	if res.Meta == nil {
+		res.Meta = mcp.Meta{}
+	}
+	res.Meta[ReplayedMeta] = mark
+	return res
 }
 
 // reconcile settles an effect whose earlier attempt stopped between plan and confirm:
@@ -605,7 +833,7 @@ func (g *Gateway) reconcile(ctx context.Context, runID, owner, effectID string, 
 		return true, nil, nil
 	case client.EffectConfirmed:
 		call.Decision = "reconciled_confirmed"
-		return false, replay(found[0], nil), nil
+		return false, replay(effectID, found[0], nil), nil
 	}
 	call.Decision = "reconcile_first"
 	if len(found) > 1 {
@@ -742,7 +970,7 @@ func (g *Gateway) run(runID string) *runState {
 	defer g.mu.Unlock()
 	rs, ok := g.runs[runID]
 	if !ok {
-		rs = &runState{}
+		rs = &runState{effect: make(chan struct{}, 1)}
 		g.runs[runID] = rs
 	}
 	return rs
@@ -793,7 +1021,7 @@ func (g *Gateway) claim(ctx context.Context, runID string, wait bool) (string, e
 		}
 		switch c.State {
 		case client.StateAwaitingHuman:
-			return "", refuse("approval_pending", "run %s waits for a person (an approval, or a decision on an effect): nothing was done; call again after the decision", runID)
+			return "", refuse("approval_pending", "run %s waits for a person (an approval, or a decision on an effect): nothing was done; call again after the decision. An approval's link was in the answer to the call that asked for it; an operator can re-issue it from the console", runID)
 		case client.StateProcessing:
 		default:
 			return "", refuse("run_finished", "run %s is %s: no more effects are performed in it", runID, c.State)
@@ -846,6 +1074,76 @@ func (g *Gateway) hold(rs *runState, runID string, c client.Claim) {
 			}
 		}
 	}()
+}
+
+// addReads lists an upstream's resources, resource templates and prompts as the
+// gateway's own: reads, passed through (a resource link a tool returns can be read back).
+// The first upstream to offer a URI, template or prompt name has it.
+func (g *Gateway) addReads(ctx context.Context, name string, cs *mcp.ClientSession, resources, prompts map[string]string) error {
+	caps := cs.InitializeResult().Capabilities
+	if caps == nil {
+		return nil
+	}
+	read := func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
+		g.recordRead(ctx, "resources/read", name, err)
+		return res, err
+	}
+	if caps.Resources != nil {
+		for res, err := range cs.Resources(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("list resources: %w", err)
+			}
+			if prev, ok := resources[res.URI]; ok {
+				g.opts.Log.Warn("a resource is offered by two upstreams: the first has it", "uri", res.URI, "upstream", prev, "also", name)
+				continue
+			}
+			resources[res.URI] = name
+			g.server.AddResource(res, read)
+		}
+		for tpl, err := range cs.ResourceTemplates(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("list resource templates: %w", err)
+			}
+			if prev, ok := resources["template:"+tpl.URITemplate]; ok {
+				g.opts.Log.Warn("a resource template is offered by two upstreams: the first has it", "template", tpl.URITemplate, "upstream", prev, "also", name)
+				continue
+			}
+			resources["template:"+tpl.URITemplate] = name
+			g.server.AddResourceTemplate(tpl, read)
+		}
+	}
+	if caps.Prompts != nil {
+		for p, err := range cs.Prompts(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("list prompts: %w", err)
+			}
+			if prev, ok := prompts[p.Name]; ok {
+				g.opts.Log.Warn("a prompt is offered by two upstreams: the first has it", "prompt", p.Name, "upstream", prev, "also", name)
+				continue
+			}
+			prompts[p.Name] = name
+			g.server.AddPrompt(p, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				res, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: req.Params.Name, Arguments: req.Params.Arguments})
+				g.recordRead(ctx, "prompts/get", name, err)
+				return res, err
+			})
+		}
+	}
+	return nil
+}
+
+// recordRead records a resource read or a prompt as a read on the gateway's run (--run-id),
+// without the URI or the arguments.
+func (g *Gateway) recordRead(ctx context.Context, what, upstream string, err error) {
+	if g.opts.RunID == "" {
+		return
+	}
+	call := client.ToolCall{Tool: what, Upstream: upstream, Class: "read", Decision: "passed"}
+	if err != nil {
+		call.Decision = "upstream_error"
+	}
+	g.record(context.WithoutCancel(ctx), g.opts.RunID, call)
 }
 
 func sortedUpstreams(m map[string]*policy.Upstream) []string {

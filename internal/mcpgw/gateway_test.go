@@ -28,6 +28,7 @@ import (
 )
 
 const testPolicy = `
+console: {operators: {roles: [ops]}}
 actions:
   note_write: {connector: worker, gate: none}
   mail_send:
@@ -46,6 +47,8 @@ mcp:
           effect: note_write
           lookup: {tool: find_notes, arguments: {text: "{arg.text}"}, items: /results, id_field: id}
         send_mail: {effect: mail_send}
+        send_mail_once: {effect: mail_send, effect_id_argument: request_id}
+        slow_write: {effect: note_write}
         write_blob: {effect: note_write}
         write_big: {effect: note_write}
 `
@@ -60,6 +63,11 @@ type upstream struct {
 	mu     sync.Mutex
 	calls  map[string]int // by tool
 	notes  []map[string]any
+	sentTo []string // send_mail_once's recipients, in order
+	// slow_write: started is told when it has sent its progress; it then waits for
+	// release, and reports whether its context was cancelled meanwhile on finished.
+	started, release chan struct{}
+	finished         chan bool
 }
 
 func newUpstream() *upstream {
@@ -94,6 +102,12 @@ func newUpstream() *upstream {
 	add("write_note", write)
 	add("create_note", write)
 	add("send_mail", func(args map[string]any) *mcp.CallToolResult { return text(fmt.Sprintf("sent to %v", args["to"])) })
+	add("send_mail_once", func(args map[string]any) *mcp.CallToolResult {
+		u.sentTo = append(u.sentTo, fmt.Sprint(args["to"]))
+		return text(fmt.Sprintf("sent to %v", args["to"]))
+	})
+	u.addSlow()
+	u.addReads()
 	add("delete_all", func(map[string]any) *mcp.CallToolResult { u.notes = nil; return text("deleted") })
 	// Results PostgreSQL cannot store as they are (a NUL), or larger than a body limit.
 	add("write_blob", func(args map[string]any) *mcp.CallToolResult {
@@ -143,6 +157,12 @@ type env struct {
 	gw      *mcpgw.Gateway
 	agent   *mcp.ClientSession
 	hook    func(string) error
+	lease   time.Duration // the gateway's lease (default: lease)
+	wait    time.Duration // how long it waits for another's lease (default 30s)
+	// progress, when set, gets the progress notifications the agent receives.
+	progress chan *mcp.ProgressNotificationParams
+	// cancelled, when set, is told when the gateway receives the agent's cancellation.
+	cancelled chan struct{}
 }
 
 func newEnv(t testing.TB, b storetest.Backend) *env {
@@ -187,7 +207,14 @@ func (e *env) startAgent() {
 	ctx := context.Background()
 	c := client.New(e.proxy.URL, e.srv.APIKey)
 	c.Retries = 0
-	gw, err := mcpgw.New(ctx, mcpgw.Options{Policy: e.pol, Client: c, RunID: "agent-run-1", Lease: lease, Wait: 30 * time.Second,
+	l, w := lease, 30*time.Second
+	if e.lease > 0 {
+		l = e.lease
+	}
+	if e.wait > 0 {
+		w = e.wait
+	}
+	gw, err := mcpgw.New(ctx, mcpgw.Options{Policy: e.pol, Client: c, RunID: "agent-run-1", Lease: l, Wait: w,
 		Hook: func(p string) error {
 			if e.hook != nil {
 				return e.hook(p)
@@ -204,22 +231,39 @@ func (e *env) startAgent() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if e.cancelled != nil {
+		gw.Server().AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "notifications/cancelled" {
+					// The request's context is cancelled before this is handled.
+					e.cancelled <- struct{}{}
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := gw.Server().Connect(ctx, st, nil); err != nil {
 		e.t.Fatal(err)
 	}
-	agent, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx, ct, nil)
+	agent, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			if e.progress != nil {
+				e.progress <- req.Params
+			}
+		}}).Connect(ctx, ct, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.gw, e.agent = gw, agent
 }
 
-// stopAgent ends the agent and its gateway as a crash would: the lease is not released.
+// stopAgent ends the agent and its gateway as a crash would: the lease is not released
+// (Abandon; Close is the clean exit).
 func (e *env) stopAgent() {
 	if e.agent != nil {
 		e.agent.Close()
-		e.gw.Close()
+		e.gw.Abandon()
 		e.agent, e.gw = nil, nil
 	}
 }
@@ -335,8 +379,8 @@ func TestReadPassesThroughAndUnclassifiedIsRefused(t *testing.T) {
 				t.Errorf("the unclassified tool is listed without saying it is refused: %q", tool.Description)
 			}
 		}
-		if len(names) != 8 {
-			t.Errorf("the gateway lists %v; want the upstream's 8 tools", names)
+		if len(names) != 10 {
+			t.Errorf("the gateway lists %v; want the upstream's 10 tools", names)
 		}
 		r := e.mustOK("read_note", map[string]any{"id": 7})
 		if text(r) != "note 7" || e.up.count("read_note") != 1 {
@@ -438,8 +482,11 @@ func TestGatedToolPendingThenAllowedAfterApproval(t *testing.T) {
 			t.Fatalf("no approve link in %q", text(r))
 		}
 		token := strings.Fields(text(r)[i+len("/approve/"):])[0]
-		e.mustRefuse("send_mail", args, "approval_pending") // still waiting: nothing sent
-		e.mustOK("read_note", map[string]any{"id": 1})      // reads go on meanwhile
+		// Still waiting: nothing sent, and the answer has the link again (issue 24 item 8).
+		if again := text(e.mustRefuse("send_mail", args, "approval_pending")); !strings.Contains(again, "/approve/"+token+" ") {
+			t.Errorf("a repeated call while the approval is pending lacks its link: %q", again)
+		}
+		e.mustOK("read_note", map[string]any{"id": 1}) // reads go on meanwhile
 		if n := e.up.count("send_mail"); n != 0 {
 			t.Fatalf("a gated tool reached the upstream %d times before the approval", n)
 		}

@@ -264,6 +264,31 @@ type LeaseRequest struct {
 	Meta    *Meta
 }
 
+// Release ends the owner's live lease now, as a process that stops cleanly does: the run
+// stays processing, and the next claim takes it at once instead of waiting for the lease
+// to lapse. The version does not change; the event is a heartbeat with released: true.
+func (s *Service) Release(ctx context.Context, req LeaseRequest) (store.Run, error) {
+	var run store.Run
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		now := s.At()
+		var err error
+		run, err = q.RunHeartbeat(ctx, store.RunHeartbeatParams{Key: req.Key, Owner: req.Owner,
+			Version: req.Version, Lease: 0, Lifetime: s.cfg.MaxLeaseLifetime, Now: now})
+		if errors.Is(err, store.ErrNoMatch) {
+			return Diagnose(ctx, q, s.Now, s.cfg.MaxLeaseLifetime, req)
+		}
+		if err != nil {
+			return err
+		}
+		return Event(ctx, q, now, run.Key, store.EventHeartbeat, run.Version, req.Actor, req.Meta,
+			map[string]any{"lease_expires_at": run.LeaseExpiresAt, "released": true})
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("release %q: %w", req.Key, err)
+	}
+	return run, nil
+}
+
 // Heartbeat moves the owner's live lease forward; the version does not change.
 func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Duration) (store.Run, error) {
 	lease, err := s.leaseLength(lease)

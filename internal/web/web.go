@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -275,6 +277,46 @@ type approvalPage struct {
 	Recipients []string
 	// CSRF is the console's form token (console cards only).
 	CSRF string
+	// Call is an MCP tool call's input (tool and arguments), when the payload is one.
+	Call *toolCall
+}
+
+// toolCall is an MCP tool call as an approval holds it: {"tool", "arguments"}.
+type toolCall struct {
+	Tool      string
+	Arguments []namedArg
+}
+
+type namedArg struct{ Name, Value string }
+
+// asToolCall reads an agent effect's payload as an MCP tool call, each argument's value
+// as indented JSON (a string as itself); nil when it is not one.
+func asToolCall(a store.Approval) *toolCall {
+	if a.Executor != store.ExecutorAgent || len(a.Payload) == 0 {
+		return nil
+	}
+	var in struct {
+		Tool      string                     `json:"tool"`
+		Arguments map[string]json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(a.Payload, &in) != nil || in.Tool == "" || in.Arguments == nil {
+		return nil
+	}
+	c := &toolCall{Tool: in.Tool}
+	for _, k := range slices.Sorted(maps.Keys(in.Arguments)) {
+		v := in.Arguments[k]
+		var str string
+		if json.Unmarshal(v, &str) != nil {
+			var pretty bytes.Buffer
+			if json.Indent(&pretty, v, "", "  ") != nil {
+				pretty.Reset()
+				pretty.Write(v)
+			}
+			str = pretty.String()
+		}
+		c.Arguments = append(c.Arguments, namedArg{Name: k, Value: str})
+	}
+	return c
 }
 
 // notApprover tells a signed-in person that this approval is not theirs to decide, and
@@ -307,7 +349,7 @@ func (w *Web) showCard(rw http.ResponseWriter, r *http.Request, tokenHash, actio
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
 		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol,
-		Recipients: w.approvals.Recipients(a), CanDecide: true}
+		Recipients: w.approvals.Recipients(a), CanDecide: true, Call: asToolCall(a)}
 	if strings.HasPrefix(action, "/console/") {
 		p.CSRF = csrfToken(r)
 	}
