@@ -1,4 +1,4 @@
-package storetest_test
+package app_test
 
 import (
 	"context"
