@@ -22,7 +22,7 @@ package effects_test
 // airlock's bookkeeping at equal HTTP cost. Compare figures only within one run: the
 // disk's fsync rate swings.
 //
-//	bash scripts/with-postgres.sh go test -run '^$' -bench BenchmarkDispatch -benchtime 2000x -count 3 ./internal/store/storetest/
+//	bash scripts/with-postgres.sh go test -run '^$' -bench BenchmarkDispatch -benchtime 2000x -count 3 ./internal/effects/
 
 import (
 	"bytes"

@@ -14,7 +14,7 @@ package runs_test
 // and a fresh store per benchmark run. Compare figures only within one run: the disk's
 // fsync rate swings.
 //
-//	bash scripts/with-postgres.sh go test -run '^$' -bench . -benchtime 2000x -count 3 ./internal/store/storetest/
+//	bash scripts/with-postgres.sh go test -run '^$' -bench . -benchtime 2000x -count 3 ./internal/runs/
 
 import (
 	"context"
