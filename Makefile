@@ -30,9 +30,10 @@ test:
 lint:
 	bash scripts/lint.sh
 
-# Store benchmarks on both backends, each beside the raw SQL statement as a baseline.
+# Claims, transitions, dispatch and event pages on both backends, each beside the raw SQL
+# statement as a baseline (-p 1: one package's benchmarks at a time).
 bench:
-	bash scripts/with-postgres.sh go test -run '^$$' -bench . -benchtime 2000x -count 3 ./internal/store/storetest/
+	bash scripts/with-postgres.sh go test -p 1 -run '^$$' -bench . -benchtime 2000x -count 3 ./internal/runs/ ./internal/effects/ ./internal/store/storetest/
 
 # The outbox beside River, through the public API (docs/benchmarks.md: Benchmarking the outbox).
 bench-outbox:

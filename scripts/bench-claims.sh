@@ -51,7 +51,7 @@ DB_URL="${AIRLOCK_TEST_DATABASE_URL/\/postgres\?//$DBNAME?}"
 export AIRLOCK_DATABASE_URL="$DB_URL"
 "$BIN" migrate >/dev/null 2>&1
 
-# 1. The raw statement: the seed's claim (as in internal/store/storetest/bench_test.go),
+# 1. The raw statement: the seed's claim (as in internal/runs/bench_test.go),
 #    on a random new key per transaction, prepared, in autocommit.
 cat >"$TMP/claim.sql" <<'SQL'
 \set n random(1, 1000000000000)

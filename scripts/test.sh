@@ -7,8 +7,8 @@ export GOTOOLCHAIN=local
 
 scripts/lint.sh
 
-# -timeout: the default 10 m per package is too short for storetest under -race on a busy
-# 2-core machine (it takes ~4 m alone).
+# -timeout: the default 10 m per package is too short for the suites run on both stores
+# (internal/effects, internal/app, internal/httpapi) under -race on a busy 2-core machine.
 scripts/with-postgres.sh go test -race -count=1 -timeout 30m ./... "$@"
 
 # The n8n community node (integrations/n8n) against a real airlock binary; skipped when

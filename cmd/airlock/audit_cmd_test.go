@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -31,7 +32,7 @@ func TestExplainAndReportCommands(t *testing.T) {
 		}
 		return st
 	}}
-	e := storetest.NewEffectsEnv(t, file, "")
+	e := apptest.NewEffectsEnv(t, file, "")
 	meta := &runs.Meta{WorkflowVersion: "wf-7@v3", Model: &runs.Model{Provider: "local", Name: "qwen2.5", Revision: "q4"}}
 	first, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "k-1", PayloadHash: "h1", Actor: "apikey:n8n", Meta: meta})
 	if err != nil {
@@ -135,7 +136,7 @@ func TestUnparkCommand(t *testing.T) {
 		}
 		return st
 	}}
-	e := storetest.NewEffectsEnv(t, file, "")
+	e := apptest.NewEffectsEnv(t, file, "")
 	res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "k-9", PayloadHash: "h9", Actor: "apikey:n8n"})
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/store/storetest"
+	"github.com/airlockhq/airlock/internal/apptest"
 )
 
 // The outbox against real `airlock serve` processes: crashes at each point of a send, and
@@ -271,12 +271,12 @@ func eventKinds(t *testing.T, base, apiKey, key string) []string {
 	return kinds
 }
 
-// crashProvider is the provider behind `note`: storetest.Provider counts the requests per
+// crashProvider is the provider behind `note`: apptest.Provider counts the requests per
 // Idempotency-Key; crashProvider keeps the artifacts they create (one per request, or one
 // per key when it is idempotent), serves lookups of them, and can SIGKILL airlock after
 // accepting the first request and before answering it.
 type crashProvider struct {
-	*storetest.Provider
+	*apptest.Provider
 	Lookup     *httptest.Server // GET ?key=<idempotency key> → [{"id": …}]
 	idempotent bool
 	killPID    atomic.Int64
@@ -287,7 +287,7 @@ type crashProvider struct {
 }
 
 func newCrashProvider(t *testing.T, idempotent bool) *crashProvider {
-	p := &crashProvider{Provider: storetest.NewProvider(t), idempotent: idempotent, artifacts: map[string][]string{}}
+	p := &crashProvider{Provider: apptest.NewProvider(t), idempotent: idempotent, artifacts: map[string][]string{}}
 	p.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
 		key := r.Header.Get("Idempotency-Key")
 		p.mu.Lock()
@@ -475,7 +475,7 @@ func TestTwoDispatcherProcesses(t *testing.T) {
 	const runs, workers = 1000, 16
 	for backend, env := range databases(t) {
 		t.Run(backend, func(t *testing.T) {
-			prov := storetest.NewProvider(t) // plain: counts requests per Idempotency-Key
+			prov := apptest.NewProvider(t) // plain: counts requests per Idempotency-Key
 			env := append(slices.Clone(env), writePolicy(t, fmt.Sprintf("{url: %s/notes}", prov.URL)))
 			apiKey := setupDB(t, env)
 			servers := []*serveProc{startServe(t, env), startServe(t, env)}

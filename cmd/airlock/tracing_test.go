@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/store/storetest"
+	"github.com/airlockhq/airlock/internal/apptest"
 )
 
 // Issue 11 item 15: with tracing on, //approve/T, /x/../approve/T and /Approve/T were
@@ -25,7 +25,7 @@ func TestServeTracingNeverRecordsPaths(t *testing.T) {
 	env := []string{"AIRLOCK_DATABASE_URL=" + t.TempDir() + "/airlock.db", "AIRLOCK_TRACING=stdout", "AIRLOCK_LISTEN=127.0.0.1:0"}
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = slices.Concat(os.Environ(), env)
-	var stdout storetest.LockedBuffer
+	var stdout apptest.LockedBuffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -4,7 +4,7 @@
 // build it here, so they cannot wire it differently.
 //
 // It sits above every domain package and httpapi; nothing below it imports it (the
-// store's conformance suite wires its own services, as it must not import upwards).
+// domain packages' tests build it through internal/apptest, from external test packages).
 package app
 
 import (

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
@@ -16,7 +17,7 @@ import (
 func TestNewWiresEveryCallback(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
-			a, err := app.New(app.Options{Store: b.Open(t, nil), Policy: policy.Empty(), Runs: storetest.TestConfig})
+			a, err := app.New(app.Options{Store: b.Open(t, nil), Policy: policy.Empty(), Runs: apptest.LeaseConfig})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
@@ -38,7 +39,7 @@ func f(v float64) *float64 { return &v }
 // scenario drives one environment's services as a workflow would.
 type scenario struct {
 	t *testing.T
-	e *storetest.EffectsEnv
+	e *apptest.EffectsEnv
 }
 
 func (s scenario) claim(key string, meta *runs.Meta) runs.ClaimResult {
@@ -114,7 +115,7 @@ func TestReport(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := storetest.NewEffectsEnv(t, b, "")
+			e := apptest.NewEffectsEnv(t, b, "")
 			s := scenario{t, e}
 			e.Provider.Reply = replies(map[string]int{"r2": http.StatusServiceUnavailable, "r4": http.StatusInternalServerError})
 
@@ -257,7 +258,7 @@ func TestExplain(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := storetest.NewEffectsEnv(t, b, "")
+			e := apptest.NewEffectsEnv(t, b, "")
 			s := scenario{t, e}
 			e.Provider.Reply = replies(map[string]int{}) // the note's first send is answered 500 below
 			t0 := e.Clock.Now()
@@ -381,7 +382,7 @@ func TestExplainOtherOutcomes(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := storetest.NewEffectsEnv(t, b, "")
+			e := apptest.NewEffectsEnv(t, b, "")
 			s := scenario{t, e}
 			s.claim("w-1", nil)
 			sub := s.submit("w-1", "email", `{"to":"x@example.com","text":"hi"}`, nil)
@@ -469,7 +470,7 @@ func TestReportFromRawEvents(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := storetest.NewEnv(t, b, false)
+			e := apptest.NewEnv(t, b, false)
 			t0 := e.Clock.Now()
 			ev := func(key, kind string, at time.Duration, detail string) {
 				t.Helper()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -24,7 +25,7 @@ func instance(t *testing.T, st store.Store, clock *storetest.Clock, ttl time.Dur
 	}
 	srv := httptest.NewUnstartedServer(nil)
 	t.Cleanup(srv.Close)
-	a, err := app.New(app.Options{Store: st, Policy: pol, Runs: storetest.TestConfig, PublicURL: "http://" + srv.Listener.Addr().String(),
+	a, err := app.New(app.Options{Store: st, Policy: pol, Runs: apptest.LeaseConfig, PublicURL: "http://" + srv.Listener.Addr().String(),
 		Now: clock.Now, APIKeys: apikeys.NewCache(ttl, clock.Now)})
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // browser is a person's HTTP client: its own cookies, no automatic redirects.
@@ -324,7 +324,7 @@ func TestActWithWindow(t *testing.T) {
 		err := h.env.Store.Transact(context.Background(), func(q store.Queries) error {
 			now := h.env.Clock.Now().Add(11 * time.Minute)
 			var err error
-			leased, err = q.EffectLease(context.Background(), store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: storetest.AllTypes(h.env.Policy), Owner: "d", Lease: time.Minute, Limit: 10, Now: &now})
+			leased, err = q.EffectLease(context.Background(), store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: apptest.AllTypes(h.env.Policy), Owner: "d", Lease: time.Minute, Limit: 10, Now: &now})
 			return err
 		})
 		if err != nil || len(leased) != 1 {

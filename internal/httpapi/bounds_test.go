@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
@@ -59,7 +60,7 @@ func TestDurationBounds(t *testing.T) {
 func TestWorkerClaimDefaultLeaseIsCapped(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
-			h := newHarnessWith(t, b, func(_ *storetest.EffectsEnv, o *app.Options) {
+			h := newHarnessWith(t, b, func(_ *apptest.EffectsEnv, o *app.Options) {
 				o.Runs.DefaultLease, o.Runs.MaxLease = 30*time.Second, time.Minute
 			})
 			owner, v := h.claim("w-1")

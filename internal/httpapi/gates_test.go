@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -58,7 +59,7 @@ func (h *harness) decide(b *browser, link, decision string) int {
 // Item 1: an approval authorises exactly the (run, effect id, action type, target, input
 // hash) it showed; the same id and hash with another target or action type asks again.
 func TestGateApprovalAuthorisesOnlyWhatItShowed(t *testing.T) {
-	setup := func(env *storetest.EffectsEnv, _ *app.Options) {
+	setup := func(env *apptest.EffectsEnv, _ *app.Options) {
 		other := *env.Policy.Action("share_publicly")
 		other.Name = "share_externally"
 		env.Policy.Actions["share_externally"] = &other
@@ -241,11 +242,11 @@ func TestGateAgentCannotClearUnknown(t *testing.T) {
 
 // smtpSetup adds mail actions that send through a real SMTP server: mail_now (no gate),
 // mail (approve_before_act) and mail_fixed (smtp.targets).
-func smtpSetup(t *testing.T, ms **storetest.MailServer) func(env *storetest.EffectsEnv, o *app.Options) {
-	return func(env *storetest.EffectsEnv, o *app.Options) {
-		*ms = storetest.NewMailServer(t)
+func smtpSetup(t *testing.T, ms **apptest.MailServer) func(env *apptest.EffectsEnv, o *app.Options) {
+	return func(env *apptest.EffectsEnv, o *app.Options) {
+		*ms = apptest.NewMailServer(t)
 		smtp := fmt.Sprintf(`{host: 127.0.0.1, port: %d, from: support@example.com, tls: none, timeout: 5s}`, (*ms).Port)
-		yaml := strings.Replace(storetest.PolicyYAML(env.Provider.URL), "actions:\n", "actions:\n"+
+		yaml := strings.Replace(apptest.PolicyYAML(env.Provider.URL), "actions:\n", "actions:\n"+
 			"  mail_now: {connector: smtp, gate: none, smtp: "+smtp+"}\n"+
 			"  mail: {connector: smtp, smtp: "+smtp+", approvers: {roles: [support-lead]}}\n"+
 			"  mail_fixed:\n    connector: smtp\n    approvers: {roles: [support-lead]}\n    smtp: {host: 127.0.0.1, port: "+fmt.Sprint((*ms).Port)+
@@ -268,7 +269,7 @@ func TestGateSMTPTargetIsTheRecipient(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			var ms *storetest.MailServer
+			var ms *apptest.MailServer
 			h := newHarnessWith(t, b, smtpSetup(t, &ms))
 			owner, v := h.claim("m-1")
 			queue := func(action, target, payload string) response {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/metrics"
@@ -46,7 +47,7 @@ func (s *syncBuffer) String() string {
 
 type harness struct {
 	t                   testing.TB
-	env                 *storetest.EffectsEnv
+	env                 *apptest.EffectsEnv
 	url                 string
 	runsKey, readKey    string
 	revokedKey, adminKy string
@@ -68,9 +69,9 @@ func newHarness(t testing.TB, b storetest.Backend, pageOpts ...func(publicURL st
 
 // newHarnessWith is newHarness with setup applied first: it may change the options the
 // graph is built from (another policy, other connectors, other lease bounds).
-func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *storetest.EffectsEnv, o *app.Options), pageOpts ...func(publicURL string) web.Option) *harness {
+func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *apptest.EffectsEnv, o *app.Options), pageOpts ...func(publicURL string) web.Option) *harness {
 	t.Helper()
-	env := storetest.NewEffectsEnv(t, b, "")
+	env := apptest.NewEffectsEnv(t, b, "")
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewUnstartedServer(nil)
@@ -81,7 +82,7 @@ func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *storetest
 	for _, o := range pageOpts {
 		webOpts = append(webOpts, o(url))
 	}
-	o := app.Options{Store: env.Store, Policy: env.Policy, Connectors: env.Conns, Runs: storetest.TestConfig,
+	o := app.Options{Store: env.Store, Policy: env.Policy, Connectors: env.Conns, Runs: apptest.LeaseConfig,
 		PublicURL: url, Now: env.Clock.Now, Log: log, Metrics: h.metrics, Alerts: env.Alerts, Web: webOpts, MaxBodyBytes: 4096}
 	if setup != nil {
 		setup(env, &o)
@@ -346,7 +347,7 @@ func TestErrors(t *testing.T) {
 		}
 
 		// Lease expiry and the lifetime cap through HTTP.
-		h.env.Clock.Advance(storetest.TestConfig.DefaultLease)
+		h.env.Clock.Advance(apptest.LeaseConfig.DefaultLease)
 		expect(t, h.post("/v1/runs/k1/heartbeat", `{"lease_owner":"`+owner+`","version":1}`), 409, "lease_lost")
 		expect(t, h.post("/v1/runs/k1/transition", `{"lease_owner":"`+owner+`","version":1,"to":"completed"}`), 409, "lease_lost")
 		r := h.post("/v1/runs/claim", `{"key":"lc","payload":1,"lease_seconds":3600}`)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
@@ -15,7 +16,7 @@ func TestUnsendableMailRefusedAtQueue(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			var ms *storetest.MailServer
+			var ms *apptest.MailServer
 			h := newHarnessWith(t, b, smtpSetup(t, &ms))
 			owner, v := h.claim("m-1")
 			queue := func(action, payload string) response {

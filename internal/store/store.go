@@ -1,6 +1,7 @@
 // Package store defines airlock's storage contract: one interface, the row types it
 // returns and the sentinel errors it translates driver errors into. The backends live in
-// postgres/ and sqlite/; storetest/ is the conformance suite both must pass.
+// postgres/ and sqlite/; storetest/ opens each for tests and holds the contract
+// tests no service above the store takes part in.
 //
 // Stores hold SQL, not business rules: a method is one statement (or a fixed, documented
 // sequence), and the domain packages decide which to run inside one Transact.

@@ -1,52 +1,152 @@
-package storetest_test
+package storetest
 
 import (
-	"context"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// BenchmarkEventPages reads a run's 1,000 events 100 at a time, the way GET
-// /v1/runs/{key}/events and explain page through a timeline.
-func BenchmarkEventPages(b *testing.B) {
-	ctx := context.Background()
-	for _, be := range storetest.Backends {
-		b.Run(be.Name, func(b *testing.B) {
-			if be.Name == "postgres" {
-				storetest.PostgresURL(b)
-			}
-			e := storetest.NewEnv(b, be, true)
-			err := e.Store.Transact(ctx, func(q store.Queries) error {
-				for range 1000 {
-					if _, err := q.EventInsert(ctx, store.EventInsertParams{RunKey: "paged", Kind: "heartbeat"}); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for range b.N {
-				n := 0
-				for after := int64(0); ; {
-					evs, err := e.Store.EventList(ctx, "paged", after, 100)
-					if err != nil {
-						b.Fatal(err)
-					}
-					n += len(evs)
-					if len(evs) < 100 {
-						break
-					}
-					after = evs[len(evs)-1].ID
-				}
-				if n != 1000 {
-					b.Fatalf("paged %d events", n)
-				}
-			}
-		})
+// TestConsistencyConformance is the store's part of the suite about concurrent writers:
+// what readers see while transactions commit out of order (the rest is with the runs
+// service and internal/app).
+func TestConsistencyConformance(t *testing.T) {
+	Each(t, func(t *testing.T, b Backend) {
+		tests := []struct {
+			name string
+			fn   func(t *testing.T, e *env)
+		}{
+			{"EventPagesNeverSkip", testEventPagesNeverSkip},
+			{"EventsHeldBehindOlderWriter", testEventsHeldBehindOlderWriter},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) { tt.fn(t, newEnv(t, b)) })
+		}
+	})
+}
+
+// testEventPagesNeverSkip: ids are taken at insert, not at commit. Writer A takes its
+// transaction id first (an event on another run), writer B then inserts the run's event
+// with the lower id and stays open, A inserts the higher id and commits. A reader paging
+// by "after the last id I saw" meanwhile, then again once B commits, must see both
+// events exactly once. On SQLite writers take turns, so the same pages run in turn.
+func testEventPagesNeverSkip(t *testing.T, e *env) {
+	const key = "paged"
+	insert := func(q store.Queries, runKey, kind string) {
+		if _, err := q.EventInsert(ctx, store.EventInsertParams{RunKey: runKey, Kind: kind, Actor: "test"}); err != nil {
+			t.Error(err)
+		}
 	}
+	var got []string
+	after := int64(0)
+	page := func() {
+		for {
+			evs, err := e.Store.EventList(ctx, key, after, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) == 0 {
+				return
+			}
+			got = append(got, evs[0].Kind)
+			after = evs[0].ID
+		}
+	}
+	if e.Store.Backend() != "postgres" {
+		for _, kind := range []string{"first", "second"} {
+			if err := e.Store.Transact(ctx, func(q store.Queries) error { insert(q, key, kind); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			page()
+		}
+		equal(t, "events paged", got, []string{"first", "second"})
+		return
+	}
+	aStarted, aGo, aDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	bInserted, bGo, bDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		aDone <- e.Store.Transact(ctx, func(q store.Queries) error {
+			insert(q, "other", "xid_taken")
+			close(aStarted)
+			<-aGo
+			insert(q, key, "second")
+			return nil
+		})
+	}()
+	<-aStarted
+	go func() {
+		bDone <- e.Store.Transact(ctx, func(q store.Queries) error {
+			insert(q, key, "first")
+			close(bInserted)
+			<-bGo
+			return nil
+		})
+	}()
+	<-bInserted
+	close(aGo)
+	if err := wait(t, aDone); err != nil {
+		t.Fatal(err)
+	}
+	page() // B is still open: its event, and A's after it, may not be passed yet
+	close(bGo)
+	if err := wait(t, bDone); err != nil {
+		t.Fatal(err)
+	}
+	page()
+	if len(got) != 2 || got[0] == got[1] {
+		t.Fatalf("events paged = %v, want first and second once each", got)
+	}
+}
+
+func wait(t *testing.T, done chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("a writer transaction did not finish")
+		return nil
+	}
+}
+
+// testEventsHeldBehindOlderWriter: an event committed while an older writer is still
+// open is not returned until that writer ends (it could still commit an event before
+// it), then it is.
+func testEventsHeldBehindOlderWriter(t *testing.T, e *env) {
+	const key = "held"
+	if e.Store.Backend() != "postgres" {
+		t.Skip("one writer at a time: no older writer can be open")
+	}
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- e.Store.Transact(ctx, func(q store.Queries) error {
+			if _, err := q.EventInsert(ctx, store.EventInsertParams{RunKey: "other", Kind: "older"}); err != nil {
+				return err
+			}
+			close(started)
+			<-release
+			return nil
+		})
+	}()
+	<-started
+	if _, err := e.Store.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: "newer"}); err != nil {
+		t.Fatal(err)
+	}
+	// Read in a read-only transaction, which returns the safe page at once instead of
+	// waiting for the writer: the writer stays open only for this test's few statements.
+	var evs []store.Event
+	if err := e.Store.Transact(ctx, func(q store.Queries) error {
+		var err error
+		evs, err = q.EventList(ctx, key, 0, 10)
+		return err
+	}); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	equal(t, "events while an older writer is open", len(evs), 0)
+	close(release)
+	if err := wait(t, done); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "events once it ended", kinds(t, e, key), []string{"newer"})
 }

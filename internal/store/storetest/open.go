@@ -1,5 +1,8 @@
-// Package storetest is the conformance suite every store backend must pass, and the
-// helpers that open a fresh, migrated store of each backend for tests.
+// Package storetest opens a fresh, migrated store of each backend for tests (Each runs a
+// test on every backend), and its own tests are the part of the store contract no
+// service above the store takes part in. The behaviours of the services over the store
+// are tested beside those packages, on every backend, through Each; nothing here imports
+// them (internal/store's TestStoreImportsNothingAbove).
 //
 // PostgreSQL tests need AIRLOCK_TEST_DATABASE_URL (scripts/test.sh starts a throwaway
 // server and sets it). Without it they skip — except under CI=true, where they fail.
@@ -33,6 +36,31 @@ type Backend struct {
 
 // Backends lists every backend; each test runs against all of them.
 var Backends = []Backend{{"sqlite", OpenSQLite}, {"postgres", OpenPostgres}}
+
+// Each runs fn once per backend, as parallel subtests named after it (sqlite, postgres).
+func Each(t *testing.T, fn func(t *testing.T, b Backend)) {
+	t.Helper()
+	for _, b := range Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, b)
+		})
+	}
+}
+
+// EachB runs fn once per backend as a sub-benchmark; PostgreSQL skips without
+// AIRLOCK_TEST_DATABASE_URL (fails under CI).
+func EachB(b *testing.B, fn func(b *testing.B, be Backend)) {
+	b.Helper()
+	for _, be := range Backends {
+		b.Run(be.Name, func(b *testing.B) {
+			if be.Name == "postgres" {
+				PostgresURL(b)
+			}
+			fn(b, be)
+		})
+	}
+}
 
 // OpenSQLite opens a new SQLite file in t's temp dir.
 func OpenSQLite(t testing.TB, clock *Clock) store.Store {

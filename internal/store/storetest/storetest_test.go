@@ -1,28 +1,62 @@
-package storetest_test
+package storetest
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/store/storetest"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
-// onEachBackend runs one conformance suite on every backend, in parallel.
-func onEachBackend(t *testing.T, suite func(*testing.T, storetest.Backend)) {
-	for _, b := range storetest.Backends {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			suite(t, b)
-		})
+// TestConformance is the store contract that no service above the store takes part in:
+// replay records. (The behaviours of runs, effects, approvals, failures and the ledger
+// are tested beside those packages, on every backend, through Each.)
+func TestConformance(t *testing.T) {
+	Each(t, func(t *testing.T, b Backend) {
+		t.Run("ReplayRecords", func(t *testing.T) { testReplayRecords(t, newEnv(t, b)) })
+	})
+}
+
+var ctx = context.Background()
+
+// env is one store-contract test's store and clock.
+type env struct {
+	Store store.Store
+	Clock *Clock
+}
+
+func newEnv(t *testing.T, b Backend) *env {
+	t.Helper()
+	e := &env{Clock: NewClock()}
+	e.Store = b.Open(t, e.Clock)
+	return e
+}
+
+func equal(t *testing.T, what string, got, want any) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s = %v, want %v", what, got, want)
 	}
 }
 
-func TestConformance(t *testing.T)            { onEachBackend(t, storetest.Run) }
-func TestEffectsConformance(t *testing.T)     { onEachBackend(t, storetest.RunEffects) }
-func TestFailuresConformance(t *testing.T)    { onEachBackend(t, storetest.RunFailures) }
-func TestLedgerConformance(t *testing.T)      { onEachBackend(t, storetest.RunLedger) }
-func TestGatesConformance(t *testing.T)       { onEachBackend(t, storetest.RunGates) }
-func TestConsoleConformance(t *testing.T)     { onEachBackend(t, storetest.RunConsole) }
-func TestCostConformance(t *testing.T)        { onEachBackend(t, storetest.RunCost) }
-func TestConsistencyConformance(t *testing.T) { onEachBackend(t, storetest.RunConsistency) }
-func TestRequeueConformance(t *testing.T)     { onEachBackend(t, storetest.RunRequeue) }
-func TestOutageConformance(t *testing.T)      { onEachBackend(t, storetest.RunOutage) }
+func wantErr(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("err = %v, want %v", err, want)
+	}
+}
+
+// kinds are the kinds of key's events, oldest first.
+func kinds(t *testing.T, e *env, key string) []string {
+	t.Helper()
+	evs, err := e.Store.EventList(ctx, key, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range evs {
+		out = append(out, ev.Kind)
+	}
+	return out
+}

@@ -1,6 +1,7 @@
-package storetest
+package failures_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -8,17 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// RunFailures is the failure handling's conformance suite on backend b.
-func RunFailures(t *testing.T, b Backend) {
+var ctx = context.Background()
+
+// TestFailuresConformance runs the failure handling's conformance suite on every backend.
+func TestFailuresConformance(t *testing.T) { storetest.Each(t, runFailures) }
+
+func runFailures(t *testing.T, b storetest.Backend) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, e *EffectsEnv)
+		fn   func(t *testing.T, e *apptest.EffectsEnv)
 	}{
 		{"ValidateThenQueueValidatedValue", testValidateThenQueue},
 		{"RepairFencedAndProseWithinBound", testRepairBound},
@@ -34,39 +41,21 @@ func RunFailures(t *testing.T, b Backend) {
 		{"InputSchema", testInputSchema},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
 	}
 }
 
-func current(t *testing.T, e *EffectsEnv, key string) store.Run {
+func validate(t *testing.T, e *apptest.EffectsEnv, key, output string) failures.ValidateResult {
 	t.Helper()
-	r, err := e.Runs.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func validate(t *testing.T, e *EffectsEnv, key, output string) failures.ValidateResult {
-	t.Helper()
-	res, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: lease(current(t, e, key)), ActionType: "reply", Output: json.RawMessage(output)})
+	res, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: apptest.Lease(e.Current(t, key)), ActionType: "reply", Output: json.RawMessage(output)})
 	if err != nil {
 		t.Fatalf("validate: %v", err)
 	}
 	return res
 }
 
-func fail(t *testing.T, e *EffectsEnv, key, class string, retryAfter time.Duration) failures.Decision {
-	t.Helper()
-	d, err := e.Failures.Failure(ctx, failures.FailureRequest{LeaseRequest: lease(current(t, e, key)), Class: class, RetryAfter: retryAfter})
-	if err != nil {
-		t.Fatalf("failure %s: %v", class, err)
-	}
-	return d
-}
-
-func testValidateThenQueue(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "t1")
+func testValidateThenQueue(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "t1")
 	q := effects.QueueRequest{Key: "t1", Owner: r.LeaseOwner, Version: r.Version, ActionType: "reply", Target: "default"}
 	if _, _, _, err := e.Effects.Queue(ctx, q); !errors.Is(err, effects.ErrNotValidated) {
 		t.Fatalf("queue before validation: %v", err)
@@ -89,13 +78,13 @@ func testValidateThenQueue(t *testing.T, e *EffectsEnv) {
 	if err := json.Unmarshal(got.Payload, &v); err != nil || v["label"] != "refund" {
 		t.Fatalf("queued payload %s", got.Payload)
 	}
-	run := current(t, e, "t1")
-	equal(t, "validations counted", run.Validations, 1)
-	equal(t, "action type recorded", run.ActionType, "reply")
+	run := e.Current(t, "t1")
+	apptest.Equal(t, "validations counted", run.Validations, 1)
+	apptest.Equal(t, "action type recorded", run.ActionType, "reply")
 }
 
-func testRepairBound(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "t1")
+func testRepairBound(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "t1")
 	fenced, _ := json.Marshal("Sure! Here it is:\n```json\n{\"label\": \"refund\", \"text\": \"Done\"}\n```\nAnything else?")
 	res := validate(t, e, "t1", string(fenced))
 	if !res.Valid || !res.Repaired {
@@ -115,7 +104,7 @@ func testRepairBound(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("alerts: %v", e.Alerts.Kinds())
 	}
 	// Plain JSON text is no repair.
-	claimRun(t, e, "t2")
+	e.ClaimRun(t, "t2")
 	text, _ := json.Marshal(`{"label":"refund","text":"ok"}`)
 	res = validate(t, e, "t2", string(text))
 	if !res.Valid || res.Repaired || res.Run.Repairs != 0 {
@@ -123,8 +112,8 @@ func testRepairBound(t *testing.T, e *EffectsEnv) {
 	}
 }
 
-func testInvalidOutput(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "t1")
+func testInvalidOutput(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "t1")
 	const secret = "PRIVATE-REASONING-7731"
 	out := `{"label":"` + secret + `","text":"` + strings.Repeat("x", 60) + `","extra":1}`
 	res := validate(t, e, "t1", out)
@@ -156,77 +145,77 @@ func testInvalidOutput(t *testing.T, e *EffectsEnv) {
 	if !sawHash {
 		t.Fatal("no validation event records the output's hash")
 	}
-	equal(t, "events", kinds(t, e.Env, "t1"), []string{"claimed", "validation", "validation", "transition", "alert"})
+	apptest.Equal(t, "events", e.Kinds(t, "t1"), []string{"claimed", "validation", "validation", "transition", "alert"})
 }
 
-func testTransportRetryCap(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "t1")
+func testTransportRetryCap(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "t1")
 	for i := 1; i <= 2; i++ {
-		d := fail(t, e, "t1", "transport_timeout", 0)
+		d := e.Fail(t, "t1", "transport_timeout", 0)
 		if d.Decision != failures.DecisionRetry || d.Level != "transport" || d.Attempts != i || d.RetryAfter <= 0 || d.RetryAfter > 10*time.Second {
 			t.Fatalf("attempt %d: %+v", i, d)
 		}
-		equal(t, "version kept", d.Run.Version, r.Version)
-		equal(t, "state kept", d.Run.State, store.StateProcessing)
-		equal(t, "lease kept", current(t, e, "t1").LeaseLive(e.Clock.Now()), true)
+		apptest.Equal(t, "version kept", d.Run.Version, r.Version)
+		apptest.Equal(t, "state kept", d.Run.State, store.StateProcessing)
+		apptest.Equal(t, "lease kept", e.Current(t, "t1").LeaseLive(e.Clock.Now()), true)
 	}
-	d := fail(t, e, "t1", "transport_timeout", 0) // the third: max_attempts 3 reached exactly
+	d := e.Fail(t, "t1", "transport_timeout", 0) // the third: max_attempts 3 reached exactly
 	if d.Decision != failures.DecisionTerminal || d.Reason != "retry_cap" || d.Run.State != store.StateFailedTerminal {
 		t.Fatalf("at the cap: %+v", d)
 	}
-	if !strings.Contains(strings.Join(kinds(t, e.Env, "t1"), " "), "retry_cap") || !strings.Contains(strings.Join(e.Alerts.Kinds(), " "), "retry_cap:t1") {
-		t.Fatalf("no retry-cap event or alert: %v %v", kinds(t, e.Env, "t1"), e.Alerts.Kinds())
+	if !strings.Contains(strings.Join(e.Kinds(t, "t1"), " "), "retry_cap") || !strings.Contains(strings.Join(e.Alerts.Kinds(), " "), "retry_cap:t1") {
+		t.Fatalf("no retry-cap event or alert: %v %v", e.Kinds(t, "t1"), e.Alerts.Kinds())
 	}
 	// Classes count separately.
-	claimRun(t, e, "t2")
-	fail(t, e, "t2", "transport_timeout", 0)
-	if d := fail(t, e, "t2", "rate_limited", 0); d.Attempts != 1 {
+	e.ClaimRun(t, "t2")
+	e.Fail(t, "t2", "transport_timeout", 0)
+	if d := e.Fail(t, "t2", "rate_limited", 0); d.Attempts != 1 {
 		t.Fatalf("rate_limited attempts %d", d.Attempts)
 	}
 }
 
-func testRetryAfter(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "t1")
-	d := fail(t, e, "t1", "rate_limited", 45*time.Second)
+func testRetryAfter(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "t1")
+	d := e.Fail(t, "t1", "rate_limited", 45*time.Second)
 	if d.Decision != failures.DecisionRetry || d.RetryAfter < 45*time.Second {
 		t.Fatalf("Retry-After not honoured: %+v", d)
 	}
 }
 
-func testBusinessRetry(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "t1")
-	d := fail(t, e, "t1", "server_error", 0) // configured: business, 2 attempts
+func testBusinessRetry(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "t1")
+	d := e.Fail(t, "t1", "server_error", 0) // configured: business, 2 attempts
 	if d.Decision != failures.DecisionRetry || d.Level != "business" || d.Run.State != store.StateFailedRetryable || d.Run.Version != r.Version+1 {
 		t.Fatalf("business retry: %+v", d)
 	}
-	res := claim(t, e.Env, "t1", "h-t1")
-	equal(t, "the next delivery reclaims it", res.Reclaimed, true)
-	d = fail(t, e, "t1", "server_error", 0)
-	equal(t, "cap", d.Reason, "retry_cap")
-	equal(t, "state", current(t, e, "t1").State, store.StateFailedTerminal)
+	res := e.Claim(t, "t1", "h-t1")
+	apptest.Equal(t, "the next delivery reclaims it", res.Reclaimed, true)
+	d = e.Fail(t, "t1", "server_error", 0)
+	apptest.Equal(t, "cap", d.Reason, "retry_cap")
+	apptest.Equal(t, "state", e.Current(t, "t1").State, store.StateFailedTerminal)
 }
 
-func testTerminalAndUnknownCommit(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "t1")
-	d := fail(t, e, "t1", "client_error", 0)
+func testTerminalAndUnknownCommit(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "t1")
+	d := e.Fail(t, "t1", "client_error", 0)
 	if d.Decision != failures.DecisionTerminal || d.Reason != "never" || d.Run.State != store.StateFailedTerminal {
 		t.Fatalf("client_error: %+v", d)
 	}
-	claimRun(t, e, "t2")
-	d = fail(t, e, "t2", "unknown_commit", 0)
+	e.ClaimRun(t, "t2")
+	d = e.Fail(t, "t2", "unknown_commit", 0)
 	if d.Decision != failures.DecisionReconcile || d.Run.State != store.StateAwaitingHuman || d.Run.ParkReason != "unknown_commit" {
 		t.Fatalf("unknown_commit: %+v", d)
 	}
 	e.Clock.Advance(24 * time.Hour)
-	if res := claim(t, e.Env, "t2", "h-t2"); res.Claimed {
+	if res := e.Claim(t, "t2", "h-t2"); res.Claimed {
 		t.Fatal("a delivery reclaimed a run parked for reconciliation")
 	}
-	if _, err := e.Failures.Failure(ctx, failures.FailureRequest{LeaseRequest: lease(current(t, e, "t2")), Class: "bogus"}); err == nil {
+	if _, err := e.Failures.Failure(ctx, failures.FailureRequest{LeaseRequest: apptest.Lease(e.Current(t, "t2")), Class: "bogus"}); err == nil {
 		t.Fatal("an unknown class was accepted")
 	}
 }
 
-func testPartialSuccess(t *testing.T, e *EffectsEnv) {
+func testPartialSuccess(t *testing.T, e *apptest.EffectsEnv) {
 	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 1 {
 			w.WriteHeader(http.StatusBadRequest)
@@ -234,42 +223,42 @@ func testPartialSuccess(t *testing.T, e *EffectsEnv) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}
-	eff := queue(t, e, "t1", "note", "default", `{"n":1}`)
-	tick(t, e)
-	equal(t, "failed", effectState(t, e, eff.ID), store.EffectFailed)
-	d := fail(t, e, "t1", "partial_success", 0)
+	eff := e.Queue(t, "t1", "note", "default", `{"n":1}`)
+	e.Tick(t)
+	apptest.Equal(t, "failed", e.EffectState(t, eff.ID), store.EffectFailed)
+	d := e.Fail(t, "t1", "partial_success", 0)
 	if d.Decision != failures.DecisionRetry || d.Level != "write" || d.Requeued != 1 || d.Run.State != store.StateProcessing {
 		t.Fatalf("partial_success: %+v", d)
 	}
-	tick(t, e)
-	equal(t, "the write alone was retried", effectState(t, e, eff.ID), store.EffectCompleted)
-	equal(t, "requests", e.Provider.Requests(effects.ProviderKey(eff)), 2)
+	e.Tick(t)
+	apptest.Equal(t, "the write alone was retried", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "requests", e.Provider.Requests(effects.ProviderKey(eff)), 2)
 }
 
-func testDeadline(t *testing.T, e *EffectsEnv) {
+func testDeadline(t *testing.T, e *apptest.EffectsEnv) {
 	if _, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "t1", PayloadHash: "h", Lease: 20 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Failures.Usage(ctx, lease(current(t, e, "t1")), 1, 0, "reply"); err != nil { // reply: 10m deadline
+	if _, err := e.Failures.Usage(ctx, apptest.Lease(e.Current(t, "t1")), 1, 0, "reply"); err != nil { // reply: 10m deadline
 		t.Fatal(err)
 	}
 	e.Clock.Advance(9 * time.Minute)
-	if d := fail(t, e, "t1", "transport_timeout", 5*time.Second); d.Decision != failures.DecisionRetry {
+	if d := e.Fail(t, "t1", "transport_timeout", 5*time.Second); d.Decision != failures.DecisionRetry {
 		t.Fatalf("inside the deadline: %+v", d)
 	}
-	d := fail(t, e, "t1", "transport_timeout", 90*time.Second)
+	d := e.Fail(t, "t1", "transport_timeout", 90*time.Second)
 	if d.Decision != failures.DecisionTerminal || d.Reason != "deadline" {
 		t.Fatalf("a retry past the deadline: %+v", d)
 	}
 }
 
-func testBudgets(t *testing.T, e *EffectsEnv) {
+func testBudgets(t *testing.T, e *apptest.EffectsEnv) {
 	// Reported model calls: reply allows 4.
-	claimRun(t, e, "t1")
-	if _, err := e.Failures.Usage(ctx, lease(current(t, e, "t1")), 4, 100, "reply"); err != nil {
+	e.ClaimRun(t, "t1")
+	if _, err := e.Failures.Usage(ctx, apptest.Lease(e.Current(t, "t1")), 4, 100, "reply"); err != nil {
 		t.Fatal(err)
 	}
-	run, err := e.Failures.Usage(ctx, lease(current(t, e, "t1")), 1, 0, "")
+	run, err := e.Failures.Usage(ctx, apptest.Lease(e.Current(t, "t1")), 1, 0, "")
 	if !errors.Is(err, runs.ErrBudgetExhausted) || run.State != store.StateFailedTerminal {
 		t.Fatalf("past the budget: %v %s", err, run.State)
 	}
@@ -277,56 +266,56 @@ func testBudgets(t *testing.T, e *EffectsEnv) {
 		t.Fatal("no alert")
 	}
 	// Validations airlock sees count even when the client reports nothing.
-	claimRun(t, e, "t2")
+	e.ClaimRun(t, "t2")
 	for i := range 4 {
 		if res := validate(t, e, "t2", `{"label":"refund","text":"x"}`); !res.Valid {
 			t.Fatalf("validation %d", i)
 		}
 	}
-	_, err = e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: lease(current(t, e, "t2")), ActionType: "reply", Output: json.RawMessage(`{"label":"refund","text":"x"}`)})
+	_, err = e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: apptest.Lease(e.Current(t, "t2")), ActionType: "reply", Output: json.RawMessage(`{"label":"refund","text":"x"}`)})
 	if !errors.Is(err, runs.ErrBudgetExhausted) {
 		t.Fatalf("fifth validation: %v", err)
 	}
 	// The deadline stops heartbeats and effects.
-	r := claimRun(t, e, "t3")
-	if _, err := e.Failures.Usage(ctx, lease(r), 0, 0, "reply"); err != nil {
+	r := e.ClaimRun(t, "t3")
+	if _, err := e.Failures.Usage(ctx, apptest.Lease(r), 0, 0, "reply"); err != nil {
 		t.Fatal(err)
 	}
 	e.Clock.Advance(4 * time.Minute)
-	r = current(t, e, "t3")
-	if _, err := e.Runs.Heartbeat(ctx, lease(r), 10*time.Minute); err != nil {
+	r = e.Current(t, "t3")
+	if _, err := e.Runs.Heartbeat(ctx, apptest.Lease(r), 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	e.Clock.Advance(6 * time.Minute)
-	if _, err := e.Runs.Heartbeat(ctx, lease(current(t, e, "t3")), 0); !errors.Is(err, runs.ErrBudgetExhausted) {
+	if _, err := e.Runs.Heartbeat(ctx, apptest.Lease(e.Current(t, "t3")), 0); !errors.Is(err, runs.ErrBudgetExhausted) {
 		t.Fatalf("heartbeat past the deadline: %v", err)
 	}
-	equal(t, "state", current(t, e, "t3").State, store.StateFailedTerminal)
-	claimRun(t, e, "t4")
+	apptest.Equal(t, "state", e.Current(t, "t3").State, store.StateFailedTerminal)
+	e.ClaimRun(t, "t4")
 	validate(t, e, "t4", `{"label":"refund","text":"x"}`)
 	e.Clock.Advance(4 * time.Minute)
-	if _, err := e.Runs.Heartbeat(ctx, lease(current(t, e, "t4")), 10*time.Minute); err != nil {
+	if _, err := e.Runs.Heartbeat(ctx, apptest.Lease(e.Current(t, "t4")), 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	e.Clock.Advance(6 * time.Minute)
-	r = current(t, e, "t4")
+	r = e.Current(t, "t4")
 	_, _, _, err = e.Effects.Queue(ctx, effects.QueueRequest{Key: "t4", Owner: r.LeaseOwner, Version: r.Version, ActionType: "reply", Target: "default"})
 	if !errors.Is(err, runs.ErrBudgetExhausted) {
 		t.Fatalf("effect past the deadline: %v", err)
 	}
 }
 
-func testReplacement(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "T-1", "note", "default", `{"n":1}`)
+func testReplacement(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "T-1", "note", "default", `{"n":1}`)
 	if _, err := e.Failures.Replace(ctx, "T-1", "T-9", "wrong amount", "cli:ana"); !errors.Is(err, failures.ErrNotFinished) {
 		t.Fatalf("replace a running run: %v", err)
 	}
-	tick(t, e)
-	r := current(t, e, "T-1")
-	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r), To: store.StateCompleted}); err != nil {
+	e.Tick(t)
+	r := e.Current(t, "T-1")
+	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(r), To: store.StateCompleted}); err != nil {
 		t.Fatal(err)
 	}
-	claimRun(t, e, "T-5") // a key already in use
+	e.ClaimRun(t, "T-5") // a key already in use
 	for _, c := range []struct {
 		newKey string
 		want   error
@@ -354,13 +343,13 @@ func testReplacement(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Failures.Replace(ctx, "T-1", "T-10", "again", "cli:ana"); !errors.Is(err, failures.ErrAlreadyReplaced) {
 		t.Fatalf("replace twice: %v", err)
 	}
-	equal(t, "replaced_by", current(t, e, "T-1").ReplacedBy, "T-9")
+	apptest.Equal(t, "replaced_by", e.Current(t, "T-1").ReplacedBy, "T-9")
 	// The old key keeps answering its state; the new one goes through the normal claim.
-	old := claim(t, e.Env, "T-1", "h-T-1")
+	old := e.Claim(t, "T-1", "h-T-1")
 	if old.Claimed || old.Run.State != store.StateCompleted {
 		t.Fatalf("the old key restarted: %+v", old)
 	}
-	if !claim(t, e.Env, "T-9", "h-corrected").Claimed {
+	if !e.Claim(t, "T-9", "h-corrected").Claimed {
 		t.Fatal("the new key was not claimed")
 	}
 	evs, _ := e.Store.EventList(ctx, "T-9", 0, 10)
@@ -373,9 +362,9 @@ func testReplacement(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("links: %+v %+v %v", by, of, err)
 	}
 	// Another run's key may not be reused as a replacement twice.
-	claimRun(t, e, "U-1")
-	u := current(t, e, "U-1")
-	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(u), To: store.StateFailedTerminal}); err != nil {
+	e.ClaimRun(t, "U-1")
+	u := e.Current(t, "U-1")
+	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(u), To: store.StateFailedTerminal}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Failures.Replace(ctx, "U-1", "T-9", "x", "cli:ana"); !errors.Is(err, failures.ErrKeyInUse) {
@@ -383,7 +372,7 @@ func testReplacement(t *testing.T, e *EffectsEnv) {
 	}
 }
 
-func testInputSchema(t *testing.T, e *EffectsEnv) {
+func testInputSchema(t *testing.T, e *apptest.EffectsEnv) {
 	if !e.Failures.HasInputSchema("zendesk") || e.Failures.HasInputSchema("gmail") {
 		t.Fatal("input schemas by trigger source")
 	}

@@ -1,4 +1,4 @@
-package storetest_test
+package app_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // them with their arguments: a sequential scan of a big table fails it. It runs only
 // when AIRLOCK_CONSOLE_SCALE_RUNS is set:
 //
-//	AIRLOCK_CONSOLE_SCALE_RUNS=1000000 bash scripts/with-postgres.sh go test ./internal/store/storetest -run '^$' -bench ConsoleScale -benchtime 200x
+//	AIRLOCK_CONSOLE_SCALE_RUNS=1000000 bash scripts/with-postgres.sh go test ./internal/app -run '^$' -bench ConsoleScale -benchtime 200x
 func BenchmarkConsoleScale(b *testing.B) {
 	if os.Getenv("AIRLOCK_CONSOLE_SCALE_RUNS") == "" {
 		b.Skip("AIRLOCK_CONSOLE_SCALE_RUNS not set")

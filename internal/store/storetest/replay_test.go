@@ -6,87 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
-
-// Within: every statement made with its ctx joins its transaction — the one-statement
-// claim, Store methods, and Transact as a savepoint — and nothing is seen outside before
-// it commits.
-func testWithin(t *testing.T, e *Env) {
-	boom := errors.New("boom")
-	key := store.APIKey{ID: "key-w", Name: "w", Hash: "hash-w", Scopes: []string{"runs"}, CreatedAt: e.Clock.Now()}
-	err := e.Store.Within(ctx, func(ctx context.Context) error {
-		if _, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "w1", PayloadHash: "h", Actor: "test"}); err != nil {
-			return err
-		}
-		if err := e.Store.APIKeyInsert(ctx, key); err != nil {
-			return err
-		}
-		// A failing Transact inside rolls back its own writes only.
-		err := e.Store.Transact(ctx, func(q store.Queries) error {
-			if _, err := q.EventInsert(ctx, store.EventInsertParams{RunKey: "w1", Kind: "lost", Actor: "t"}); err != nil {
-				return err
-			}
-			return boom
-		})
-		wantErr(t, err, boom)
-		if err := e.Store.Transact(ctx, func(q store.Queries) error {
-			_, err := q.EventInsert(ctx, store.EventInsertParams{RunKey: "w1", Kind: "kept", Actor: "t"})
-			return err
-		}); err != nil {
-			return err
-		}
-		// Inside, the writes are visible; outside (another ctx) they are not yet.
-		if _, err := e.Store.RunGet(ctx, "w1"); err != nil {
-			return err
-		}
-		done := make(chan error, 1)
-		go func() {
-			_, err := e.Store.RunGet(context.Background(), "w1")
-			done <- err
-		}()
-		select {
-		case err := <-done:
-			wantErr(t, err, store.ErrNotFound)
-		case <-time.After(5 * time.Second):
-			t.Error("a read outside waited for the transaction")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	equal(t, "events", kinds(t, e, "w1"), []string{"claimed", "kept"})
-	if _, err := e.Store.APIKeyByHash(ctx, "hash-w"); err != nil {
-		t.Fatal(err)
-	}
-
-	// An error from fn rolls every joined write back, the one-statement claim's included.
-	err = e.Store.Within(ctx, func(ctx context.Context) error {
-		if _, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "w2", PayloadHash: "h", Actor: "test"}); err != nil {
-			return err
-		}
-		if _, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "w1", PayloadHash: "h", Actor: "test"}); err != nil {
-			return err // a duplicate: counted, then rolled back
-		}
-		return boom
-	})
-	wantErr(t, err, boom)
-	_, err = e.Store.RunGet(ctx, "w2")
-	wantErr(t, err, store.ErrNotFound)
-	r, err := e.Store.RunGet(ctx, "w1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	equal(t, "duplicates after rollback", r.Duplicates, 0)
-	equal(t, "events", kinds(t, e, "w1"), []string{"claimed", "kept"})
-}
 
 // The replay records behind Idempotency-Key: written in the request's transaction (gone
 // if it rolls back), one per scope, read until they expire, then replaced and purged.
 // On PostgreSQL the scope's lock excludes a second transaction (instance) at once.
-func testReplayRecords(t *testing.T, e *Env) {
+func testReplayRecords(t *testing.T, e *env) {
 	now := e.Clock.Now()
 	sc := store.ReplayScope{APIKeyID: "k", Route: "POST /v1/runs/claim", Key: "idem-1"}
 	rec := store.Replay{ReplayScope: sc, RequestHash: "h1", Status: 201, Response: []byte{0, 1, 2}}

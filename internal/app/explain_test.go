@@ -1,4 +1,4 @@
-package storetest_test
+package app_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/retention"
@@ -74,7 +75,7 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e := storetest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
+	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
 	if err := storetest.GenerateScale(ctx, st.Pool(), storetest.Scale{Runs: 20000, Events: 100000, End: e.Clock.Now().Add(-8 * 24 * time.Hour)}, t.Logf); err != nil {
 		t.Fatal(err)
 	}

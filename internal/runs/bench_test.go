@@ -1,4 +1,4 @@
-package storetest_test
+package runs_test
 
 // Benchmarks of airlock's claim and transition beside the seed's bare statements, on
 // every backend, in the same run. Each pair differs only in the code path:
@@ -14,7 +14,7 @@ package storetest_test
 // and a fresh store per benchmark run. Compare figures only within one run: the disk's
 // fsync rate swings.
 //
-//	bash scripts/with-postgres.sh go test -run '^$' -bench . -benchtime 2000x -count 3 ./internal/store/storetest/
+//	bash scripts/with-postgres.sh go test -run '^$' -bench . -benchtime 2000x -count 3 ./internal/runs/
 
 import (
 	"context"
@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
@@ -43,7 +44,7 @@ const benchHash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00
 // parallelClients is how many goroutines BenchmarkClaimParallel runs, whatever GOMAXPROCS.
 const parallelClients = 16
 
-// seedLease is the seed's hard-coded lease; storetest.TestConfig.DefaultLease is the same.
+// seedLease is the seed's hard-coded lease; apptest.LeaseConfig.DefaultLease is the same.
 const seedLease = 5 * time.Minute
 
 // rawSQL is the seed's statements, run in autocommit on one backend.
@@ -195,23 +196,10 @@ func raw(b *testing.B, st store.Store) rawSQL {
 }
 
 // newEnv opens a fresh store with the backend's real clock (nothing faked).
-func newEnv(b *testing.B, be storetest.Backend) (*storetest.Env, rawSQL) {
+func newEnv(b *testing.B, be storetest.Backend) (*apptest.Env, rawSQL) {
 	b.Helper()
-	e := storetest.NewEnv(b, be, true)
+	e := apptest.NewEnv(b, be, true)
 	return e, raw(b, e.Store)
-}
-
-// forEachBackend runs fn as a sub-benchmark per backend; PostgreSQL skips without
-// AIRLOCK_TEST_DATABASE_URL (fails under CI).
-func forEachBackend(b *testing.B, fn func(b *testing.B, be storetest.Backend)) {
-	for _, be := range storetest.Backends {
-		b.Run(be.Name, func(b *testing.B) {
-			if be.Name == "postgres" {
-				storetest.PostgresURL(b)
-			}
-			fn(b, be)
-		})
-	}
 }
 
 func keys(prefix string, n int) []string {
@@ -240,7 +228,7 @@ func isNoRows(err error) bool {
 
 func BenchmarkClaim(b *testing.B) {
 	ctx := context.Background()
-	forEachBackend(b, func(b *testing.B, be storetest.Backend) {
+	storetest.EachB(b, func(b *testing.B, be storetest.Backend) {
 		// airlock: a fresh key each iteration, claimed.
 		b.Run("new", func(b *testing.B) {
 			e, _ := newEnv(b, be)
@@ -303,7 +291,7 @@ func BenchmarkClaim(b *testing.B) {
 
 func BenchmarkTransition(b *testing.B) {
 	ctx := context.Background()
-	forEachBackend(b, func(b *testing.B, be storetest.Backend) {
+	storetest.EachB(b, func(b *testing.B, be storetest.Backend) {
 		// airlock: b.N keys claimed through the service before the timer; timed is
 		// Service.Transition processing → completed (open-effects check, CAS, event).
 		b.Run("airlock", func(b *testing.B) {
@@ -375,7 +363,7 @@ func BenchmarkClaimParallel(b *testing.B) {
 			}
 		})
 	}
-	forEachBackend(b, func(b *testing.B, be storetest.Backend) {
+	storetest.EachB(b, func(b *testing.B, be storetest.Backend) {
 		b.Run("new", func(b *testing.B) {
 			e, r := newEnv(b, be)
 			ks := keys("par", b.N)

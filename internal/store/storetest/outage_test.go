@@ -14,12 +14,14 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// RunOutage is the suite of a store that cannot serve (issue 20 item 6): its failures are
+// TestOutageConformance is the suite of a store that cannot serve (issue 20 item 6): its failures are
 // classified as store.ErrUnavailable, and readiness is proven by a committed write.
-func RunOutage(t *testing.T, b Backend) {
+func TestOutageConformance(t *testing.T) { Each(t, runOutage) }
+
+func runOutage(t *testing.T, b Backend) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, e *Env)
+		fn   func(t *testing.T, e *env)
 	}{
 		{"ReadinessWriteCommits", testReadinessWriteCommits},
 		{"MigrationsByVersionNotByCount", testMigrationsByVersion},
@@ -28,7 +30,7 @@ func RunOutage(t *testing.T, b Backend) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.fn(t, NewEnv(t, b, false))
+			tt.fn(t, newEnv(t, b))
 		})
 	}
 }
@@ -66,7 +68,7 @@ func queryInt(t *testing.T, st store.Store, sql string) int64 {
 
 // The readiness write commits: another instance sees it, and each check changes the row
 // (a write of the same bytes would be skipped by SQLite and prove nothing).
-func testReadinessWriteCommits(t *testing.T, e *Env) {
+func testReadinessWriteCommits(t *testing.T, e *env) {
 	for range 3 {
 		if err := e.Store.ReadinessWrite(ctx, "host-a"); err != nil {
 			t.Fatal(err)
@@ -83,7 +85,7 @@ func testReadinessWriteCommits(t *testing.T, e *Env) {
 // Migrations apply by version: one missing from the record is applied even when later
 // ones are (branches merge their migrations in any order), and the schema is outdated
 // until it is.
-func testMigrationsByVersion(t *testing.T, e *Env) {
+func testMigrationsByVersion(t *testing.T, e *env) {
 	exec(t, e.Store, `DROP TABLE readiness`)
 	exec(t, e.Store, `DELETE FROM schema_migrations WHERE version = 14`)
 	err := e.Store.SchemaCurrent(ctx)
@@ -106,7 +108,7 @@ func testMigrationsByVersion(t *testing.T, e *Env) {
 // A database that refuses writes — a read-only session or standby (PostgreSQL 25006), a
 // read-only file (SQLITE_READONLY) — is unavailable; a write refused on its merits (a
 // constraint) is not, nor a row that is not there.
-func testRefusedWritesUnavailable(t *testing.T, e *Env) {
+func testRefusedWritesUnavailable(t *testing.T, e *env) {
 	key := store.APIKey{ID: "k1", Name: "one", Hash: "h1", Scopes: []string{"runs"}, CreatedAt: e.Clock.Now()}
 	if err := e.Store.APIKeyInsert(ctx, key); err != nil {
 		t.Fatal(err)
@@ -157,7 +159,7 @@ func testRefusedWritesUnavailable(t *testing.T, e *Env) {
 // the server mid-statement (57P01, what a fast shutdown sends), and a server that is not
 // there (connection refused). SQLite: a write that waited past its deadline for the lock
 // another process holds.
-func testLostConnectionsUnavailable(t *testing.T, e *Env) {
+func testLostConnectionsUnavailable(t *testing.T, e *env) {
 	if _, err := e.Store.Claim(ctx, store.ClaimParams{RunClaimParams: store.RunClaimParams{Key: "r1", PayloadHash: "h", Owner: "o", Lease: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package storetest_test
+package app_test
 
 // TestScale is issue 12's benchmark: the hot operations on PostgreSQL holding generated
 // history, beside the same operations on an empty database in the same run. Sizes come
@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/retention"
@@ -86,7 +87,7 @@ func TestScale(t *testing.T) {
 }
 
 type scaleEnv struct {
-	e      *storetest.EffectsEnv
+	e      *apptest.EffectsEnv
 	st     *postgres.Store
 	a      *audit.Service
 	claims []store.Run
@@ -112,7 +113,7 @@ func openScaleTraced(t testing.TB, runsN, eventsN int, tracer pgx.QueryTracer) *
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e := storetest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
+	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
 	if runsN > 0 {
 		start := time.Now()
 		if err := storetest.GenerateScale(ctx, st.Pool(), storetest.Scale{Runs: runsN, Events: eventsN, End: e.Clock.Now().Add(-8 * 24 * time.Hour)},
@@ -240,7 +241,7 @@ func measureScale(t *testing.T, envs []*scaleEnv, iters int) []scaleFigures {
 	for range 11 {
 		for k, s := range envs {
 			now := s.e.Clock.Now()
-			storetest.PlantEvents(t, s.st, 10_000, now.Add(-500*24*time.Hour))
+			PlantEvents(t, s.st, 10_000, now.Add(-500*24*time.Hour))
 			start := time.Now()
 			c, err := s.st.Purge(ctx, store.PurgeParams{PayloadsBefore: now.Add(-30 * 24 * time.Hour), EventsBefore: now.Add(-400 * 24 * time.Hour),
 				Now: now, Yield: func(context.Context, time.Duration) error { return nil }})

@@ -1,7 +1,6 @@
-package storetest
+package effects_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,11 +9,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store"
@@ -25,7 +24,7 @@ import (
 // the outcome itself when it is known.
 var poisonTests = []struct {
 	name string
-	fn   func(t *testing.T, e *EffectsEnv)
+	fn   func(t *testing.T, e *apptest.EffectsEnv)
 }{
 	{"RefusedValuesAreMarked", testRefusedValuesMarked},
 	{"UnstorableProviderIDsDoNotStallTheGroup", testUnstorableProviderIDs},
@@ -37,7 +36,7 @@ var poisonTests = []struct {
 
 // Each backend marks its refusal of a statement's values as store.ErrInvalidValue (the
 // recorder isolates such an outcome at once instead of retrying it), and nothing else.
-func testRefusedValuesMarked(t *testing.T, e *EffectsEnv) {
+func testRefusedValuesMarked(t *testing.T, e *apptest.EffectsEnv) {
 	k := store.APIKey{ID: "dup", Name: "dup", Hash: "h-dup", Scopes: []string{"read"}, CreatedAt: e.Clock.Now()}
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
 		if err := q.APIKeyInsert(ctx, k); err != nil {
@@ -54,7 +53,7 @@ func testRefusedValuesMarked(t *testing.T, e *EffectsEnv) {
 	if e.Store.Backend() != "postgres" {
 		return // SQLite stores any bytes in text
 	}
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	for _, id := range []string{"a\x00b", "h-\xff\xfe"} {
 		err := e.Store.Within(ctx, func(ctx context.Context) error {
 			return e.Store.Transact(ctx, func(q store.Queries) error { // a savepoint, as the recorder's
@@ -72,7 +71,7 @@ func testRefusedValuesMarked(t *testing.T, e *EffectsEnv) {
 // answerTogether makes the provider hold each of the first n requests until all n have
 // arrived (or 2 s passed), so their outcomes reach the recorder together and share a
 // group commit; reply then answers each.
-func answerTogether(e *EffectsEnv, n int32, reply func(w http.ResponseWriter, key string)) {
+func answerTogether(e *apptest.EffectsEnv, n int32, reply func(w http.ResponseWriter, key string)) {
 	var arrived atomic.Int32
 	all := make(chan struct{})
 	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, _ int) {
@@ -88,7 +87,7 @@ func answerTogether(e *EffectsEnv, n int32, reply func(w http.ResponseWriter, ke
 }
 
 // eventDetail returns the detail of the run's last event of kind.
-func eventDetail(t *testing.T, e *EffectsEnv, key, kind string) map[string]any {
+func eventDetail(t *testing.T, e *apptest.EffectsEnv, key, kind string) map[string]any {
 	t.Helper()
 	evs, err := e.Store.EventList(ctx, key, 0, 1000)
 	if err != nil {
@@ -103,7 +102,7 @@ func eventDetail(t *testing.T, e *EffectsEnv, key, kind string) map[string]any {
 			return d
 		}
 	}
-	t.Fatalf("no %s event on %s: %v", kind, key, kinds(t, e.Env, key))
+	t.Fatalf("no %s event on %s: %v", kind, key, e.Kinds(t, key))
 	return nil
 }
 
@@ -113,7 +112,7 @@ func eventDetail(t *testing.T, e *EffectsEnv, key, kind string) map[string]any {
 // none waits for a lease to end. Before: on PostgreSQL the group's record failed (22021),
 // the per-item retries held every outcome of the instance until the lease ended, and the
 // two confirmed sends ended unknown.
-func testUnstorableProviderIDs(t *testing.T, e *EffectsEnv) {
+func testUnstorableProviderIDs(t *testing.T, e *apptest.EffectsEnv) {
 	answerTogether(e, 6, func(w http.ResponseWriter, key string) {
 		switch {
 		case strings.HasPrefix(key, "bad-header/"):
@@ -130,7 +129,7 @@ func testUnstorableProviderIDs(t *testing.T, e *EffectsEnv) {
 	keys := []string{"bad-header", "bad-body", "ok-1", "ok-2", "ok-3", "ok-4"}
 	var effs []store.Effect
 	for _, k := range keys {
-		effs = append(effs, queue(t, e, k, "note", "default", `{"n":1}`))
+		effs = append(effs, e.Queue(t, k, "note", "default", `{"n":1}`))
 	}
 	const lease = 30 * time.Second
 	d := &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Concurrency: 16, Lease: lease}
@@ -162,7 +161,7 @@ func testUnstorableProviderIDs(t *testing.T, e *EffectsEnv) {
 			t.Errorf("%s: effect_completed %v, want provider_id_note provider_id_escaped", k, d)
 		}
 	}
-	equal(t, "provider requests", e.Provider.Total(), len(keys))
+	apptest.Equal(t, "provider requests", e.Provider.Total(), len(keys))
 }
 
 // refusingStore refuses, as PostgreSQL refuses bytes it cannot store, every effect update
@@ -186,7 +185,7 @@ func (q refusingQueries) EffectUpdate(ctx context.Context, p store.EffectUpdateP
 // The store refuses one outcome's values (even sanitised: a constraint, say) in a group of
 // five: the four others commit in the same round, and the refused one is recorded at
 // once without its provider id, with a note — never retried until its lease ends.
-func testRefusedOutcomeIsolated(t *testing.T, e *EffectsEnv) {
+func testRefusedOutcomeIsolated(t *testing.T, e *apptest.EffectsEnv) {
 	answerTogether(e, 5, func(w http.ResponseWriter, key string) {
 		w.WriteHeader(http.StatusCreated)
 		if strings.HasPrefix(key, "refused/") {
@@ -198,7 +197,7 @@ func testRefusedOutcomeIsolated(t *testing.T, e *EffectsEnv) {
 	keys := []string{"refused", "ok-1", "ok-2", "ok-3", "ok-4"}
 	var effs []store.Effect
 	for _, k := range keys {
-		effs = append(effs, queue(t, e, k, "note", "default", `{"n":1}`))
+		effs = append(effs, e.Queue(t, k, "note", "default", `{"n":1}`))
 	}
 	const lease = 30 * time.Second
 	d := &effects.Dispatcher{Service: e.NewService(refusingStore{e.Store}, e.Clock.Now), BatchSize: 16, Concurrency: 16, Lease: lease}
@@ -250,15 +249,15 @@ func (s *downStore) Within(ctx context.Context, fn func(ctx context.Context) err
 // sendThenGoDown runs one round of a dispatcher whose store stops accepting writes right
 // after the provider answered, and stays down past the lease (300 ms): the outcome is
 // known, and unrecorded when the lease ends.
-func sendThenGoDown(t *testing.T, e *EffectsEnv, d *effects.Dispatcher, down *downStore, eff store.Effect) {
+func sendThenGoDown(t *testing.T, e *apptest.EffectsEnv, d *effects.Dispatcher, down *downStore, eff store.Effect) {
 	t.Helper()
-	d.Hook = hookOn("sent", func() { down.down.Store(true) })
+	d.Hook = apptest.HookOn("sent", func() { down.down.Store(true) })
 	if _, err := d.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
 	d.Hook = nil
-	equal(t, "state while the store refused writes", effectState(t, e, eff.ID), store.EffectSending)
-	equal(t, "requests", e.Provider.Total(), 1)
+	apptest.Equal(t, "state while the store refused writes", e.EffectState(t, eff.ID), store.EffectSending)
+	apptest.Equal(t, "requests", e.Provider.Total(), 1)
 }
 
 // The store refuses writes from the provider's 2xx until after the lease ended: the
@@ -266,8 +265,8 @@ func sendThenGoDown(t *testing.T, e *EffectsEnv, d *effects.Dispatcher, down *do
 // dispatcher, which kept the outcome, applies it then — completed with its provider id,
 // and an effect_reconciled event that says where the proof came from. Before: the outcome
 // was dropped at the lease's end and the effect stayed unknown.
-func testLateOutcomeApplied(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+func testLateOutcomeApplied(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	down := &downStore{Store: e.Store}
 	d := &effects.Dispatcher{Service: e.NewService(down, e.Clock.Now), Lease: 300 * time.Millisecond}
 	sendThenGoDown(t, e, d, down, eff)
@@ -280,7 +279,7 @@ func testLateOutcomeApplied(t *testing.T, e *EffectsEnv) {
 	if want := "p-" + effects.ProviderKey(eff); got.State != store.EffectCompleted || got.ProviderID != want {
 		t.Fatalf("effect %s with provider id %q, want completed with %q", got.State, got.ProviderID, want)
 	}
-	equal(t, "events", kinds(t, e.Env, "k1")[2:], []string{"effect_unknown", "alert", "effect_reconciled"})
+	apptest.Equal(t, "events", e.Kinds(t, "k1")[2:], []string{"effect_unknown", "alert", "effect_reconciled"})
 	detail := eventDetail(t, e, "k1", "effect_reconciled")
 	if detail["source"] != "dispatcher's late outcome" || detail["provider_id"] != got.ProviderID {
 		t.Errorf("effect_reconciled %v: want source \"dispatcher's late outcome\" and the provider id", detail)
@@ -289,14 +288,14 @@ func testLateOutcomeApplied(t *testing.T, e *EffectsEnv) {
 	if s, want := audit.Summary(evs[len(evs)-1]), "reconciled: 1 found by the dispatcher's late outcome; provider id "+got.ProviderID; !strings.HasSuffix(s, want) {
 		t.Errorf("timeline: %q, want it to end %q", s, want)
 	}
-	equal(t, "requests", e.Provider.Total(), 1)
+	apptest.Equal(t, "requests", e.Provider.Total(), 1)
 }
 
 // A kept outcome is applied only to the effect as its lease left it. Here, meanwhile, a
 // person resolved the unknown effect not_sent, another sender took it (a new attempt) and
 // its lease lapsed too: unknown for lease_expired again. The late outcome must not apply.
-func testLateOutcomeStale(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+func testLateOutcomeStale(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	down := &downStore{Store: e.Store}
 	d := &effects.Dispatcher{Service: e.NewService(down, e.Clock.Now), Lease: 300 * time.Millisecond}
 	sendThenGoDown(t, e, d, down, eff)
@@ -309,7 +308,7 @@ func testLateOutcomeStale(t *testing.T, e *EffectsEnv) {
 	}
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
 		now := e.Clock.Now()
-		leased, err := q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: AllTypes(e.Policy),
+		leased, err := q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: apptest.AllTypes(e.Policy),
 			Owner: "second", Lease: time.Minute, Limit: 10, Now: &now})
 		if err != nil || len(leased) != 1 {
 			return fmt.Errorf("lease again: %d %v", len(leased), err)
@@ -326,8 +325,8 @@ func testLateOutcomeStale(t *testing.T, e *EffectsEnv) {
 		t.Fatal(err)
 	}
 	before, _ := e.Effects.Get(ctx, eff.ID)
-	equal(t, "after the second sender's lease lapsed", before.State, store.EffectUnknown)
-	equal(t, "attempts", before.Attempts, 2)
+	apptest.Equal(t, "after the second sender's lease lapsed", before.State, store.EffectUnknown)
+	apptest.Equal(t, "attempts", before.Attempts, 2)
 	down.down.Store(false)
 	if _, err := d.Tick(ctx); err != nil {
 		t.Fatal(err)
@@ -343,18 +342,18 @@ func testLateOutcomeStale(t *testing.T, e *EffectsEnv) {
 
 // A dispatcher stopping while the store still refuses writes logs every kept outcome with
 // its provider id: what a person needs to resolve the effect as sent.
-func testLateOutcomeShutdown(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+func testLateOutcomeShutdown(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	down := &downStore{Store: e.Store}
-	logs := &LockedBuffer{}
+	logs := &apptest.LockedBuffer{}
 	svc := effects.NewService(effects.Options{Store: down, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
 		Now: e.Clock.Now, Budgets: e.Failures.Budget, Log: slog.New(slog.NewJSONHandler(logs, nil))})
-	svc.Hook = hookOn("sent", func() { down.down.Store(true) })
+	svc.Hook = apptest.HookOn("sent", func() { down.down.Store(true) })
 	d := &effects.Dispatcher{Service: svc, Lease: 300 * time.Millisecond, Interval: 10 * time.Millisecond, Drain: time.Second}
 	runCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan struct{})
 	go func() { d.Run(runCtx); close(stopped) }()
-	waitFor(t, "the outcome to be kept past its lease", func() bool { return d.LateOutcomes() == 1 })
+	apptest.WaitFor(t, "the outcome to be kept past its lease", func() bool { return d.LateOutcomes() == 1 })
 	stop()
 	<-stopped
 	want := "p-" + effects.ProviderKey(eff)
@@ -364,23 +363,4 @@ func testLateOutcomeShutdown(t *testing.T, e *EffectsEnv) {
 		}
 	}
 	t.Fatalf("no shutdown line with provider id %s in:\n%s", want, logs.String())
-}
-
-// LockedBuffer collects output written from several goroutines (logs, a process's
-// output copier).
-type LockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *LockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *LockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

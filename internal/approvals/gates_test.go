@@ -1,4 +1,4 @@
-package storetest
+package approvals_test
 
 import (
 	"context"
@@ -14,20 +14,26 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// RunGates is the conformance suite of the gates' store work (migration 0008): keys that
+var ctx = context.Background()
+
+// TestGatesConformance runs the conformance suite of the gates' store work (migration 0008): keys that
 // name their person and types, approvals that keep every requester identity, evidence
 // recorded by evaluators, and the domain rules over them, on backend b.
-func RunGates(t *testing.T, b Backend) {
+func TestGatesConformance(t *testing.T) { storetest.Each(t, runGates) }
+
+func runGates(t *testing.T, b storetest.Backend) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, e *EffectsEnv)
+		fn   func(t *testing.T, e *apptest.EffectsEnv)
 	}{
 		{"APIKeyOnBehalfOfAndTypes", testGateAPIKeyColumns},
 		{"ApprovalKeepsRequesters", testGateRequesters},
@@ -38,11 +44,11 @@ func RunGates(t *testing.T, b Backend) {
 		{"ReissueReplacesTheLink", testGateReissue},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
 	}
 }
 
-func testGateAPIKeyColumns(t *testing.T, e *EffectsEnv) {
+func testGateAPIKeyColumns(t *testing.T, e *apptest.EffectsEnv) {
 	_, raw, err := apikeys.CreateSpec(ctx, e.Store, apikeys.Spec{Name: "w", Scopes: []string{apikeys.ScopeWorker},
 		OnBehalfOf: " ana ", Types: []string{"task", " slack_digest", "task"}}, e.Clock.Now())
 	if err != nil {
@@ -64,8 +70,8 @@ func testGateAPIKeyColumns(t *testing.T, e *EffectsEnv) {
 	}
 }
 
-func testGateRequesters(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "sod")
+func testGateRequesters(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "sod")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "sod", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
 		Target: "default", Payload: json.RawMessage(`{"text":"hi"}`), Actor: "apikey:Assistant", OnBehalfOf: "Ana",
 		Meta: &runs.Meta{RequestedBy: " ＢＯＢ "}}, e.Approvals)
@@ -77,8 +83,8 @@ func testGateRequesters(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("approvals: %v %v", aps, err)
 	}
 	a := aps[0]
-	equal(t, "requesters", a.Requesters, []string{"apikey:assistant", "ana", "bob"})
-	equal(t, "requested_by", a.RequestedBy, "ＢＯＢ")
+	apptest.Equal(t, "requesters", a.Requesters, []string{"apikey:assistant", "ana", "bob"})
+	apptest.Equal(t, "requested_by", a.RequestedBy, "ＢＯＢ")
 	for _, who := range []string{"ana", "ANA", "bob", "Bob ", "apikey:assistant"} {
 		if err := approvals.May(a, approvals.Person{Subject: who, Roles: []string{"support-lead"}}); !errors.Is(err, approvals.ErrSelfApproval) {
 			t.Errorf("%q may decide a request that is theirs: %v", who, err)
@@ -89,11 +95,11 @@ func testGateRequesters(t *testing.T, e *EffectsEnv) {
 	}
 }
 
-func testGateEvidence(t *testing.T, e *EffectsEnv) {
+func testGateEvidence(t *testing.T, e *apptest.EffectsEnv) {
 	submit := func(key string) effects.Submitted {
 		t.Helper()
-		r := claimRun(t, e, key)
-		if _, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: lease(r), ActionType: "triage", Output: json.RawMessage(`{"label":"spam"}`)}); err != nil {
+		r := e.ClaimRun(t, key)
+		if _, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: apptest.Lease(r), ActionType: "triage", Output: json.RawMessage(`{"label":"spam"}`)}); err != nil {
 			t.Fatal(err)
 		}
 		sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: key, Owner: r.LeaseOwner, Version: r.Version, ActionType: "triage",
@@ -106,7 +112,7 @@ func testGateEvidence(t *testing.T, e *EffectsEnv) {
 	if sub := submit("ev-none"); sub.Approval == nil {
 		t.Fatal("auto-approved without recorded evidence")
 	}
-	claimRun(t, e, "ev-1")
+	e.ClaimRun(t, "ev-1")
 	for _, v := range []string{`0.5`, `0.99`} { // the latest finding of a source and name counts
 		if _, err := e.Approvals.RecordEvidence(ctx, "ev-1", "classifier", "score", json.RawMessage(v), "apikey:classifier"); err != nil {
 			t.Fatal(err)
@@ -121,7 +127,7 @@ func testGateEvidence(t *testing.T, e *EffectsEnv) {
 	}
 	// ev-1 is claimed already: validate and submit under that lease.
 	r, _ := e.Runs.Get(ctx, "ev-1")
-	if _, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: lease(r), ActionType: "triage", Output: json.RawMessage(`{"label":"spam"}`)}); err != nil {
+	if _, err := e.Failures.Validate(ctx, failures.ValidateRequest{LeaseRequest: apptest.Lease(r), ActionType: "triage", Output: json.RawMessage(`{"label":"spam"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "ev-1", Owner: r.LeaseOwner, Version: r.Version, ActionType: "triage",
@@ -131,14 +137,14 @@ func testGateEvidence(t *testing.T, e *EffectsEnv) {
 	}
 }
 
-func testGateCancel(t *testing.T, e *EffectsEnv) {
+func testGateCancel(t *testing.T, e *apptest.EffectsEnv) {
 	// Not a window effect: nobody cancels it through Cancel.
-	plain := queue(t, e, "c-1", "note", "default", `{"n":1}`)
+	plain := e.Queue(t, "c-1", "note", "default", `{"n":1}`)
 	if _, err := e.Effects.Cancel(ctx, plain.ID, "x", "cli:op", effects.Canceller{Operator: true}); !errors.Is(err, effects.ErrNotResolvable) {
 		t.Fatalf("cancel of an ungated effect: %v", err)
 	}
 	// A window effect: not by a stale lease owner; by the holder.
-	r := claimRun(t, e, "c-2")
+	r := e.ClaimRun(t, "c-2")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "c-2", Owner: r.LeaseOwner, Version: r.Version, ActionType: "digest",
 		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"}, e.Approvals)
 	if err != nil {
@@ -150,14 +156,14 @@ func testGateCancel(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Effects.Cancel(ctx, sub.Effect.ID, "x", "apikey:n8n", effects.Canceller{Owner: r.LeaseOwner}); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "cancelled", effectState(t, e, sub.Effect.ID), store.EffectCancelled)
+	apptest.Equal(t, "cancelled", e.EffectState(t, sub.Effect.ID), store.EffectCancelled)
 	aps, _ := e.Store.ApprovalsByRun(ctx, "c-2")
 	if len(aps) != 1 || aps[0].ConsumedAt == nil {
 		t.Fatalf("the cancel link outlived the effect: %+v", aps)
 	}
 	// An approved run whose only effect is abandoned settles.
 	e.Provider.Reply = func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(http.StatusInternalServerError) }
-	r = claimRun(t, e, "c-3")
+	r = e.ClaimRun(t, "c-3")
 	sub, err = e.Effects.Submit(ctx, effects.QueueRequest{Key: "c-3", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
 		Target: "default", Payload: json.RawMessage(`{"text":"x"}`), Actor: "apikey:n8n"}, e.Approvals)
 	if err != nil {
@@ -166,21 +172,21 @@ func testGateCancel(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Approvals.Decide(ctx, sub.Approval.Approval.TokenHash, approvals.Approve, "", approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}); err != nil {
 		t.Fatal(err)
 	}
-	tick(t, e)
+	e.Tick(t)
 	effs, _ := e.Effects.List(ctx, store.EffectListParams{RunKey: "c-3"})
-	equal(t, "sent into the unknown", effs[0].State, store.EffectUnknown)
+	apptest.Equal(t, "sent into the unknown", effs[0].State, store.EffectUnknown)
 	if _, err := e.Effects.Resolve(ctx, effs[0].ID, effects.Resolution{Outcome: effects.OutcomeAbandon, ProviderID: "", Note: "never arrived"}, "cli:op"); err != nil {
 		t.Fatal(err)
 	}
 	run, _ := e.Runs.Get(ctx, "c-3")
-	equal(t, "settled", run.State, store.StateFailedTerminal)
+	apptest.Equal(t, "settled", run.State, store.StateFailedTerminal)
 	if !strings.Contains(string(run.Result), "effects_cancelled") {
 		t.Fatalf("result: %s", run.Result)
 	}
 }
 
-func testGateLedgerUnknown(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "ag")
+func testGateLedgerUnknown(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "ag")
 	if res, err := e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "ag", EffectID: "d1", Owner: r.LeaseOwner, Action: "create_internal_draft",
 		Target: "docs", InputHash: "h"}); err != nil || !res.Execute {
 		t.Fatalf("plan: %+v %v", res, err)
@@ -192,13 +198,13 @@ func testGateLedgerUnknown(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("the agent cleared an unknown effect: %v", err)
 	}
 	eff, _ := e.Store.EffectByRunEffectID(ctx, "ag", "d1")
-	equal(t, "still unknown", eff.State, store.EffectUnknown)
+	apptest.Equal(t, "still unknown", eff.State, store.EffectUnknown)
 }
 
 // testGateReissue: a reissued link replaces the old one in one statement; a decided or
 // expired approval is not reissued (issue 15 item 10).
-func testGateReissue(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "re")
+func testGateReissue(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "re")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "re", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
 		Target: "default", Payload: json.RawMessage(`{"text":"hi"}`), Actor: "apikey:n8n"}, e.Approvals)
 	if err != nil || sub.Approval == nil {
@@ -254,8 +260,8 @@ func testGateReissue(t *testing.T, e *EffectsEnv) {
 // 300 ms) after its first lock: run then approval, approval then run, before the fix.
 // PostgreSQL found the deadlock and one request failed; now both take the run's lock
 // first, so the second waits, then sees the first's cancel and refuses cleanly.
-func testGateCancelLockOrder(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "w-1")
+func testGateCancelLockOrder(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "w-1")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "w-1", Owner: r.LeaseOwner, Version: r.Version, ActionType: "digest",
 		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"}, e.Approvals)
 	if err != nil || sub.Approval == nil {
@@ -268,8 +274,8 @@ func testGateCancelLockOrder(t *testing.T, e *EffectsEnv) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	e.Effects.Hook = hookOn("cancel_run_locked", barrier)
-	e.Approvals.Hook = hookOn("approval_consumed", barrier)
+	e.Effects.Hook = apptest.HookOn("cancel_run_locked", barrier)
+	e.Approvals.Hook = apptest.HookOn("approval_consumed", barrier)
 	defer func() { e.Effects.Hook, e.Approvals.Hook = nil, nil }()
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -305,12 +311,12 @@ func testGateCancelLockOrder(t *testing.T, e *EffectsEnv) {
 	if !wonLink && !errors.Is(errs[1], approvals.ErrNotFound) {
 		t.Errorf("the link's cancel after the operator's: %v, want ErrNotFound", errs[1])
 	}
-	equal(t, "effect", effectState(t, e, sub.Effect.ID), store.EffectCancelled)
+	apptest.Equal(t, "effect", e.EffectState(t, sub.Effect.ID), store.EffectCancelled)
 	n := 0
-	for _, k := range kinds(t, e.Env, "w-1") {
+	for _, k := range e.Kinds(t, "w-1") {
 		if k == "effect_cancelled" {
 			n++
 		}
 	}
-	equal(t, "effect_cancelled events", n, 1)
+	apptest.Equal(t, "effect_cancelled events", n, 1)
 }

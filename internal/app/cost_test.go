@@ -1,4 +1,4 @@
-package storetest
+package app_test
 
 // The cost suite (issue 12): counters that stay exact without counting, and a purge that
 // works in batches. Run by TestCostConformance on every backend.
@@ -15,21 +15,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// RunCost is the cost suite on backend b.
-func RunCost(t *testing.T, b Backend) {
-	t.Run("EffectCountsExact", func(t *testing.T) { testEffectCountsExact(t, NewEffectsEnv(t, b, "")) })
-	t.Run("EffectCountsReadNoEffect", func(t *testing.T) { testEffectCountsReadNoEffect(t, NewEffectsEnv(t, b, "")) })
-	t.Run("EffectCountsConcurrent", func(t *testing.T) { testEffectCountsConcurrent(t, NewEffectsEnv(t, b, "")) })
-	t.Run("PurgeBatches", func(t *testing.T) { testPurgeBatches(t, NewEffectsEnv(t, b, "")) })
-	t.Run("PurgeLetsClaimsThrough", func(t *testing.T) { testPurgeLetsClaimsThrough(t, NewEffectsEnv(t, b, "")) })
+// TestCostConformance runs the cost suite on every backend.
+func TestCostConformance(t *testing.T) { storetest.Each(t, runCost) }
+
+func runCost(t *testing.T, b storetest.Backend) {
+	t.Run("EffectCountsExact", func(t *testing.T) { testEffectCountsExact(t, apptest.NewEffectsEnv(t, b, "")) })
+	t.Run("EffectCountsReadNoEffect", func(t *testing.T) { testEffectCountsReadNoEffect(t, apptest.NewEffectsEnv(t, b, "")) })
+	t.Run("EffectCountsConcurrent", func(t *testing.T) { testEffectCountsConcurrent(t, apptest.NewEffectsEnv(t, b, "")) })
+	t.Run("PurgeBatches", func(t *testing.T) { testPurgeBatches(t, apptest.NewEffectsEnv(t, b, "")) })
+	t.Run("PurgeLetsClaimsThrough", func(t *testing.T) { testPurgeLetsClaimsThrough(t, apptest.NewEffectsEnv(t, b, "")) })
 }
 
 // FullEffectCounts counts the effects table itself: the truth the counters must match.
@@ -96,7 +100,7 @@ func checkCounts(t *testing.T, st store.Store, when string) map[store.EffectStat
 	if err != nil {
 		t.Fatalf("%s: %v", when, err)
 	}
-	equal(t, "effect counts "+when, got, FullEffectCounts(t, st))
+	apptest.Equal(t, "effect counts "+when, got, FullEffectCounts(t, st))
 	return got
 }
 
@@ -115,28 +119,28 @@ func scriptedReplies(status map[string]int) func(w http.ResponseWriter, r *http.
 
 // testEffectCountsExact walks effects through every state the outbox gives them and
 // compares the counters with a full count after each step, then after retention.
-func testEffectCountsExact(t *testing.T, e *EffectsEnv) {
+func testEffectCountsExact(t *testing.T, e *apptest.EffectsEnv) {
 	checkCounts(t, e.Store, "on a fresh database")
 	e.Provider.Reply = scriptedReplies(map[string]int{"retry": http.StatusServiceUnavailable,
 		"refused": http.StatusBadRequest, "unsure": http.StatusInternalServerError})
 	for _, k := range []string{"sent-1", "sent-2", "retry", "refused", "unsure"} {
-		queue(t, e, k, "note", "default", `{"k":"`+k+`"}`)
+		e.Queue(t, k, "note", "default", `{"k":"`+k+`"}`)
 	}
-	worker := queue(t, e, "worker", "task", "default", `{"k":"w"}`)
-	cancelled := queue(t, e, "cancel", "task", "default", `{"k":"c"}`)
+	worker := e.Queue(t, "worker", "task", "default", `{"k":"w"}`)
+	cancelled := e.Queue(t, "cancel", "task", "default", `{"k":"c"}`)
 	got := checkCounts(t, e.Store, "after queueing")
-	equal(t, "pending", got[store.EffectPending], 7)
+	apptest.Equal(t, "pending", got[store.EffectPending], 7)
 
-	tick(t, e)
+	e.Tick(t)
 	got = checkCounts(t, e.Store, "after a dispatch")
-	equal(t, "completed / pending / failed / unknown", []int{got[store.EffectCompleted], got[store.EffectPending],
+	apptest.Equal(t, "completed / pending / failed / unknown", []int{got[store.EffectCompleted], got[store.EffectPending],
 		got[store.EffectFailed], got[store.EffectUnknown]}, []int{2, 3, 1, 1})
 
 	// Its run ends failed_terminal: the pending effect is cancelled with it.
-	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(current(t, e, "cancel")), To: store.StateFailedTerminal}); err != nil {
+	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(e.Current(t, "cancel")), To: store.StateFailedTerminal}); err != nil {
 		t.Fatal(err)
 	}
-	if got := effectState(t, e, cancelled.ID); got != store.EffectCancelled {
+	if got := e.EffectState(t, cancelled.ID); got != store.EffectCancelled {
 		t.Fatalf("effect of the failed run: %s", got)
 	}
 	checkCounts(t, e.Store, "after a cancel")
@@ -148,7 +152,7 @@ func testEffectCountsExact(t *testing.T, e *EffectsEnv) {
 	// Retry until the cap: the retried effect ends failed.
 	for range 4 {
 		e.Clock.Advance(10 * time.Second)
-		tick(t, e)
+		e.Tick(t)
 		checkCounts(t, e.Store, "after a retry")
 	}
 	// Retention clears payloads and events; no effect changes state.
@@ -161,17 +165,17 @@ func testEffectCountsExact(t *testing.T, e *EffectsEnv) {
 	for _, n := range got {
 		total += n
 	}
-	equal(t, "effects counted", total, 7)
+	apptest.Equal(t, "effects counted", total, 7)
 }
 
 // testEffectCountsReadNoEffect: counting reads the counters, not the effects table, so
 // its cost does not grow with the table. With the table renamed away (inside a
 // transaction that is rolled back), the counts still answer, and right.
-func testEffectCountsReadNoEffect(t *testing.T, e *EffectsEnv) {
+func testEffectCountsReadNoEffect(t *testing.T, e *apptest.EffectsEnv) {
 	for i := range 5 {
-		queue(t, e, fmt.Sprintf("k-%d", i), "note", "default", `{"n":1}`)
+		e.Queue(t, fmt.Sprintf("k-%d", i), "note", "default", `{"n":1}`)
 	}
-	tick(t, e)
+	e.Tick(t)
 	want := FullEffectCounts(t, e.Store)
 	errRollback := errors.New("roll back")
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
@@ -188,7 +192,7 @@ func testEffectCountsReadNoEffect(t *testing.T, e *EffectsEnv) {
 		if err != nil {
 			return fmt.Errorf("counts without the effects table: %w", err)
 		}
-		equal(t, "counts", got, want)
+		apptest.Equal(t, "counts", got, want)
 		return errRollback
 	})
 	if !errors.Is(err, errRollback) {
@@ -199,7 +203,7 @@ func testEffectCountsReadNoEffect(t *testing.T, e *EffectsEnv) {
 
 // testEffectCountsConcurrent queues, dispatches and counts at once from two instances;
 // the counters end equal to a full count.
-func testEffectCountsConcurrent(t *testing.T, e *EffectsEnv) {
+func testEffectCountsConcurrent(t *testing.T, e *apptest.EffectsEnv) {
 	const writers, perWriter = 4, 25
 	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
 		switch strings.SplitN(r.Header.Get("Idempotency-Key"), "/", 2)[0][len("k-0-"):] {
@@ -212,7 +216,7 @@ func testEffectCountsConcurrent(t *testing.T, e *EffectsEnv) {
 			fmt.Fprint(w, `{"id":"p"}`)
 		}
 	}
-	other := Reopen(t, e.Store, e.Clock)
+	other := storetest.Reopen(t, e.Store, e.Clock)
 	svc := e.NewService(other, e.Clock.Now)
 	var done atomic.Bool
 	var wg sync.WaitGroup
@@ -283,7 +287,7 @@ func testEffectCountsConcurrent(t *testing.T, e *EffectsEnv) {
 	for _, n := range got {
 		total += n
 	}
-	equal(t, "effects counted", total, writers*perWriter)
+	apptest.Equal(t, "effects counted", total, writers*perWriter)
 	if got[store.EffectCompleted] == 0 || got[store.EffectFailed] == 0 || got[store.EffectUnknown] == 0 {
 		t.Fatalf("the scenario should end in several states: %v", got)
 	}
@@ -292,7 +296,7 @@ func testEffectCountsConcurrent(t *testing.T, e *EffectsEnv) {
 // testPurgeBatches: a purge removes what expired in batches of p.Batch, each its own
 // transaction, yielding between them; other writers get through meanwhile, and what has
 // not expired stays.
-func testPurgeBatches(t *testing.T, e *EffectsEnv) {
+func testPurgeBatches(t *testing.T, e *apptest.EffectsEnv) {
 	const expired, kept, batch = 2500, 30, 200
 	PlantEvents(t, e.Store, expired, e.Clock.Now().Add(-500*24*time.Hour))
 	PlantEvents(t, e.Store, kept, e.Clock.Now())
@@ -318,8 +322,8 @@ func testPurgeBatches(t *testing.T, e *EffectsEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "events purged", counts["events"], int64(expired))
-	equal(t, "yields between batches", yields, expired/batch) // the last full batch is followed by an empty one
+	apptest.Equal(t, "events purged", counts["events"], int64(expired))
+	apptest.Equal(t, "yields between batches", yields, expired/batch) // the last full batch is followed by an empty one
 	if slowest > 2*time.Second {
 		t.Fatalf("a claim between two batches took %v", slowest)
 	}
@@ -329,7 +333,7 @@ func testPurgeBatches(t *testing.T, e *EffectsEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "events left", counts["events"], int64(kept+yields))
+	apptest.Equal(t, "events left", counts["events"], int64(kept+yields))
 }
 
 // PurgeLargeEvents is how many expired events testPurgeLetsClaimsThrough purges: enough
@@ -340,7 +344,7 @@ var PurgeLargeEvents = 100_000
 // pauses while claims go on: every claim succeeds, none waits long. (With one statement,
 // SQLite's write lock is held for the whole purge and claims wait for it, or fail with
 // SQLITE_BUSY past the busy timeout.)
-func testPurgeLetsClaimsThrough(t *testing.T, e *EffectsEnv) {
+func testPurgeLetsClaimsThrough(t *testing.T, e *apptest.EffectsEnv) {
 	PlantEvents(t, e.Store, PurgeLargeEvents, e.Clock.Now().Add(-500*24*time.Hour))
 	now := e.Clock.Now()
 	done := make(chan store.PurgeCounts, 1)
@@ -363,7 +367,7 @@ func testPurgeLetsClaimsThrough(t *testing.T, e *EffectsEnv) {
 				t.Fatal(err)
 			}
 			c := <-done
-			equal(t, "events purged", c["events"], int64(PurgeLargeEvents))
+			apptest.Equal(t, "events purged", c["events"], int64(PurgeLargeEvents))
 			t.Logf("purge of %d events took %v; %d claims meanwhile, the slowest %v", PurgeLargeEvents, purgeTook, claims, slowest)
 			if claims < 3 {
 				t.Fatalf("only %d claims went through during a purge of %v", claims, purgeTook)

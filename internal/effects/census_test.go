@@ -1,4 +1,4 @@
-package storetest
+package effects_test
 
 import (
 	"go/ast"
@@ -19,8 +19,9 @@ import (
 // queue it, lease it, or put it back in pending or planned — with the tests that force a
 // stale or concurrent writer against it and show that it loses. TestRequeueCensus finds
 // the places in the source itself: a new one without an entry here fails it, and so does
-// an entry whose place or test is gone. The tests are entries of this package's suites
-// (requeueTests, outboxTests, the effects, ledger and failures suites), each run on every
+// an entry whose place or test is gone. The tests are entries of the domain packages'
+// suites (this package's requeueTests, outboxTests and effects suite, the ledger's and
+// the failures' suites), each run on every
 // backend.
 var requeueCensus = map[string][]string{
 	// Queued: new rows only; a second queue of the same (run, effect id) returns the first.
@@ -63,7 +64,7 @@ func sendableSites(t *testing.T, root string) map[string]bool {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (d.Name() == "storetest" || d.Name() == "testdata") {
+		if d.IsDir() && (d.Name() == "storetest" || d.Name() == "apptest" || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -157,13 +158,18 @@ func usedAsValue(stack []ast.Node) bool {
 	return true
 }
 
-// suiteTestNames are the names of every suite entry in this package's sources.
+// suiteTestNames are the names of every suite entry in the tests of the domain packages
+// (this one and its siblings approvals, failures and ledger).
 func suiteTestNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, dir := range []string{".", "../approvals", "../failures", "../ledger"} {
+		matched, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, matched...)
 	}
 	entry := regexp.MustCompile(`\{"(\w+)", test\w+\}`)
 	for _, f := range files {
@@ -179,17 +185,17 @@ func suiteTestNames(t *testing.T) map[string]bool {
 }
 
 func TestRequeueCensus(t *testing.T) {
-	sites := sendableSites(t, filepath.Join("..", ".."))
+	sites := sendableSites(t, "..") // internal/
 	names := suiteTestNames(t)
 	for _, site := range slices.Sorted(maps.Keys(sites)) {
 		tests, ok := requeueCensus[site]
 		if !ok {
-			t.Errorf("%s makes an effect sendable and has no entry in requeueCensus: add a test that forces a stale or concurrent writer against it (requeue_suite.go) and list it", site)
+			t.Errorf("%s makes an effect sendable and has no entry in requeueCensus: add a test that forces a stale or concurrent writer against it (requeue_test.go) and list it", site)
 			continue
 		}
 		for _, name := range tests {
 			if !names[name] {
-				t.Errorf("requeueCensus[%s] names %q, which is no suite entry of this package", site, name)
+				t.Errorf("requeueCensus[%s] names %q, which is no suite entry of the domain packages' tests", site, name)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package storetest
+package effects_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -21,7 +22,7 @@ import (
 // an interleaving that broke an earlier version, with hooks between statements.
 var outboxTests = []struct {
 	name string
-	fn   func(t *testing.T, e *EffectsEnv)
+	fn   func(t *testing.T, e *apptest.EffectsEnv)
 }{
 	{"SweeperCannotRequeueABegunSend", testSweeperVsBegin},
 	{"BeginNeedsALiveLease", testBeginNeedsLiveLease},
@@ -37,30 +38,10 @@ var outboxTests = []struct {
 	{"QueueWakesDispatcher", testQueueWakes},
 }
 
-// hookOn calls fn at one named point only.
-func hookOn(point string, fn func()) func(string) {
-	return func(p string) {
-		if p == point {
-			fn()
-		}
-	}
-}
-
-// waitFor polls cond for up to 10 s (a deadline for a failing test, not a timing claim).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // Instance B's sweeper lists an effect whose lease it sees expired (its clock runs ahead)
 // and not begun; instance A then begins and sends it; B's requeue must not apply.
-func testSweeperVsBegin(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+func testSweeperVsBegin(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	b := e.NewService(e.Store, func() time.Time { return e.Clock.Now().Add(3 * time.Minute) })
 	leased, proceed, sent, swept := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	e.Effects.Hook = func(p string) {
@@ -76,7 +57,7 @@ func testSweeperVsBegin(t *testing.T, e *EffectsEnv) {
 	done := make(chan error)
 	go func() { _, err := e.Dispatcher.Tick(ctx); done <- err }()
 	<-leased
-	b.Hook = hookOn("sweep_listed", func() { close(proceed); <-sent })
+	b.Hook = apptest.HookOn("sweep_listed", func() { close(proceed); <-sent })
 	err := b.SweepExpired(ctx)
 	close(swept)
 	if err != nil {
@@ -86,32 +67,32 @@ func testSweeperVsBegin(t *testing.T, e *EffectsEnv) {
 		t.Fatal(err)
 	}
 	e.Effects.Hook, b.Hook = nil, nil
-	tick(t, e)
-	equal(t, "state", effectState(t, e, eff.ID), store.EffectCompleted)
-	equal(t, "provider requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
+	e.Tick(t)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "provider requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
 }
 
 // A lease that lapses between the lease and the begin-mark: the mark refuses, nothing is
 // sent by that dispatcher, and the effect goes out once after the sweep.
-func testBeginNeedsLiveLease(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
-	e.Effects.Hook = hookOn("leased", func() { e.Clock.Advance(3 * time.Minute) })
-	tick(t, e)
+func testBeginNeedsLiveLease(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
+	e.Effects.Hook = apptest.HookOn("leased", func() { e.Clock.Advance(3 * time.Minute) })
+	e.Tick(t)
 	e.Effects.Hook = nil
-	equal(t, "requests while the lease lapsed", e.Provider.Total(), 0)
-	equal(t, "state", effectState(t, e, eff.ID), store.EffectSending)
-	tick(t, e) // sweeps (never begun: queued again), then sends
-	tick(t, e)
-	equal(t, "state", effectState(t, e, eff.ID), store.EffectCompleted)
-	equal(t, "provider requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
+	apptest.Equal(t, "requests while the lease lapsed", e.Provider.Total(), 0)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectSending)
+	e.Tick(t) // sweeps (never begun: queued again), then sends
+	e.Tick(t)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "provider requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
 }
 
 // approvedRunWithTwoEffects: an ungated note queued, then a gated email approved: the run
 // is approved with two open effects.
-func approvedRunWithTwoEffects(t *testing.T, e *EffectsEnv, key string) {
+func approvedRunWithTwoEffects(t *testing.T, e *apptest.EffectsEnv, key string) {
 	t.Helper()
-	queue(t, e, key, "note", "default", `{"n":1}`)
-	r := current(t, e, key)
+	e.Queue(t, key, "note", "default", `{"n":1}`)
+	r := e.Current(t, key)
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: key, Owner: r.LeaseOwner, Version: r.Version,
 		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
 	if err != nil || sub.Approval == nil {
@@ -121,12 +102,12 @@ func approvedRunWithTwoEffects(t *testing.T, e *EffectsEnv, key string) {
 		approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "run", current(t, e, key).State, store.StateApproved)
+	apptest.Equal(t, "run", e.Current(t, key).State, store.StateApproved)
 }
 
 // Two effects of one approved run finish at once in two instances: each must not see the
 // other still open (write skew), or the run stays approved forever.
-func testSettleWriteSkew(t *testing.T, e *EffectsEnv) {
+func testSettleWriteSkew(t *testing.T, e *apptest.EffectsEnv) {
 	approvedRunWithTwoEffects(t, e, "k1")
 	// Two instances, one effect each; whoever counts first waits (up to 300 ms) for the
 	// other to count too. Holding the run's lock, the other cannot.
@@ -140,7 +121,7 @@ func testSettleWriteSkew(t *testing.T, e *EffectsEnv) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		svc := e.NewService(e.Store, e.Clock.Now)
-		svc.Hook = hookOn("settle_counted", barrier)
+		svc.Hook = apptest.HookOn("settle_counted", barrier)
 		d := &effects.Dispatcher{Service: svc, BatchSize: 1, Lease: 2 * time.Minute}
 		wg.Add(1)
 		go func() {
@@ -159,16 +140,16 @@ func testSettleWriteSkew(t *testing.T, e *EffectsEnv) {
 		}()
 	}
 	wg.Wait()
-	equal(t, "requests", e.Provider.Total(), 2)
-	equal(t, "run", current(t, e, "k1").State, store.StateCompleted)
+	apptest.Equal(t, "requests", e.Provider.Total(), 2)
+	apptest.Equal(t, "run", e.Current(t, "k1").State, store.StateCompleted)
 }
 
 // A client completes its run while (under the same lease) it queues an effect: either the
 // effect is refused or the completion is; never a completed run with a pending effect.
-func testCompleteQueueRace(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "k1")
+func testCompleteQueueRace(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "k1")
 	queued := make(chan error, 1)
-	e.Runs.Hook = hookOn("complete_counted", func() {
+	e.Runs.Hook = apptest.HookOn("complete_counted", func() {
 		go func() {
 			_, _, _, err := e.Effects.Queue(ctx, effects.QueueRequest{Key: "k1", Owner: r.LeaseOwner, Version: r.Version,
 				ActionType: "note", Target: "default", Payload: json.RawMessage(`{"n":1}`), Actor: "test"})
@@ -180,14 +161,14 @@ func testCompleteQueueRace(t *testing.T, e *EffectsEnv) {
 		case <-time.After(300 * time.Millisecond):
 		}
 	})
-	_, cerr := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r), To: store.StateCompleted})
+	_, cerr := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(r), To: store.StateCompleted})
 	qerr := <-queued
 	e.Runs.Hook = nil
 	effs, err := e.Effects.List(ctx, store.EffectListParams{RunKey: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := current(t, e, "k1").State
+	state := e.Current(t, "k1").State
 	if state == store.StateCompleted && len(effs) > 0 {
 		t.Fatalf("run completed with %d effect(s) queued (complete: %v, queue: %v)", len(effs), cerr, qerr)
 	}
@@ -198,11 +179,11 @@ func testCompleteQueueRace(t *testing.T, e *EffectsEnv) {
 
 // 100 unknown effects that no lookup can settle must not stop a newer one from being
 // reconciled.
-func testReconcileNoStarvation(t *testing.T, e *EffectsEnv) {
+func testReconcileNoStarvation(t *testing.T, e *apptest.EffectsEnv) {
 	e.Provider.Reply = func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(http.StatusInternalServerError) }
 	d := &effects.Dispatcher{Service: e.Effects, BatchSize: 200, Concurrency: 200, Lease: 2 * time.Minute}
 	for i := range 100 {
-		queue(t, e, fmt.Sprintf("old-%03d", i), "note", "default", `{"n":1}`)
+		e.Queue(t, fmt.Sprintf("old-%03d", i), "note", "default", `{"n":1}`)
 	}
 	drain := func() {
 		for {
@@ -217,52 +198,50 @@ func testReconcileNoStarvation(t *testing.T, e *EffectsEnv) {
 	}
 	drain()
 	e.Clock.Advance(time.Second)
-	newest := queue(t, e, "new", "note", "default", `{"n":1}`)
+	newest := e.Queue(t, "new", "note", "default", `{"n":1}`)
 	drain()
 	unknown, err := e.Effects.List(ctx, store.EffectListParams{States: []store.EffectState{store.EffectUnknown}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "unknown effects", len(unknown), 101)
-	e.Provider.mu.Lock()
-	e.Provider.Found[effects.ProviderKey(newest)] = []string{"p-new"}
-	e.Provider.mu.Unlock()
+	apptest.Equal(t, "unknown effects", len(unknown), 101)
+	e.Provider.Store(effects.ProviderKey(newest), "p-new")
 	for range 3 {
 		if err := e.Effects.Reconcile(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	equal(t, "newest", effectState(t, e, newest.ID), store.EffectCompleted)
+	apptest.Equal(t, "newest", e.EffectState(t, newest.ID), store.EffectCompleted)
 }
 
 // Stopping a dispatcher mid-send lets the send finish and records its outcome.
-func testShutdownDrains(t *testing.T, e *EffectsEnv) {
+func testShutdownDrains(t *testing.T, e *apptest.EffectsEnv) {
 	release := make(chan struct{})
 	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, _ int) {
 		<-release
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"id":"p-1"}`)
 	}
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	d := &effects.Dispatcher{Service: e.Effects, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond, Drain: 10 * time.Second}
 	runCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan struct{})
 	go func() { d.Run(runCtx); close(stopped) }()
-	waitFor(t, "the send to reach the provider", func() bool { return e.Provider.Total() == 1 })
+	apptest.WaitFor(t, "the send to reach the provider", func() bool { return e.Provider.Total() == 1 })
 	stop()
 	time.Sleep(50 * time.Millisecond) // shutdown is under way while the provider answers
 	close(release)
 	<-stopped
-	equal(t, "state after shutdown", effectState(t, e, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "state after shutdown", e.EffectState(t, eff.ID), store.EffectCompleted)
 }
 
 // A disable that commits while a dispatcher is about to begin a send wins: the send waits
 // for the switch and sees it off.
-func testKillSwitchCommitsFirst(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+func testKillSwitchCommitsFirst(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	other := e.NewService(e.Store, e.Clock.Now)
 	ticked := make(chan error, 1)
-	other.Hook = hookOn("kill_switch_written", func() {
+	other.Hook = apptest.HookOn("kill_switch_written", func() {
 		go func() { _, err := e.Dispatcher.Tick(ctx); ticked <- err }()
 		select { // the disable is written, not committed: give the dispatcher time to slip past it
 		case err := <-ticked:
@@ -276,8 +255,8 @@ func testKillSwitchCommitsFirst(t *testing.T, e *EffectsEnv) {
 	if err := <-ticked; err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "requests after a disable committed", e.Provider.Total(), 0)
-	equal(t, "state", effectState(t, e, eff.ID), store.EffectPending)
+	apptest.Equal(t, "requests after a disable committed", e.Provider.Total(), 0)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectPending)
 }
 
 // flakyStore fails the next n transactions, as a database restart would.
@@ -295,47 +274,47 @@ func (f *flakyStore) Transact(ctx context.Context, fn func(q store.Queries) erro
 
 // The provider answered 2xx, then recording the outcome failed twice: the outcome is
 // kept and recorded, never dropped to unknown.
-func testRecordRetried(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`)
+func testRecordRetried(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	flaky := &flakyStore{Store: e.Store}
 	svc := e.NewService(flaky, e.Clock.Now)
-	svc.Hook = hookOn("sent", func() { flaky.fail.Store(2) })
+	svc.Hook = apptest.HookOn("sent", func() { flaky.fail.Store(2) })
 	d := &effects.Dispatcher{Service: svc, Lease: 2 * time.Minute}
 	if _, err := d.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "state", effectState(t, e, eff.ID), store.EffectCompleted)
-	equal(t, "requests", e.Provider.Total(), 1)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "requests", e.Provider.Total(), 1)
 }
 
 // Effects of a run that ends failed_terminal never leave: pending ones are cancelled with
 // the run, and one already leased but not begun is cancelled at the begin-mark.
-func testFailedTerminalSendsNothing(t *testing.T, e *EffectsEnv) {
-	pending := queue(t, e, "k1", "note", "default", `{"n":1}`)
-	r := current(t, e, "k1")
-	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r), To: store.StateFailedTerminal}); err != nil {
+func testFailedTerminalSendsNothing(t *testing.T, e *apptest.EffectsEnv) {
+	pending := e.Queue(t, "k1", "note", "default", `{"n":1}`)
+	r := e.Current(t, "k1")
+	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(r), To: store.StateFailedTerminal}); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "pending effect of a failed run", effectState(t, e, pending.ID), store.EffectCancelled)
-	tick(t, e)
+	apptest.Equal(t, "pending effect of a failed run", e.EffectState(t, pending.ID), store.EffectCancelled)
+	e.Tick(t)
 
-	leased := queue(t, e, "k2", "note", "default", `{"n":2}`)
-	r = current(t, e, "k2")
-	e.Effects.Hook = hookOn("leased", func() {
-		if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r), To: store.StateFailedTerminal}); err != nil {
+	leased := e.Queue(t, "k2", "note", "default", `{"n":2}`)
+	r = e.Current(t, "k2")
+	e.Effects.Hook = apptest.HookOn("leased", func() {
+		if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(r), To: store.StateFailedTerminal}); err != nil {
 			t.Error(err)
 		}
 	})
-	tick(t, e)
+	e.Tick(t)
 	e.Effects.Hook = nil
-	equal(t, "leased effect of a failed run", effectState(t, e, leased.ID), store.EffectCancelled)
-	equal(t, "requests", e.Provider.Total(), 0)
-	equal(t, "events", kinds(t, e.Env, "k2")[2:], []string{"transition", "effect_cancelled"})
+	apptest.Equal(t, "leased effect of a failed run", e.EffectState(t, leased.ID), store.EffectCancelled)
+	apptest.Equal(t, "requests", e.Provider.Total(), 0)
+	apptest.Equal(t, "events", e.Kinds(t, "k2")[2:], []string{"transition", "effect_cancelled"})
 }
 
 // A provider that hangs holds at most its type's max_in_flight; another type's effects
 // still go out meanwhile.
-func testHangingProvider(t *testing.T, e *EffectsEnv) {
+func testHangingProvider(t *testing.T, e *apptest.EffectsEnv) {
 	hang := make(chan struct{})
 	defer close(hang)
 	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, _ int) {
@@ -350,20 +329,20 @@ func testHangingProvider(t *testing.T, e *EffectsEnv) {
 		fmt.Fprint(w, `{"id":"p"}`)
 	}
 	for i := range 40 {
-		queue(t, e, fmt.Sprintf("slow-%d", i), "note", "default", `{"n":1}`)
+		e.Queue(t, fmt.Sprintf("slow-%d", i), "note", "default", `{"n":1}`)
 	}
 	var fast []store.Effect
 	for i := range 5 {
-		fast = append(fast, queue(t, e, fmt.Sprintf("fast-%d", i), "crm", "default", `{"n":1}`))
+		fast = append(fast, e.Queue(t, fmt.Sprintf("fast-%d", i), "crm", "default", `{"n":1}`))
 	}
 	d := &effects.Dispatcher{Service: e.Effects, Concurrency: 32, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond, Drain: time.Millisecond}
 	runCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan struct{})
 	go func() { d.Run(runCtx); close(stopped) }()
 	defer func() { stop(); <-stopped }()
-	waitFor(t, "the other type's effects while one provider hangs", func() bool {
+	apptest.WaitFor(t, "the other type's effects while one provider hangs", func() bool {
 		for _, f := range fast {
-			if effectState(t, e, f.ID) != store.EffectCompleted {
+			if e.EffectState(t, f.ID) != store.EffectCompleted {
 				return false
 			}
 		}
@@ -379,16 +358,16 @@ func testHangingProvider(t *testing.T, e *EffectsEnv) {
 }
 
 // A rate-capped type is leased only as fast as its tokens allow.
-func testRateCap(t *testing.T, e *EffectsEnv) {
+func testRateCap(t *testing.T, e *apptest.EffectsEnv) {
 	for i := range 6 {
-		queue(t, e, fmt.Sprintf("k%d", i), "ping", "default", `{"n":1}`)
+		e.Queue(t, fmt.Sprintf("k%d", i), "ping", "default", `{"n":1}`)
 	}
 	d := &effects.Dispatcher{Service: e.Effects, Lease: 2 * time.Minute}
 	n, err := d.Tick(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "leased at once under rate 2/s (burst 2)", n, 2)
+	apptest.Equal(t, "leased at once under rate 2/s (burst 2)", n, 2)
 	n, err = d.Tick(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +380,7 @@ func testRateCap(t *testing.T, e *EffectsEnv) {
 // An effect queued in this instance wakes its dispatcher: with the poll an hour apart it
 // is still sent at once. On PostgreSQL, one queued through another instance wakes it too
 // (LISTEN/NOTIFY).
-func testQueueWakes(t *testing.T, e *EffectsEnv) {
+func testQueueWakes(t *testing.T, e *apptest.EffectsEnv) {
 	d := &effects.Dispatcher{Service: e.Effects, Lease: 2 * time.Minute, Interval: time.Hour}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -409,10 +388,10 @@ func testQueueWakes(t *testing.T, e *EffectsEnv) {
 	go func() { d.Run(runCtx); close(stopped) }()
 	defer func() { stop(); <-stopped }()
 	time.Sleep(50 * time.Millisecond) // the first round (and LISTEN) has begun
-	local := queue(t, e, "k1", "note", "default", `{"n":1}`)
-	waitFor(t, "a locally queued effect to be sent", func() bool { return effectState(t, e, local.ID) == store.EffectCompleted })
+	local := e.Queue(t, "k1", "note", "default", `{"n":1}`)
+	apptest.WaitFor(t, "a locally queued effect to be sent", func() bool { return e.EffectState(t, local.ID) == store.EffectCompleted })
 	// An approval that puts its effect into the outbox wakes the dispatcher too.
-	r := claimRun(t, e, "k3")
+	r := e.ClaimRun(t, "k3")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "k3", Owner: r.LeaseOwner, Version: r.Version,
 		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
 	if err != nil || sub.Approval == nil {
@@ -422,16 +401,16 @@ func testQueueWakes(t *testing.T, e *EffectsEnv) {
 		approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "an approved effect to be sent", func() bool { return current(t, e, "k3").State == store.StateCompleted })
+	apptest.WaitFor(t, "an approved effect to be sent", func() bool { return e.Current(t, "k3").State == store.StateCompleted })
 	if e.Store.Backend() != "postgres" {
 		return // other processes on one SQLite file find effects by polling
 	}
 	other := e.NewService(e.Store, e.Clock.Now)
-	r = claimRun(t, e, "k2")
+	r = e.ClaimRun(t, "k2")
 	eff, _, _, err := other.Queue(ctx, effects.QueueRequest{Key: "k2", Owner: r.LeaseOwner, Version: r.Version,
 		ActionType: "note", Target: "default", Payload: json.RawMessage(`{"n":2}`), Actor: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "an effect queued by another instance to be sent", func() bool { return effectState(t, e, eff.ID) == store.EffectCompleted })
+	apptest.WaitFor(t, "an effect queued by another instance to be sent", func() bool { return e.EffectState(t, eff.ID) == store.EffectCompleted })
 }

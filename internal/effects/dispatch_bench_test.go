@@ -1,4 +1,4 @@
-package storetest_test
+package effects_test
 
 // BenchmarkDispatch times the outbox dispatcher beside the bare statements a dispatcher
 // needs, on every backend, in the same run:
@@ -22,7 +22,7 @@ package storetest_test
 // airlock's bookkeeping at equal HTTP cost. Compare figures only within one run: the
 // disk's fsync rate swings.
 //
-//	bash scripts/with-postgres.sh go test -run '^$' -bench BenchmarkDispatch -benchtime 2000x -count 3 ./internal/store/storetest/
+//	bash scripts/with-postgres.sh go test -run '^$' -bench BenchmarkDispatch -benchtime 2000x -count 3 ./internal/effects/
 
 import (
 	"bytes"
@@ -40,10 +40,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/connector/httpconn"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
@@ -52,7 +54,7 @@ import (
 
 const (
 	dispatchBatch = 16              // effects leased per round, airlock and raw alike
-	dispatchLease = 2 * time.Minute // send lease, as in storetest.NewEffectsEnv
+	dispatchLease = 2 * time.Minute // send lease, as in apptest.NewEffectsEnv
 	dispatchRuns  = 64              // run keys the effects are spread over
 	// dispatchTimeout bounds one sub-benchmark run, so a dispatch that cannot finish
 	// fails instead of hanging.
@@ -92,13 +94,13 @@ func newNoopProvider(b *testing.B) *noopProvider {
 	return p
 }
 
-// notesURL is the "note" action's URL in storetest.PolicyYAML.
+// notesURL is the "note" action's URL in apptest.PolicyYAML.
 func (p *noopProvider) notesURL() string { return p.srv.URL + "/notes" }
 
 // dispatchEnv is a fresh store with the backend's real clock and an outbox whose "note"
 // action sends to a noopProvider through the http connector.
 type dispatchEnv struct {
-	*storetest.Env
+	*apptest.Env
 	provider *noopProvider
 	effects  *effects.Service
 	notSent  atomic.Int64 // sends whose outcome was not "sent"
@@ -106,8 +108,8 @@ type dispatchEnv struct {
 
 func newDispatchEnv(b *testing.B, be storetest.Backend) *dispatchEnv {
 	b.Helper()
-	e := &dispatchEnv{Env: storetest.NewEnv(b, be, true), provider: newNoopProvider(b)}
-	pol, err := policy.Parse([]byte(storetest.PolicyYAML(e.provider.srv.URL)), func(string) (string, bool) { return "", false })
+	e := &dispatchEnv{Env: apptest.NewEnv(b, be, true), provider: newNoopProvider(b)}
+	pol, err := policy.Parse([]byte(apptest.PolicyYAML(e.provider.srv.URL)), func(string) (string, bool) { return "", false })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -435,8 +437,15 @@ func dispatchRaw(b *testing.B, be storetest.Backend, send bool) {
 	})
 }
 
+// benchHash stands in for a payload hash (SHA-256, hex).
+const benchHash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+func claimReq(key string) runs.ClaimRequest {
+	return runs.ClaimRequest{Key: key, PayloadHash: benchHash, Actor: "bench"}
+}
+
 func BenchmarkDispatch(b *testing.B) {
-	forEachBackend(b, func(b *testing.B, be storetest.Backend) {
+	storetest.EachB(b, func(b *testing.B, be storetest.Backend) {
 		b.Run("airlock_1", func(b *testing.B) { dispatchAirlock(b, be, 1) })
 		b.Run("airlock_2", func(b *testing.B) { dispatchAirlock(b, be, 2) })
 		b.Run("raw_sql", func(b *testing.B) { dispatchRaw(b, be, false) })

@@ -1,6 +1,7 @@
-package storetest
+package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,17 +10,23 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// RunConsole is the operator console's conformance suite on backend b: its keyset lists
+var ctx = context.Background()
+
+// TestConsoleConformance runs the operator console's conformance suite on every backend: its keyset lists
 // and the unpark operation.
-func RunConsole(t *testing.T, b Backend) {
+func TestConsoleConformance(t *testing.T) { storetest.Each(t, runConsole) }
+
+func runConsole(t *testing.T, b storetest.Backend) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, e *EffectsEnv)
+		fn   func(t *testing.T, e *apptest.EffectsEnv)
 	}{
 		{"UnparkUnknownCommit", testUnpark},
 		{"ParkedRunsPaged", testParkedPaged},
@@ -27,21 +34,21 @@ func RunConsole(t *testing.T, b Backend) {
 		{"ApprovalsPendingPaged", testApprovalsPendingPaged},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
 	}
 }
 
-func park(t *testing.T, e *EffectsEnv, key string) store.Run {
+func park(t *testing.T, e *apptest.EffectsEnv, key string) store.Run {
 	t.Helper()
-	claimRun(t, e, key)
-	d := fail(t, e, key, "unknown_commit", 0)
+	e.ClaimRun(t, key)
+	d := e.Fail(t, key, "unknown_commit", 0)
 	if d.Run.State != store.StateAwaitingHuman || d.Run.ParkReason != "unknown_commit" {
 		t.Fatalf("park %s: %+v", key, d.Run)
 	}
 	return d.Run
 }
 
-func testUnpark(t *testing.T, e *EffectsEnv) {
+func testUnpark(t *testing.T, e *apptest.EffectsEnv) {
 	park(t, e, "p1")
 	// Refused without a reason or with another target state; nothing changes.
 	if _, err := e.Failures.Unpark(ctx, "p1", store.StateFailedRetryable, " ", "op"); err == nil {
@@ -50,7 +57,7 @@ func testUnpark(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Failures.Unpark(ctx, "p1", store.StateCompleted, "checked", "op"); err == nil {
 		t.Fatal("unpark to completed was accepted")
 	}
-	equal(t, "state after refusals", current(t, e, "p1").State, store.StateAwaitingHuman)
+	apptest.Equal(t, "state after refusals", e.Current(t, "p1").State, store.StateAwaitingHuman)
 	// Back to failed_retryable: the next delivery with the same payload reclaims it.
 	r, err := e.Failures.Unpark(ctx, "p1", store.StateFailedRetryable, "the CRM has no such note", "console:ops")
 	if err != nil {
@@ -59,7 +66,7 @@ func testUnpark(t *testing.T, e *EffectsEnv) {
 	if r.State != store.StateFailedRetryable || r.ParkReason != "" {
 		t.Fatalf("unparked: %+v", r)
 	}
-	if res := claim(t, e.Env, "p1", "h-p1"); !res.Claimed || !res.Reclaimed {
+	if res := e.Claim(t, "p1", "h-p1"); !res.Claimed || !res.Reclaimed {
 		t.Fatalf("the delivery after unpark: %+v", res)
 	}
 	// Twice is refused: it is no longer parked.
@@ -88,11 +95,11 @@ func testUnpark(t *testing.T, e *EffectsEnv) {
 	if err != nil || r.State != store.StateFailedTerminal {
 		t.Fatalf("unpark to failed_terminal: %+v %v", r, err)
 	}
-	if res := claim(t, e.Env, "p2", "h-p2"); res.Claimed {
+	if res := e.Claim(t, "p2", "h-p2"); res.Claimed {
 		t.Fatal("a failed_terminal run was claimed again")
 	}
 	// A run waiting for an approval is not parked: its approval decides it.
-	claimRun(t, e, "p3")
+	e.ClaimRun(t, "p3")
 	if _, err := e.Store.RunSetState(ctx, store.RunSetStateParams{Key: "p3", From: store.StateProcessing, To: store.StateAwaitingHuman, ParkReason: "approval"}); err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +119,12 @@ func keysOf(rs []store.Run) []string {
 	return out
 }
 
-func testParkedPaged(t *testing.T, e *EffectsEnv) {
+func testParkedPaged(t *testing.T, e *apptest.EffectsEnv) {
 	for i := range 5 {
 		park(t, e, fmt.Sprintf("k%d", i))
 		e.Clock.Advance(time.Second)
 	}
-	claimRun(t, e, "running") // not parked: never listed
+	e.ClaimRun(t, "running") // not parked: never listed
 	var got []string
 	var after store.Cursor
 	for {
@@ -132,7 +139,7 @@ func testParkedPaged(t *testing.T, e *EffectsEnv) {
 		last := page[len(page)-1]
 		after = store.Cursor{At: last.UpdatedAt, ID: last.Key}
 	}
-	equal(t, "parked runs, newest first, in pages of 2", got, []string{"k4", "k3", "k2", "k1", "k0"})
+	apptest.Equal(t, "parked runs, newest first, in pages of 2", got, []string{"k4", "k3", "k2", "k1", "k0"})
 	if _, err := e.Failures.Unpark(ctx, "k2", store.StateFailedTerminal, "done", "op"); err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +147,11 @@ func testParkedPaged(t *testing.T, e *EffectsEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "after unparking k2", keysOf(page), []string{"k4", "k3", "k1", "k0"})
+	apptest.Equal(t, "after unparking k2", keysOf(page), []string{"k4", "k3", "k1", "k0"})
 }
 
-func testEffectsInStatePaged(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "r1")
+func testEffectsInStatePaged(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "r1")
 	base := e.Clock.Now()
 	for i, st := range []store.EffectState{store.EffectUnknown, store.EffectFailed, store.EffectUnknown, store.EffectCompleted, store.EffectUnknown} {
 		at := base.Add(time.Duration(i) * time.Second)
@@ -172,14 +179,14 @@ func testEffectsInStatePaged(t *testing.T, e *EffectsEnv) {
 			after = store.Cursor{At: last.UpdatedAt, ID: last.ID}
 		}
 	}
-	equal(t, "unknown, oldest first, pages of 1", ids(store.EffectUnknown, 1), []string{"e0", "e2", "e4"})
-	equal(t, "failed", ids(store.EffectFailed, 2), []string{"e1"})
+	apptest.Equal(t, "unknown, oldest first, pages of 1", ids(store.EffectUnknown, 1), []string{"e0", "e2", "e4"})
+	apptest.Equal(t, "failed", ids(store.EffectFailed, 2), []string{"e1"})
 }
 
-func testApprovalsPendingPaged(t *testing.T, e *EffectsEnv) {
+func testApprovalsPendingPaged(t *testing.T, e *apptest.EffectsEnv) {
 	base := e.Clock.Now()
 	add := func(id, mode string, created time.Time, ttl time.Duration, consumed bool) {
-		claimRun(t, e, "a-"+id)
+		e.ClaimRun(t, "a-"+id)
 		a := store.Approval{ID: id, RunKey: "a-" + id, TokenHash: "th-" + id, Mode: mode, AllowedDecisions: []string{"approve", "reject"},
 			ExpiresAt: created.Add(ttl), ApproverRoles: []string{"lead"}, ActionType: "email", Target: "default", EffectID: "x",
 			Executor: store.ExecutorDispatcher, Payload: json.RawMessage(`{}`), PayloadHash: "h", CreatedAt: created}
@@ -212,5 +219,5 @@ func testApprovalsPendingPaged(t *testing.T, e *EffectsEnv) {
 		got = append(got, page[0].ID)
 		after = store.Cursor{At: page[0].CreatedAt, ID: page[0].ID}
 	}
-	equal(t, "pending approvals, newest first", got, []string{"a5", "a4", "a0"})
+	apptest.Equal(t, "pending approvals, newest first", got, []string{"a5", "a4", "a0"})
 }

@@ -1,4 +1,4 @@
-package storetest
+package effects_test
 
 import (
 	"encoding/json"
@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // Every path that makes an effect sendable again, each with a stale writer forced against
@@ -21,7 +23,7 @@ import (
 // the test that tries to break it.
 var requeueTests = []struct {
 	name string
-	fn   func(t *testing.T, e *EffectsEnv)
+	fn   func(t *testing.T, e *apptest.EffectsEnv)
 }{
 	{"StaleReconcileAnswerLoses", testStaleReconcileAnswer},
 	{"TwoInstancesNeverLookUpTheSameEffect", testReconcileClaim},
@@ -35,17 +37,19 @@ var requeueTests = []struct {
 	{"RequeueFailedOnlyTakesFailed", testRequeueFailedOnlyTakesFailed},
 }
 
-// RunRequeue is the re-queue census's suite on backend b.
-func RunRequeue(t *testing.T, b Backend) {
+// TestRequeueConformance runs the re-queue census's suite on every backend.
+func TestRequeueConformance(t *testing.T) { storetest.Each(t, runRequeue) }
+
+func runRequeue(t *testing.T, b storetest.Backend) {
 	for _, tt := range requeueTests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
 	}
 }
 
 // lossyAfterStore makes the provider lose the first send of each key and store every
 // later one while still answering 500: each send ends unknown, and only an honest lookup
 // tells the two apart. Its lookup is authoritative (invoice).
-func lossyAfterStore(p *Provider) {
+func lossyAfterStore(p *apptest.Provider) {
 	p.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
 		if n > 1 {
 			p.Store(r.Header.Get("Idempotency-Key"), fmt.Sprintf("rec-%d", n))
@@ -56,25 +60,23 @@ func lossyAfterStore(p *Provider) {
 
 // holdLookup makes the next lookup's answer wait until release is called: it was read
 // when the lookup arrived, so it is stale by the time it is applied.
-func holdLookup(p *Provider) (held <-chan struct{}, release func()) {
+func holdLookup(p *apptest.Provider) (held <-chan struct{}, release func()) {
 	h, r := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	p.mu.Lock()
-	p.Lookup = func(string) {
+	p.SetLookup(func(string) {
 		first := false
 		once.Do(func() { first = true })
 		if first {
 			close(h)
 			<-r
 		}
-	}
-	p.mu.Unlock()
+	})
 	return h, sync.OnceFunc(func() { close(r) })
 }
 
 // reconcileHeld starts instance A's reconciliation and returns once its first lookup's
 // answer is held; release lets the answer through, done reports Reconcile's end.
-func reconcileHeld(e *EffectsEnv) (release func(), done <-chan error) {
+func reconcileHeld(e *apptest.EffectsEnv) (release func(), done <-chan error) {
 	held, release := holdLookup(e.Provider)
 	d := make(chan error, 1)
 	go func() { d <- e.Effects.Reconcile(ctx) }()
@@ -97,19 +99,19 @@ func reconcile(t *testing.T, s *effects.Service) {
 }
 
 // unknownInvoice queues one invoice whose first send the provider loses: unknown.
-func unknownInvoice(t *testing.T, e *EffectsEnv, key string) store.Effect {
+func unknownInvoice(t *testing.T, e *apptest.EffectsEnv, key string) store.Effect {
 	t.Helper()
 	lossyAfterStore(e.Provider)
-	eff := queue(t, e, key, "invoice", "default", `{"amount":10}`)
-	tick(t, e)
-	equal(t, "after the lost send", effectState(t, e, eff.ID), store.EffectUnknown)
+	eff := e.Queue(t, key, "invoice", "default", `{"amount":10}`)
+	e.Tick(t)
+	apptest.Equal(t, "after the lost send", e.EffectState(t, eff.ID), store.EffectUnknown)
 	return eff
 }
 
 // Instance A looks the effect up and gets "none"; before A applies it, its claim lapses
 // (B's clock is past it), B looks up, queues it again, and the resend is stored but ends
 // unknown (500). A's "none" is about the first send: applying it would send a second copy.
-func testStaleReconcileAnswer(t *testing.T, e *EffectsEnv) {
+func testStaleReconcileAnswer(t *testing.T, e *apptest.EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	key := effects.ProviderKey(eff)
 	release, done := reconcileHeld(e)
@@ -119,8 +121,8 @@ func testStaleReconcileAnswer(t *testing.T, e *EffectsEnv) {
 	bd := &effects.Dispatcher{Service: b, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
 	reconcile(t, b) // none: queued again
 	tickWith(t, bd) // resent: stored, 500: unknown again
-	equal(t, "stored after B's resend", e.Provider.Stored(key), 1)
-	equal(t, "unknown again", effectState(t, e, eff.ID), store.EffectUnknown)
+	apptest.Equal(t, "stored after B's resend", e.Provider.Stored(key), 1)
+	apptest.Equal(t, "unknown again", e.EffectState(t, eff.ID), store.EffectUnknown)
 
 	release() // A's stale "none" arrives
 	if err := <-done; err != nil {
@@ -128,8 +130,8 @@ func testStaleReconcileAnswer(t *testing.T, e *EffectsEnv) {
 	}
 	tickWith(t, bd)
 	tickWith(t, bd)
-	equal(t, "records at the provider", e.Provider.Stored(key), 1)
-	equal(t, "sends", e.Provider.Requests(key), 2)
+	apptest.Equal(t, "records at the provider", e.Provider.Stored(key), 1)
+	apptest.Equal(t, "sends", e.Provider.Requests(key), 2)
 
 	// A fresh lookup, once due, finds the one record.
 	c := e.NewService(e.Store, func() time.Time { return e.Clock.Now().Add(time.Hour) })
@@ -138,23 +140,23 @@ func testStaleReconcileAnswer(t *testing.T, e *EffectsEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "state", got.State, store.EffectCompleted)
-	equal(t, "receipt", got.ProviderID, "rec-2")
+	apptest.Equal(t, "state", got.State, store.EffectCompleted)
+	apptest.Equal(t, "receipt", got.ProviderID, "rec-2")
 }
 
 // While A holds its claim mid-lookup, B (same clock) finds nothing to look up.
-func testReconcileClaim(t *testing.T, e *EffectsEnv) {
+func testReconcileClaim(t *testing.T, e *apptest.EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	release, done := reconcileHeld(e)
 	defer release()
 	b := e.NewService(e.Store, e.Clock.Now)
 	reconcile(t, b)
-	equal(t, "lookups while A holds the claim", e.Provider.Lookups(), 1)
+	apptest.Equal(t, "lookups while A holds the claim", e.Provider.Lookups(), 1)
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "queued again by A", effectState(t, e, eff.ID), store.EffectPending)
+	apptest.Equal(t, "queued again by A", e.EffectState(t, eff.ID), store.EffectPending)
 	// Many instances at once: each due effect is looked up exactly once.
 	for i := range 6 {
 		unknownInvoice(t, e, fmt.Sprintf("m%d", i))
@@ -174,13 +176,13 @@ func testReconcileClaim(t *testing.T, e *EffectsEnv) {
 		}
 	}
 	// k1 was resent by the first tick above (stored, 500): it is due again too.
-	equal(t, "lookups by 4 instances of 7 due effects", e.Provider.Lookups()-before, 7)
-	equal(t, "k1 found at the provider", effectState(t, e, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "lookups by 4 instances of 7 due effects", e.Provider.Lookups()-before, 7)
+	apptest.Equal(t, "k1 found at the provider", e.EffectState(t, eff.ID), store.EffectCompleted)
 }
 
 // One instance: a lookup is in flight when an operator resolves the effect as not sent;
 // it is resent (stored, 500: unknown); then the lookup's stale "none" arrives.
-func testLookupVsOperator(t *testing.T, e *EffectsEnv) {
+func testLookupVsOperator(t *testing.T, e *apptest.EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	key := effects.ProviderKey(eff)
 	release, done := reconcileHeld(e)
@@ -189,21 +191,21 @@ func testLookupVsOperator(t *testing.T, e *EffectsEnv) {
 		Note: "not in the provider's list"}, "cli:ana"); err != nil {
 		t.Fatal(err)
 	}
-	tick(t, e)
-	equal(t, "unknown after the resend", effectState(t, e, eff.ID), store.EffectUnknown)
+	e.Tick(t)
+	apptest.Equal(t, "unknown after the resend", e.EffectState(t, eff.ID), store.EffectUnknown)
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	tick(t, e)
-	tick(t, e)
-	equal(t, "records at the provider", e.Provider.Stored(key), 1)
-	equal(t, "sends", e.Provider.Requests(key), 2)
+	e.Tick(t)
+	e.Tick(t)
+	apptest.Equal(t, "records at the provider", e.Provider.Stored(key), 1)
+	apptest.Equal(t, "sends", e.Provider.Requests(key), 2)
 }
 
 // Two operators look at the same unknown effect; the first says not sent, it is resent and
 // is unknown again; the second's "not sent", decided on what they saw before, is refused.
-func testResolveChangedVersion(t *testing.T, e *EffectsEnv) {
+func testResolveChangedVersion(t *testing.T, e *apptest.EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	key := effects.ProviderKey(eff)
 	seen, err := e.Effects.Get(ctx, eff.ID)
@@ -214,15 +216,15 @@ func testResolveChangedVersion(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Effects.Resolve(ctx, eff.ID, first, "console:ana"); err != nil {
 		t.Fatal(err)
 	}
-	tick(t, e)
-	equal(t, "unknown again", effectState(t, e, eff.ID), store.EffectUnknown)
+	e.Tick(t)
+	apptest.Equal(t, "unknown again", e.EffectState(t, eff.ID), store.EffectUnknown)
 	_, err = e.Effects.Resolve(ctx, eff.ID, first, "console:bo")
 	if !errors.Is(err, effects.ErrEffectChanged) {
 		t.Fatalf("a decision on version %d after the effect moved on: %v", seen.Version, err)
 	}
-	tick(t, e)
-	equal(t, "records", e.Provider.Stored(key), 1)
-	equal(t, "sends", e.Provider.Requests(key), 2)
+	e.Tick(t)
+	apptest.Equal(t, "records", e.Provider.Stored(key), 1)
+	apptest.Equal(t, "sends", e.Provider.Requests(key), 2)
 	now, _ := e.Effects.Get(ctx, eff.ID)
 	if now.Version <= seen.Version {
 		t.Fatalf("version did not move: %d then %d", seen.Version, now.Version)
@@ -232,12 +234,12 @@ func testResolveChangedVersion(t *testing.T, e *EffectsEnv) {
 		Note: "found it", Version: now.Version}, "console:bo"); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "resolved", effectState(t, e, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "resolved", e.EffectState(t, eff.ID), store.EffectCompleted)
 }
 
 // The store refuses an update to pending or planned that names neither the lease nor the
 // version it decided on, on every backend.
-func testUnfencedRequeue(t *testing.T, e *EffectsEnv) {
+func testUnfencedRequeue(t *testing.T, e *apptest.EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	for _, to := range []store.EffectState{store.EffectPending, store.EffectPlanned} {
 		err := e.Store.Transact(ctx, func(q store.Queries) error {
@@ -257,11 +259,11 @@ func testUnfencedRequeue(t *testing.T, e *EffectsEnv) {
 	if !errors.Is(err, store.ErrNoMatch) {
 		t.Fatalf("update on a past version: %v", err)
 	}
-	equal(t, "still unknown", effectState(t, e, eff.ID), store.EffectUnknown)
+	apptest.Equal(t, "still unknown", e.EffectState(t, eff.ID), store.EffectUnknown)
 }
 
 // A check-later for a version the effect has left changes nothing.
-func testCheckLaterMoved(t *testing.T, e *EffectsEnv) {
+func testCheckLaterMoved(t *testing.T, e *apptest.EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
 	got, _ := e.Effects.Get(ctx, eff.ID)
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
@@ -271,8 +273,8 @@ func testCheckLaterMoved(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("check later on a past version: %v", err)
 	}
 	after, _ := e.Effects.Get(ctx, eff.ID)
-	equal(t, "checks", after.Checks, got.Checks)
-	equal(t, "version", after.Version, got.Version)
+	apptest.Equal(t, "checks", after.Checks, got.Checks)
+	apptest.Equal(t, "version", after.Version, got.Version)
 	if after.NextCheckAt != nil {
 		t.Fatalf("next check moved: %v", after.NextCheckAt)
 	}
@@ -280,8 +282,8 @@ func testCheckLaterMoved(t *testing.T, e *EffectsEnv) {
 
 // A dispatcher's retryable outcome, recorded after its lease was swept and the effect
 // leased and sent by another, does not queue it again: the owner is the lease's own.
-func testStaleRetryOutcome(t *testing.T, e *EffectsEnv) {
-	eff := queue(t, e, "k1", "note", "default", `{"n":1}`) // note: 3 attempts
+func testStaleRetryOutcome(t *testing.T, e *apptest.EffectsEnv) {
+	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`) // note: 3 attempts
 	sent, proceed := make(chan struct{}), make(chan struct{})
 	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 1 {
@@ -291,7 +293,7 @@ func testStaleRetryOutcome(t *testing.T, e *EffectsEnv) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"id":"p-2"}`)
 	}
-	e.Effects.Hook = hookOn("sent", func() { close(sent); <-proceed })
+	e.Effects.Hook = apptest.HookOn("sent", func() { close(sent); <-proceed })
 	done := make(chan error, 1)
 	go func() { _, err := e.Dispatcher.Tick(ctx); done <- err }()
 	<-sent
@@ -302,34 +304,34 @@ func testStaleRetryOutcome(t *testing.T, e *EffectsEnv) {
 	if err := b.SweepExpired(ctx); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "swept", effectState(t, e, eff.ID), store.EffectUnknown)
+	apptest.Equal(t, "swept", e.EffectState(t, eff.ID), store.EffectUnknown)
 	if _, err := b.Resolve(ctx, eff.ID, effects.Resolution{Outcome: effects.OutcomeNotSent, Note: "503: not taken"}, "cli:ana"); err != nil {
 		t.Fatal(err)
 	}
 	tickWith(t, bd)
-	equal(t, "completed by B", effectState(t, e, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "completed by B", e.EffectState(t, eff.ID), store.EffectCompleted)
 	close(proceed) // A records its 503 as "retry": it must not apply
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	tickWith(t, bd)
-	equal(t, "still completed", effectState(t, e, eff.ID), store.EffectCompleted)
-	equal(t, "sends", e.Provider.Requests(effects.ProviderKey(eff)), 2)
+	apptest.Equal(t, "still completed", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "sends", e.Provider.Requests(effects.ProviderKey(eff)), 2)
 }
 
 // An agent whose run lease was taken over cannot clear its planned effect (which would let
 // it run again); the agent holding the run now can.
-func testAgentReconcileStale(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "r1")
-	a := owner(t, e, "r1")
-	if _, err := plan(e, "r1", "draft", "in"); err != nil {
+func testAgentReconcileStale(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "r1")
+	a := e.Owner(t, "r1")
+	if _, err := e.Plan("r1", "draft", "in"); err != nil {
 		t.Fatal(err)
 	}
-	e.Clock.Advance(TestConfig.DefaultLease + time.Minute)
-	if res := claimRun(t, e, "r1"); res.LeaseOwner == a {
+	e.Clock.Advance(apptest.LeaseConfig.DefaultLease + time.Minute)
+	if res := e.ClaimRun(t, "r1"); res.LeaseOwner == a {
 		t.Fatal("the run was not reclaimed")
 	}
-	b := owner(t, e, "r1")
+	b := e.Owner(t, "r1")
 	if _, err := e.Ledger.Reconcile(ctx, "r1", "draft", a, []string{}, false, "stale agent"); err == nil {
 		t.Fatal("an agent that lost its lease cleared a planned effect")
 	}
@@ -337,7 +339,7 @@ func testAgentReconcileStale(t *testing.T, e *EffectsEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "still planned", eff.State, store.EffectPlanned)
+	apptest.Equal(t, "still planned", eff.State, store.EffectPlanned)
 	if got, err := e.Ledger.Reconcile(ctx, "r1", "draft", b, []string{}, false, "agent"); err != nil || got != "cleared" {
 		t.Fatalf("reconcile by the holder: %s %v", got, err)
 	}
@@ -345,8 +347,8 @@ func testAgentReconcileStale(t *testing.T, e *EffectsEnv) {
 
 // Two approvers decide one approval at the same moment (two instances): one decision
 // queues the effect, the other is refused, and the provider gets one send.
-func testApprovalDecidedTwice(t *testing.T, e *EffectsEnv) {
-	r := claimRun(t, e, "k1")
+func testApprovalDecidedTwice(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "k1")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "k1", Owner: r.LeaseOwner, Version: r.Version,
 		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
 	if err != nil || sub.Approval == nil {
@@ -365,21 +367,21 @@ func testApprovalDecidedTwice(t *testing.T, e *EffectsEnv) {
 		})
 	}
 	wg.Wait()
-	equal(t, "decisions that applied", ok.Load(), int32(1))
+	apptest.Equal(t, "decisions that applied", ok.Load(), int32(1))
 	effs, err := e.Effects.List(ctx, store.EffectListParams{RunKey: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "effects queued", len(effs), 1)
-	tick(t, e)
-	tick(t, e)
-	equal(t, "sends", e.Provider.Requests(effects.ProviderKey(effs[0])), 1)
+	apptest.Equal(t, "effects queued", len(effs), 1)
+	e.Tick(t)
+	e.Tick(t)
+	apptest.Equal(t, "sends", e.Provider.Requests(effects.ProviderKey(effs[0])), 1)
 }
 
 // The write-retry re-queue takes failed rows only, in the statement that changes them:
 // two at once re-queue each failed effect once, and a later call finds nothing once the
 // effect is sending, unknown or completed.
-func testRequeueFailedOnlyTakesFailed(t *testing.T, e *EffectsEnv) {
+func testRequeueFailedOnlyTakesFailed(t *testing.T, e *apptest.EffectsEnv) {
 	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 1 {
 			w.WriteHeader(http.StatusBadRequest) // refused: failed, definitely not performed
@@ -387,9 +389,9 @@ func testRequeueFailedOnlyTakesFailed(t *testing.T, e *EffectsEnv) {
 		}
 		w.WriteHeader(http.StatusInternalServerError) // then: unknown
 	}
-	eff := queue(t, e, "k1", "invoice", "default", `{"amount":1}`)
-	tick(t, e)
-	equal(t, "refused", effectState(t, e, eff.ID), store.EffectFailed)
+	eff := e.Queue(t, "k1", "invoice", "default", `{"amount":1}`)
+	e.Tick(t)
+	apptest.Equal(t, "refused", e.EffectState(t, eff.ID), store.EffectFailed)
 	var wg sync.WaitGroup
 	var requeued atomic.Int32
 	for range 2 {
@@ -405,16 +407,16 @@ func testRequeueFailedOnlyTakesFailed(t *testing.T, e *EffectsEnv) {
 		})
 	}
 	wg.Wait()
-	equal(t, "re-queued", requeued.Load(), int32(1))
-	tick(t, e)
-	equal(t, "resent into the unknown", effectState(t, e, eff.ID), store.EffectUnknown)
+	apptest.Equal(t, "re-queued", requeued.Load(), int32(1))
+	e.Tick(t)
+	apptest.Equal(t, "resent into the unknown", e.EffectState(t, eff.ID), store.EffectUnknown)
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
 		got, err := q.EffectRequeueFailed(ctx, "k1", e.Effects.At())
-		equal(t, "re-queued once unknown", len(got), 0)
+		apptest.Equal(t, "re-queued once unknown", len(got), 0)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "sends", e.Provider.Requests(effects.ProviderKey(eff)), 2)
+	apptest.Equal(t, "sends", e.Provider.Requests(effects.ProviderKey(eff)), 2)
 }

@@ -1,6 +1,7 @@
-package storetest
+package ledger_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,18 +10,24 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// RunLedger is the work ledger's conformance suite on backend b.
-func RunLedger(t *testing.T, b Backend) {
+var ctx = context.Background()
+
+// TestLedgerConformance runs the work ledger's conformance suite on every backend.
+func TestLedgerConformance(t *testing.T) { storetest.Each(t, runLedger) }
+
+func runLedger(t *testing.T, b storetest.Backend) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, e *EffectsEnv)
+		fn   func(t *testing.T, e *apptest.EffectsEnv)
 	}{
 		{"SaveIsCompareAndSet", testLedgerSave},
 		{"SchemaAndRules", testLedgerRules},
@@ -33,56 +40,35 @@ func RunLedger(t *testing.T, b Backend) {
 		{"ConfirmedResultAnsweredUntilPurged", testConfirmedResult},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, NewEffectsEnv(t, b, "")) })
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
 	}
 }
 
-func ledgerDoc(key string, cv int, next string, invariants ...string) json.RawMessage {
-	if invariants == nil {
-		invariants = []string{"no customer names leave the company"}
-	}
-	inv, _ := json.Marshal(invariants)
-	return json.RawMessage(fmt.Sprintf(`{"run_id":%q,"goal":"weekly report","invariants":%s,
-		"completed":[{"step":"sources_collected","evidence":"artifact://sources-v3.json"}],
-		"pending":["compare_figures"],"next_allowed_action":%q,"checkpoint_version":%d}`, key, inv, next, cv))
-}
-
-func owner(t *testing.T, e *EffectsEnv, key string) string {
-	t.Helper()
-	return current(t, e, key).LeaseOwner
-}
-
-func plan(e *EffectsEnv, key, id, input string) (ledger.PlanResult, error) {
-	r, _ := e.Runs.Get(ctx, key)
-	return e.Ledger.Plan(ctx, ledger.PlanRequest{Key: key, EffectID: id, Owner: r.LeaseOwner, Action: "create_internal_draft",
-		Target: "docs", InputHash: input, Actor: "test"})
-}
-
-func testLedgerSave(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
-	o := owner(t, e, "report-1")
-	if _, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", 2, "x"), "t"); !errors.Is(err, runs.ErrVersionConflict) {
+func testLedgerSave(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
+	o := e.Owner(t, "report-1")
+	if _, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", 2, "x"), "t"); !errors.Is(err, runs.ErrVersionConflict) {
 		t.Fatalf("first save at 2: %v", err)
 	}
 	for cv := 1; cv <= 3; cv++ {
-		if got, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", cv, fmt.Sprintf("step-%d", cv)), "t"); err != nil || got != cv {
+		if got, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", cv, fmt.Sprintf("step-%d", cv)), "t"); err != nil || got != cv {
 			t.Fatalf("save %d: %v", cv, err)
 		}
 	}
-	if _, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", 3, "again"), "t"); !errors.Is(err, runs.ErrVersionConflict) {
+	if _, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", 3, "again"), "t"); !errors.Is(err, runs.ErrVersionConflict) {
 		t.Fatalf("a stale checkpoint: %v", err)
 	}
 	l, err := e.Ledger.Get(ctx, "report-1")
 	if err != nil || l.CheckpointVersion != 3 || l.NextAllowedAction != "step-3" {
 		t.Fatalf("get: %+v %v", l, err)
 	}
-	if _, _, err := e.Ledger.Save(ctx, "report-1", "thief", ledgerDoc("report-1", 4, "x"), "t"); !errors.Is(err, runs.ErrLeaseLost) {
+	if _, _, err := e.Ledger.Save(ctx, "report-1", "thief", apptest.LedgerDoc("report-1", 4, "x"), "t"); !errors.Is(err, runs.ErrLeaseLost) {
 		t.Fatalf("save without the lease: %v", err)
 	}
 	// Two writers at the same checkpoint: one wins.
 	results := make(chan error, 2)
-	race(2, func(i int) {
-		_, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", 4, fmt.Sprintf("w%d", i)), "t")
+	apptest.Race(2, func(i int) {
+		_, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", 4, fmt.Sprintf("w%d", i)), "t")
 		results <- err
 	})
 	close(results)
@@ -97,12 +83,12 @@ func testLedgerSave(t *testing.T, e *EffectsEnv) {
 			t.Fatal(err)
 		}
 	}
-	equal(t, "one writer wins", fmt.Sprint(ok, conflict), "1 1")
+	apptest.Equal(t, "one writer wins", fmt.Sprint(ok, conflict), "1 1")
 }
 
-func testLedgerRules(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
-	o := owner(t, e, "report-1")
+func testLedgerRules(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
+	o := e.Owner(t, "report-1")
 	var ie *ledger.InvalidError
 	for name, doc := range map[string]string{
 		"missing next":   `{"run_id":"report-1","goal":"g","invariants":[],"completed":[],"pending":[],"checkpoint_version":1}`,
@@ -118,38 +104,38 @@ func testLedgerRules(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Ledger.Get(ctx, "report-1"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("a refused save stored a ledger: %v", err)
 	}
-	if _, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", 1, "a"), "t"); err != nil {
+	if _, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", 1, "a"), "t"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", 2, "b", "something else"), "t"); !errors.Is(err, ledger.ErrInvariantsChanged) {
+	if _, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", 2, "b", "something else"), "t"); !errors.Is(err, ledger.ErrInvariantsChanged) {
 		t.Fatalf("changed invariants: %v", err)
 	}
 }
 
-func testPlanConfirm(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
-	if _, _, err := e.Ledger.Save(ctx, "report-1", owner(t, e, "report-1"), ledgerDoc("report-1", 1, "create_internal_draft"), "t"); err != nil {
+func testPlanConfirm(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
+	if _, _, err := e.Ledger.Save(ctx, "report-1", e.Owner(t, "report-1"), apptest.LedgerDoc("report-1", 1, "create_internal_draft"), "t"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := plan(e, "report-1", "share-draft-01", "in-1")
+	res, err := e.Plan("report-1", "share-draft-01", "in-1")
 	if err != nil || !res.Execute {
 		t.Fatalf("first plan: %+v %v", res, err)
 	}
 	// Stopped between plan and confirm: never execute again before reconciling.
-	if _, err := plan(e, "report-1", "share-draft-01", "in-1"); !errors.Is(err, ledger.ErrReconcileFirst) {
+	if _, err := e.Plan("report-1", "share-draft-01", "in-1"); !errors.Is(err, ledger.ErrReconcileFirst) {
 		t.Fatalf("plan of a planned effect: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", e.Owner(t, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = plan(e, "report-1", "share-draft-01", "in-1")
+	res, err = e.Plan("report-1", "share-draft-01", "in-1")
 	if err != nil || res.Execute || res.Receipt != "doc://weekly-report-42" {
 		t.Fatalf("plan of a confirmed effect: %+v %v", res, err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", e.Owner(t, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
 		t.Fatalf("the same confirmation again: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", owner(t, e, "report-1"), "doc://other", nil, "t"); !errors.Is(err, ledger.ErrNotPlanned) {
+	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", e.Owner(t, "report-1"), "doc://other", nil, "t"); !errors.Is(err, ledger.ErrNotPlanned) {
 		t.Fatalf("another receipt: %v", err)
 	}
 	l, err := e.Ledger.Get(ctx, "report-1")
@@ -157,20 +143,20 @@ func testPlanConfirm(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("derived effects: %+v", l.Effects)
 	}
 	// The run completes: agent effects are all confirmed.
-	r := current(t, e, "report-1")
-	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: lease(r), To: store.StateCompleted}); err != nil {
+	r := e.Current(t, "report-1")
+	if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(r), To: store.StateCompleted}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func testLedgerReconcile(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
-	o := owner(t, e, "report-1")
-	if _, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", 1, "create_internal_draft"), "t"); err != nil {
+func testLedgerReconcile(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
+	o := e.Owner(t, "report-1")
+	if _, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", 1, "create_internal_draft"), "t"); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"none", "one", "several", "undecided"} {
-		if _, err := plan(e, "report-1", id, "in"); err != nil {
+		if _, err := e.Plan("report-1", id, "in"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -192,10 +178,10 @@ func testLedgerReconcile(t *testing.T, e *EffectsEnv) {
 		}
 	}
 	// Cleared: it may run again under the same id.
-	if res, err := plan(e, "report-1", "none", "in"); err != nil || !res.Execute {
+	if res, err := e.Plan("report-1", "none", "in"); err != nil || !res.Execute {
 		t.Fatalf("plan after none found: %+v %v", res, err)
 	}
-	if _, err := plan(e, "report-1", "several", "in"); !errors.Is(err, ledger.ErrReconcileFirst) {
+	if _, err := e.Plan("report-1", "several", "in"); !errors.Is(err, ledger.ErrReconcileFirst) {
 		t.Fatalf("plan of an unknown effect: %v", err)
 	}
 	v, err := e.Ledger.Resume(ctx, "report-1")
@@ -204,50 +190,50 @@ func testLedgerReconcile(t *testing.T, e *EffectsEnv) {
 	}
 }
 
-func testInputMismatch(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
-	if _, err := plan(e, "report-1", "share-draft-01", "in-1"); err != nil {
+func testInputMismatch(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
+	if _, err := e.Plan("report-1", "share-draft-01", "in-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plan(e, "report-1", "share-draft-01", "in-2"); !errors.Is(err, ledger.ErrInputMismatch) {
+	if _, err := e.Plan("report-1", "share-draft-01", "in-2"); !errors.Is(err, ledger.ErrInputMismatch) {
 		t.Fatalf("another input: %v", err)
 	}
-	r := current(t, e, "report-1")
+	r := e.Current(t, "report-1")
 	if r.State != store.StateAwaitingHuman || r.ParkReason != "input_mismatch" {
 		t.Fatalf("run after a mismatch: %s %s", r.State, r.ParkReason)
 	}
 	if v, _ := e.Ledger.Resume(ctx, "report-1"); v.Verdict != ledger.Stop {
 		t.Fatalf("resume after a mismatch: %+v", v)
 	}
-	if res := claim(t, e.Env, "report-1", "h-report-1"); res.Claimed {
+	if res := e.Claim(t, "report-1", "h-report-1"); res.Claimed {
 		t.Fatal("a stopped run was reclaimed")
 	}
 }
 
-func testResume(t *testing.T, e *EffectsEnv) {
+func testResume(t *testing.T, e *apptest.EffectsEnv) {
 	// A new run: continue, save the first ledger.
-	claimRun(t, e, "fresh")
+	e.ClaimRun(t, "fresh")
 	if v, _ := e.Ledger.Resume(ctx, "fresh"); v.Verdict != ledger.Continue || v.NextAllowedAction != "" {
 		t.Fatalf("fresh run: %+v", v)
 	}
 	// Started without a ledger: never from scratch.
-	claimRun(t, e, "started")
-	if _, err := plan(e, "started", "x", "in"); err != nil {
+	e.ClaimRun(t, "started")
+	if _, err := e.Plan("started", "x", "in"); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := e.Ledger.Resume(ctx, "started"); v.Verdict != ledger.Stop || !strings.Contains(strings.Join(v.Reasons, " "), "no ledger") {
 		t.Fatalf("started without ledger: %+v", v)
 	}
 	// With a ledger: continue with its next action; a planned effect first needs reconciling.
-	claimRun(t, e, "report-1")
-	o := owner(t, e, "report-1")
-	if _, _, err := e.Ledger.Save(ctx, "report-1", o, ledgerDoc("report-1", 1, "compare_figures"), "t"); err != nil {
+	e.ClaimRun(t, "report-1")
+	o := e.Owner(t, "report-1")
+	if _, _, err := e.Ledger.Save(ctx, "report-1", o, apptest.LedgerDoc("report-1", 1, "compare_figures"), "t"); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := e.Ledger.Resume(ctx, "report-1"); v.Verdict != ledger.Continue || v.NextAllowedAction != "compare_figures" || v.CheckpointVersion != 1 {
 		t.Fatalf("continue: %+v", v)
 	}
-	if _, err := plan(e, "report-1", "share-draft-01", "in-1"); err != nil {
+	if _, err := e.Plan("report-1", "share-draft-01", "in-1"); err != nil {
 		t.Fatal(err)
 	}
 	v, _ := e.Ledger.Resume(ctx, "report-1")
@@ -259,9 +245,9 @@ func testResume(t *testing.T, e *EffectsEnv) {
 	}
 }
 
-func testGatedAgentEffect(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
-	o := owner(t, e, "report-1")
+func testGatedAgentEffect(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
+	o := e.Owner(t, "report-1")
 	res, err := e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "report-1", EffectID: "publish", Owner: o, Action: "share_publicly",
 		Target: "intranet", InputHash: "in-1", Actor: "apikey:agent"})
 	if err != nil || res.Execute || res.Approval == nil {
@@ -273,7 +259,7 @@ func testGatedAgentEffect(t *testing.T, e *EffectsEnv) {
 	if _, err := e.Approvals.Decide(ctx, approvals.HashToken(res.Approval.Token), approvals.Approve, "", approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}); err != nil {
 		t.Fatal(err)
 	}
-	r := current(t, e, "report-1")
+	r := e.Current(t, "report-1")
 	if r.State != store.StateProcessing || r.LeaseLive(e.Clock.Now()) {
 		t.Fatalf("after approval: %s live=%v", r.State, r.LeaseLive(e.Clock.Now()))
 	}
@@ -281,28 +267,28 @@ func testGatedAgentEffect(t *testing.T, e *EffectsEnv) {
 		t.Fatal("an agent-executed effect entered the outbox")
 	}
 	// The agent's next claim takes the run; its plan now allows execution.
-	if !claim(t, e.Env, "report-1", "h-report-1").Claimed {
+	if !e.Claim(t, "report-1", "h-report-1").Claimed {
 		t.Fatal("the approved run was not claimable")
 	}
-	res, err = e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "report-1", EffectID: "publish", Owner: owner(t, e, "report-1"),
+	res, err = e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "report-1", EffectID: "publish", Owner: e.Owner(t, "report-1"),
 		Action: "share_publicly", Target: "intranet", InputHash: "in-1", Actor: "apikey:agent"})
 	if err != nil || !res.Execute {
 		t.Fatalf("plan after approval: %+v %v", res, err)
 	}
 }
 
-func testPlanKillSwitch(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
+func testPlanKillSwitch(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
 	if err := e.Effects.SetKillSwitch(ctx, effects.GlobalScope, false, "stop", "ops"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plan(e, "report-1", "x", "in"); !errors.Is(err, effects.ErrActionsDisabled) {
+	if _, err := e.Plan("report-1", "x", "in"); !errors.Is(err, effects.ErrActionsDisabled) {
 		t.Fatalf("plan while disabled: %v", err)
 	}
-	if _, err := plan(e, "report-1", "x", "in"); err == nil {
+	if _, err := e.Plan("report-1", "x", "in"); err == nil {
 		t.Fatal("no effect may be planned while disabled")
 	}
-	if _, err := e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "report-1", EffectID: "y", Owner: owner(t, e, "report-1"),
+	if _, err := e.Ledger.Plan(ctx, ledger.PlanRequest{Key: "report-1", EffectID: "y", Owner: e.Owner(t, "report-1"),
 		Action: "wire_money", Target: "x", InputHash: "in"}); !errors.Is(err, effects.ErrUnknownActionType) {
 		t.Fatalf("unconfigured action: %v", err)
 	}
@@ -311,16 +297,16 @@ func testPlanKillSwitch(t *testing.T, e *EffectsEnv) {
 // testConfirmedResult: a confirmation may carry the effect's result (the MCP gateway's
 // tool answer); a later plan answers it instead of executing, until retention purges it
 // with every payload — then the plan still answers the receipt and never executes.
-func testConfirmedResult(t *testing.T, e *EffectsEnv) {
-	claimRun(t, e, "report-1")
-	if res, err := plan(e, "report-1", "mcp.write_file.1", "in-1"); err != nil || !res.Execute {
+func testConfirmedResult(t *testing.T, e *apptest.EffectsEnv) {
+	e.ClaimRun(t, "report-1")
+	if res, err := e.Plan("report-1", "mcp.write_file.1", "in-1"); err != nil || !res.Execute {
 		t.Fatalf("plan: %+v %v", res, err)
 	}
 	result := json.RawMessage(`{"content":[{"type":"text","text":"Successfully wrote"}],"structuredContent":{"content":"Successfully wrote"}}`)
-	if err := e.Ledger.Confirm(ctx, "report-1", "mcp.write_file.1", owner(t, e, "report-1"), "sha256:abc", result, "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, "report-1", "mcp.write_file.1", e.Owner(t, "report-1"), "sha256:abc", result, "t"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := plan(e, "report-1", "mcp.write_file.1", "in-1")
+	res, err := e.Plan("report-1", "mcp.write_file.1", "in-1")
 	if err != nil || res.Execute || res.Receipt != "sha256:abc" {
 		t.Fatalf("plan after confirm: %+v %v", res, err)
 	}
@@ -329,11 +315,11 @@ func testConfirmedResult(t *testing.T, e *EffectsEnv) {
 		t.Fatalf("result %s: %v", res.Result, err)
 	}
 	_ = json.Unmarshal(result, &want)
-	equal(t, "the recorded result", fmt.Sprint(got), fmt.Sprint(want))
+	apptest.Equal(t, "the recorded result", fmt.Sprint(got), fmt.Sprint(want))
 	if _, err := retention.Purge(ctx, e.Store, e.Policy, e.Clock.Now().Add(e.Policy.Retention.Payloads.D()+time.Hour), false); err != nil {
 		t.Fatal(err)
 	}
-	res, err = plan(e, "report-1", "mcp.write_file.1", "in-1")
+	res, err = e.Plan("report-1", "mcp.write_file.1", "in-1")
 	if err != nil || res.Execute || res.Receipt != "sha256:abc" || res.Result != nil {
 		t.Fatalf("plan after retention: %+v (result %s) %v", res, res.Result, err)
 	}
