@@ -48,7 +48,7 @@ func (req QueueRequest) requester() approvals.Requester {
 }
 
 // DeriveEffectID is the effect id when a client gives none: one effect per run, action
-// type and target, the seed's UNIQUE(key, effect_type, target).
+// type and target, as a UNIQUE(key, effect_type, target) constraint would give.
 func DeriveEffectID(actionType, target string) string {
 	sum := sha256.Sum256([]byte(actionType + "\x00" + target))
 	return actionType + "-" + hex.EncodeToString(sum[:8])

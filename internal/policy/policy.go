@@ -121,7 +121,8 @@ func (m Members) Has(subject string, roles []string) bool {
 	return false
 }
 
-// Failure classes (DESIGN.md "Failure classes and retry policy").
+// Failure classes: what went wrong with a step, each mapped by the retry table to retry
+// or not, at which level, how often and with what backoff.
 const (
 	ClassTransportTimeout = "transport_timeout"
 	ClassRateLimited      = "rate_limited"

@@ -14,8 +14,9 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// RunOutage is the suite of a store that cannot serve (issue 20 item 6): its failures are
-// classified as store.ErrUnavailable, and readiness is proven by a committed write.
+// RunOutage is the suite of a store that cannot serve (down, read-only, disk full): its
+// failures are classified as store.ErrUnavailable, and readiness is proven by a
+// committed write.
 func RunOutage(t *testing.T, b Backend) {
 	tests := []struct {
 		name string
