@@ -38,7 +38,7 @@ func (d *dropFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	conn.Close()
 }
 
-// Issue 12 item 10: the client sends an Idempotency-Key on mutating calls and the same
+// The client sends an Idempotency-Key on mutating calls and the same
 // one on its retries, so a reply lost after commit costs nothing: the claim still holds
 // the lease, the transition still completes the run.
 func TestRetriesReuseTheIdempotencyKey(t *testing.T) {
@@ -98,7 +98,7 @@ func TestRetriesReuseTheIdempotencyKey(t *testing.T) {
 	}
 }
 
-// Issue 20 item 6: an outage of airlock's database is 503 store_unavailable with
+// An outage of airlock's database is 503 store_unavailable with
 // Retry-After. The client waits that long and sends the same request again, with the same
 // Idempotency-Key, so a request that did commit before the outage is not run twice.
 func TestRetriesWaitRetryAfterOfAnOutage(t *testing.T) {

@@ -3,7 +3,7 @@
 #
 # HTTP claims against the raw claim statement, on one PostgreSQL database:
 #   1. `airlock migrate` on a fresh database;
-#   2. pgbench, CLIENTS clients for SECONDS seconds, running the seed's claim statement
+#   2. pgbench, CLIENTS clients for SECONDS seconds, running the bare claim statement
 #      (INSERT … ON CONFLICT … DO UPDATE … WHERE … RETURNING, prepared, autocommit) on
 #      random new keys against that schema;
 #   3. `airlock serve` on the same database, with as many connections as pgbench
@@ -51,7 +51,7 @@ DB_URL="${AIRLOCK_TEST_DATABASE_URL/\/postgres\?//$DBNAME?}"
 export AIRLOCK_DATABASE_URL="$DB_URL"
 "$BIN" migrate >/dev/null 2>&1
 
-# 1. The raw statement: the seed's claim (as in internal/runs/bench_test.go),
+# 1. The raw statement: the bare one-statement claim (as in internal/runs/bench_test.go),
 #    on a random new key per transaction, prepared, in autocommit.
 cat >"$TMP/claim.sql" <<'SQL'
 \set n random(1, 1000000000000)

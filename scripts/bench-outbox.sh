@@ -7,7 +7,8 @@
 #   airlock, 1 and 2 dispatching instances, no-op and 50 ms provider (pre-filled queue)
 #   airlock, idle enqueue → send-start latency (1 instance)
 #   River, default and tuned, no-op and 50 ms jobs (pre-filled queue), idle latency
-# and prints a table and the ratios issue 10 targets. Everything binds to 127.0.0.1 and
+# and prints a table and the ratios airlock targets (airlock at least River's no-op rate,
+# and a 50 ms provider kept busy on every dispatch slot). Everything binds to 127.0.0.1 and
 # is stopped on exit. Sizes (environment):
 #   BENCH_COUNT=5000          effects/jobs per no-op run
 #   BENCH_SLEEP_COUNT=2000    effects/jobs per 50 ms run

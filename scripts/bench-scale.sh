@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Usage: scripts/bench-scale.sh
 #
-# Issue 12's benchmark: claim, duplicate claim, heartbeat, transition, dispatch, explain,
-# report, the /metrics effect counts and purge on PostgreSQL holding generated history,
+# The benchmark of cost as data grows: claim, duplicate claim, heartbeat, transition,
+# dispatch, explain, report, the /metrics effect counts and purge on PostgreSQL holding
+# generated history,
 # beside the same operations on an empty database, in one run (TestScale in
 # internal/app). Starts a throwaway PostgreSQL (scripts/with-postgres.sh)
 # unless AIRLOCK_TEST_DATABASE_URL is set; generating needs a superuser.

@@ -16,11 +16,11 @@ import (
 )
 
 // hostileRSSBound is what a running serve may reach while it is sent the hostile
-// corpus (docs/testing.md): the peak resident set, VmHWM, of the whole process. Before
-// issue 20's fix one 60 KB body took it past the machine's memory.
+// corpus (docs/testing.md): the peak resident set, VmHWM, of the whole process. Before the
+// decoder capped nesting, one 60 KB body took it past the machine's memory.
 const hostileRSSBound = 256 << 20
 
-// Issue 20 item 2: a running `airlock serve` is sent the nastiest bodies
+// A running `airlock serve` is sent the nastiest bodies
 // (airlocktest.HostileBodies: 60 KB, 100 KB and 1 MB of nesting, NUL, invalid UTF-8,
 // huge numbers, duplicate keys, a 1 MB string) on every route that decodes a body, four
 // at a time, on each store. Every answer is a 4xx, the process stays up and answers

@@ -28,7 +28,7 @@ func airlockIn(t *testing.T, dir string, env []string, args ...string) (stdout, 
 }
 
 // Operator commands run in another directory must not create ./airlock.db and hand out
-// a key the server never sees (issue 15, 2); each says which database it used.
+// a key the server never sees; each says which database it used.
 func TestCLIOnlyServeAndMigrateCreateTheDatabase(t *testing.T) {
 	dir := t.TempDir()
 	for _, args := range [][]string{
@@ -90,7 +90,8 @@ func TestCLINamesTheDatabaseItUses(t *testing.T) {
 	}
 }
 
-// Operator commands send nothing, so they need no connector secret (issue 15, 3).
+// Operator commands send nothing, so they need no connector secret: a policy whose
+// token_env is unset does not stop them.
 func TestOperatorCommandsNeedNoConnectorSecrets(t *testing.T) {
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "airlock.yaml")
@@ -137,7 +138,7 @@ actions:
 	}
 }
 
-// Scopes may be repeated or comma-separated, and help lists every one (issue 15, 4).
+// Scopes may be repeated or comma-separated, and help lists every one.
 func TestAPIKeyScopesRepeatAndCommas(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"AIRLOCK_DATABASE_URL=" + filepath.Join(dir, "a.db")}
@@ -170,7 +171,7 @@ func TestAPIKeyScopesRepeatAndCommas(t *testing.T) {
 	}
 }
 
-// An unknown state is an error, not an empty table (issue 15, 5).
+// An unknown state is an error, not an empty table that reads as "nothing in that state".
 func TestEffectsListRefusesUnknownState(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"AIRLOCK_DATABASE_URL=" + filepath.Join(dir, "a.db")}

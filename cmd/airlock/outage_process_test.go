@@ -141,7 +141,7 @@ type answer struct {
 	body       string
 }
 
-// Issue 20 item 6: during a PostgreSQL restart clients got bare 500 internal. Now, with
+// During a PostgreSQL restart clients used to get a bare 500 internal. Now, with
 // PostgreSQL stopped while clients write: every failed write answers 503
 // store_unavailable with Retry-After and none 500; /readyz says 503 while it is down and
 // 200 after; /healthz stays 200; and each client, retrying with the same

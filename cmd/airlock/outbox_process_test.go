@@ -342,11 +342,12 @@ type crashWant struct {
 }
 
 // TestOutboxCrashPoints kills `airlock serve` at each point of a send, restarts it, and
-// checks where the effect ends and what the provider holds: the seed's crash test
-// ("stop just before the external write, just after it, and just before its receipt is
-// saved; resumed from each, exactly one artifact remains"). Exactly one artifact remains
-// in every case; where airlock cannot know whether a plain provider acted and has no
-// lookup, the effect stays unknown for a person to resolve, and is never resent.
+// checks where the effect ends and what the provider holds: the crash test airlock
+// must pass ("stop just before the external write, just after it, and just before its
+// receipt is saved; resumed from each, exactly one artifact remains"). Exactly one
+// artifact remains in every case; where airlock cannot know whether a plain provider
+// acted and has no lookup, the effect stays unknown for a person to resolve, and is
+// never resent.
 func TestOutboxCrashPoints(t *testing.T) {
 	points := []struct{ name, crashAt string }{
 		{"after_lease", "after_lease"}, // (1) leased, the provider not called yet

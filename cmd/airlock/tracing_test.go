@@ -18,8 +18,8 @@ import (
 	"github.com/airlockhq/airlock/internal/apptest"
 )
 
-// Issue 11 item 15: with tracing on, //approve/T, /x/../approve/T and /Approve/T were
-// traced with the raw token in url.path. The spans airlock serve writes (stdout mode)
+// With tracing on, airlock used to trace //approve/T, /x/../approve/T and /Approve/T
+// with the raw token in url.path. The spans airlock serve writes (stdout mode)
 // must hold no token and no path, only the API's route patterns.
 func TestServeTracingNeverRecordsPaths(t *testing.T) {
 	env := []string{"AIRLOCK_DATABASE_URL=" + t.TempDir() + "/airlock.db", "AIRLOCK_TRACING=stdout", "AIRLOCK_LISTEN=127.0.0.1:0"}

@@ -53,7 +53,7 @@ func (p *person) signedIn() string {
 	return who + ")"
 }
 
-// Issue 11 item 10: accounts are managed from the CLI against a running server; names and
+// Accounts are managed from the CLI against a running server; names and
 // roles are validated, and disabling, new roles, a new password or removal end the
 // person's sessions at once.
 func TestUserCommands(t *testing.T) {

@@ -132,7 +132,7 @@ func exitCode(err error) int {
 
 var steps = []string{stepSources, stepDraft, stepCompare}
 
-// TestRestartAfterCrash is the seed's restart test: the agent is killed immediately
+// TestRestartAfterCrash is the work ledger's restart test: the agent is killed immediately
 // before creating the document, immediately after, and immediately before confirming
 // the receipt; each time it is started again and finishes. Exactly one document exists
 // for the run, the run is completed, and the ledger went through the real steps in
@@ -200,7 +200,7 @@ func TestRestartAfterCrash(t *testing.T) {
 						t.Fatalf("run: state %s, reclaims %d; want completed after one reclaim", run.State, run.Reclaims)
 					}
 					// Waiting for the crashed process's lease is not a redelivery: one duplicate
-					// claim (the first try) at most, not one per poll (issue 15, 11).
+					// claim (the first try) at most, not one per poll of the agent waiting for it.
 					if run.Duplicates > 1 {
 						t.Fatalf("run: %d duplicate deliveries counted for one restart; want at most 1", run.Duplicates)
 					}

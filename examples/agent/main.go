@@ -1,6 +1,6 @@
-// Command agent is the weekly-report agent of airlock's work-ledger seed: a long-running
-// agent that keeps its ledger in airlock and can be killed at any moment and started
-// again without repeating its one external effect or starting over.
+// Command agent is the weekly-report agent airlock's work ledger was designed for: a
+// long-running agent that keeps its ledger in airlock and can be killed at any moment
+// and started again without repeating its one external effect or starting over.
 //
 // Its steps: sources_collected → create_internal_draft (creates a document in the
 // document system: the one external effect, effect id share-draft-01) → compare_figures

@@ -22,8 +22,8 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// AgentPolicy is the policy of the seed's weekly-report agent: its one external effect,
-// performed by the agent itself, with no gate.
+// AgentPolicy is the policy of the weekly-report agent (examples/agent): its one
+// external effect, performed by the agent itself, with no gate.
 const AgentPolicy = `
 actions:
   create_internal_draft:

@@ -9,7 +9,7 @@ type Hostile struct {
 	Body []byte
 }
 
-// HostileBodies are the nastiest bodies airlock has been sent (issue 20): deep nesting
+// HostileBodies are the nastiest bodies airlock has been sent: deep nesting
 // at the sizes that took a server down, NUL, invalid UTF-8 and lone surrogates, huge
 // numbers, duplicate keys and a 1 MB string. The fuzz targets' seed corpora and the
 // process test that sends them to a running `airlock serve` both use this list.

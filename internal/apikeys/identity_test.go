@@ -18,7 +18,7 @@ func (k *insertKeys) APIKeyInsert(_ context.Context, row store.APIKey) error {
 	return nil
 }
 
-// Issue 20 item 8: a key's name and the person it acts for are identities under
+// A key's name and the person it acts for are identities under
 // separation of duties ("apikey:<name>", the person): one with an invisible or
 // bidirectional character would read as someone else and is refused.
 func TestKeyIdentitiesMustBeVisible(t *testing.T) {

@@ -1,7 +1,7 @@
 package app_test
 
-// The cost suite (issue 12): counters that stay exact without counting, and a purge that
-// works in batches. Run by TestCostConformance on every backend.
+// The cost suite (cost flat as data grows): counters that stay exact without counting,
+// and a purge that works in batches. Run by TestCostConformance on every backend.
 
 import (
 	"context"

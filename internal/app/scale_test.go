@@ -1,8 +1,8 @@
 package app_test
 
-// TestScale is issue 12's benchmark: the hot operations on PostgreSQL holding generated
-// history, beside the same operations on an empty database in the same run. Sizes come
-// from the environment (the issue's target is 10 M runs and 50 M events):
+// TestScale is the benchmark of cost as data grows: the hot operations on PostgreSQL
+// holding generated history, beside the same operations on an empty database in the
+// same run. Sizes come from the environment (the target is 10 M runs and 50 M events):
 //
 //	AIRLOCK_SCALE_RUNS=10000000 AIRLOCK_SCALE_EVENTS=50000000 bash scripts/bench-scale.sh
 //

@@ -585,6 +585,19 @@ func (s *Service) RecordEvidence(ctx context.Context, key, source, name string, 
 	return out, nil
 }
 
+// ByException decides approve_by_exception for an effect of run (held under its lease)
+// with its validated output: over the evidence evaluators recorded on the run, with the
+// run's trigger source and workflow version as the rule's input (see Exception).
+func ByException(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, output json.RawMessage) (auto bool, reason string, err error) {
+	evidence, err := RecordedEvidence(ctx, q, run.Key)
+	if err != nil {
+		return false, "", err
+	}
+	auto, reason = Exception(a, output, evidence,
+		map[string]any{"trigger_source": run.TriggerSource, "workflow_version": run.WorkflowVersion})
+	return auto, reason, nil
+}
+
 // Exception decides approve_by_exception: it auto-approves only when every configured
 // evaluator source gave evidence and the rule holds over the validated output. Anything
 // else — missing evidence, a false rule, a rule error — is a reason to ask a person.

@@ -202,7 +202,7 @@ func testGateLedgerUnknown(t *testing.T, e *apptest.EffectsEnv) {
 }
 
 // testGateReissue: a reissued link replaces the old one in one statement; a decided or
-// expired approval is not reissued (issue 15 item 10).
+// expired approval is not reissued.
 func testGateReissue(t *testing.T, e *apptest.EffectsEnv) {
 	r := e.ClaimRun(t, "re")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "re", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",

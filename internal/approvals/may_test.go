@@ -7,7 +7,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// Issue 20 item 8: separation of duties compares identities by skeleton, so a
+// Separation of duties compares identities by skeleton, so a
 // look-alike requested_by (Cyrillic а, a zero-width space or soft hyphen in a row stored
 // before such names were refused) is the approver's own request; anna is not ana.
 func TestMaySeesThroughLookAlikes(t *testing.T) {

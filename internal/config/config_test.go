@@ -101,8 +101,9 @@ func TestDocsListEveryOption(t *testing.T) {
 	}
 }
 
-// A libpq keyword DSN is PostgreSQL, never a SQLite file named after it (issue 15, 1); a
-// value that is neither a PostgreSQL DSN nor a plausible file path stops start-up.
+// A libpq keyword DSN ("host=… dbname=…") is PostgreSQL, never a SQLite file named
+// after it; a value that is neither a PostgreSQL DSN nor a plausible file path stops
+// start-up.
 func TestDatabaseURLForms(t *testing.T) {
 	for url, want := range map[string]string{
 		"host=db user=airlock dbname=airlock":          "postgres",

@@ -25,7 +25,7 @@ import (
 // backend.
 var requeueCensus = map[string][]string{
 	// Queued: new rows only; a second queue of the same (run, effect id) returns the first.
-	"effects.Submit":               {"QueueUnderLease"},
+	"effects.queue":                {"QueueUnderLease"},
 	"approvals.Decide":             {"ApprovalDecidedTwiceQueuesOnce"},
 	"ledger.planNew":               {"PlanConfirmNeverTwice"},
 	"postgres.EffectInsert":        {"QueueUnderLease"},

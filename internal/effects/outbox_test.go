@@ -18,7 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// The outbox's promise under concurrency, crashes and faults (outbox v2): each test forces
+// The outbox's promise under concurrency, crashes and faults: each test forces
 // an interleaving that broke an earlier version, with hooks between statements.
 var outboxTests = []struct {
 	name string

@@ -19,7 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// Poison answers (issue 20, 3 and 7): an answer the store cannot keep as it is, or a store
+// Poison answers: an answer the store cannot keep as it is, or a store
 // that refuses every write for longer than the lease, must never cost another outcome, nor
 // the outcome itself when it is known.
 var poisonTests = []struct {

@@ -1,6 +1,7 @@
 package effects
 
-// How a send's outcome reaches the store. One answer never blocks another (issue 20):
+// How a send's outcome reaches the store. One answer never blocks another, not even one
+// the store refuses to keep:
 //
 //   - Outcomes that finish together are recorded in one transaction (group commit).
 //   - When that transaction fails, each outcome of the group is recorded again in its own

@@ -18,7 +18,7 @@ import (
 )
 
 // Every path that makes an effect sendable again, each with a stale writer forced against
-// it (issue 20). The census (census_test.go) finds every such path in the code and fails
+// it. The census (census_test.go) finds every such path in the code and fails
 // when one has no entry here or in outboxTests: a new way back into the queue comes with
 // the test that tries to break it.
 var requeueTests = []struct {

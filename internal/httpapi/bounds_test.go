@@ -56,7 +56,7 @@ func TestDurationBounds(t *testing.T) {
 }
 
 // TestWorkerClaimDefaultLeaseIsCapped: a worker claim without lease_seconds got 5 minutes
-// even where AIRLOCK_LEASE_MAX is lower (issue 20, item 5); the default is capped by it.
+// even where AIRLOCK_LEASE_MAX is lower; the default is capped by it.
 func TestWorkerClaimDefaultLeaseIsCapped(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {

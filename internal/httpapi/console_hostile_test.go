@@ -9,7 +9,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// Issue 20 item 5: console query parameters with a NUL (/console?after=-1_%00,
+// Console query parameters with a NUL (/console?after=-1_%00,
 // /console/runs?key=%00) answered 500 on PostgreSQL, and the console's resolve form
 // stored any provider_id (NUL or invalid UTF-8: 500 on PostgreSQL). Every console page
 // and action now checks its path, query parameters and form fields by one rule before

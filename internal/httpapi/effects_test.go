@@ -103,7 +103,8 @@ func TestWorkerAndOperatorRoutes(t *testing.T) {
 
 func TestKillSwitchRoutes(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
-		// Every key may read the kill switch (issue 15, 6); only admin keys change it.
+		// Every key may read the kill switch, a runs key too (as the README says); only
+		// admin keys change it.
 		for _, k := range []string{h.runsKey, h.readKey, h.workerKey, h.operatorKey} {
 			r := h.do("GET", "/v1/admin/kill-switch", k, "", "")
 			if expect(t, r, 200, ""); r.body["enabled"] != true {

@@ -9,7 +9,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// Issue 12 (bad input, form posts): a NUL character, invalid UTF-8, a control character,
+// Bad input in form posts: a NUL character, invalid UTF-8, a control character,
 // an over-long value or a malformed form in the sign-in and approval forms is refused with
 // a clear 400 page, on both stores (PostgreSQL used to answer 500 for a NUL), and changes
 // nothing.

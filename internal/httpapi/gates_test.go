@@ -1,7 +1,10 @@
 package httpapi_test
 
-// Attacks on the gates (issue 11, items 1–6 and 13), each against a running server over
-// real HTTP, on both stores.
+// Attacks on the gates — an approval authorising more than it showed, cancelling what is
+// not a window, an agent clearing an unknown effect, mail to someone the card did not
+// show, evidence from the model itself, separation of duties dodged by another name, a
+// worker key taking types it may not — each against a running server over real HTTP, on
+// both stores.
 
 import (
 	"context"

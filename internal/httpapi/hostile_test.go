@@ -9,7 +9,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// Issue 20 item 2: the strict decoder recursed without a depth limit and built a path
+// The strict decoder used to recurse without a depth limit and build a path
 // string per level, so memory grew with the square of the nesting: 60,000 "[" sent to
 // POST /v1/effects/{id}/cancel (any key) ended the process out of memory; 30 KB took
 // ~2 GB. Nesting past 64 levels is now refused with 400 nesting_too_deep, naming where,

@@ -10,7 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// Issue 20 item 8: a declared requested_by with a zero-width space, a soft hyphen or a
+// A declared requested_by with a zero-width space, a soft hyphen or a
 // Cyrillic look-alike ("аna" for "ana") dodged "an approver may not approve their own
 // request", and a right-to-left override was accepted in a target (and shown reversed on
 // the card). Identities with invisible or bidirectional characters, and such targets, are

@@ -8,7 +8,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// Issue 12 item 7: a NUL character (\u0000) in a payload, result, validate output, ledger
+// A NUL character (\u0000) in a payload, result, validate output, ledger
 // or lease_owner gave 500 on PostgreSQL (SQLite stored it). The decoder refuses it for
 // every body, at any depth and in object keys, naming the field, so no store sees it.
 func TestNULRefusedNamingTheField(t *testing.T) {

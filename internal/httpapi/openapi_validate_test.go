@@ -22,7 +22,7 @@ import (
 // The OpenAPI document is checked by a real OpenAPI 3.1 validator (libopenapi-validator),
 // and every live response any test in this package receives through harness.do is
 // validated against it: its status must be documented for its route and its body must
-// match the documented schema (issue 15, 8).
+// match the documented schema: openapi.json cannot drift from what the server answers.
 
 var (
 	openAPIOnce sync.Once

@@ -124,7 +124,7 @@ func (d *pageCapFull) free(t *testing.T) {
 	}
 }
 
-// Issue 20 item 6: with the disk full, /readyz answered 200 while writes failed with 500
+// With the disk full, /readyz used to answer 200 while writes failed with 500
 // internal. Now readiness answers 503, every write that fails answers 503
 // store_unavailable with Retry-After, nothing is half-written, a 503 is not kept as the
 // Idempotency-Key's answer, and when space returns readiness and the same request succeed.

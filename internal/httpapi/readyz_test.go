@@ -45,7 +45,7 @@ func readOnly(t *testing.T, h *harness) store.Store {
 	return nil
 }
 
-// Issue 12 item 11: /readyz said ready while every write failed.
+// /readyz used to say ready while every write failed: readiness is a write that commits.
 func TestReadyzChecksTheStoreCanWrite(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		expect(t, h.do("GET", "/readyz", "", "", ""), 200, "")

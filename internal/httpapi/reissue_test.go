@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Issue 15 item 10: a lost 202 used to lose the approval link for good (the retry got
+// A lost 202 used to lose the approval link for good (the retry got
 // version_conflict). The same effect request again now answers with the pending approval
 // and a fresh link; the old link stops working at once.
 func TestResentEffectRequestReissuesTheApprovalLink(t *testing.T) {

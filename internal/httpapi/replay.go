@@ -20,7 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// Idempotency-Key on mutating /v1 routes (issue 12 item 10): a reply lost after commit
+// Idempotency-Key on mutating /v1 routes: a reply lost after commit
 // is answered again on a retry with the same key, never run twice.
 const (
 	// replayTTL is how long an answer is kept for replay; retention purges it after.

@@ -93,7 +93,7 @@ func sameReply(t *testing.T, what string, got response, status int, body string)
 	}
 }
 
-// Issue 12 item 10: a reply lost after commit. Over real HTTP, the connection is closed
+// A reply lost after commit. Over real HTTP, the connection is closed
 // after the request committed; the retry with the same Idempotency-Key gets the original
 // status and body, and nothing runs twice.
 func TestIdempotencyReplaysAReplyLostAfterCommit(t *testing.T) {
@@ -169,9 +169,9 @@ func TestIdempotencyReplaysAReplyLostAfterCommit(t *testing.T) {
 	})
 }
 
-// The issue's own case: PostgreSQL restarted between commit and its acknowledgement, so
-// the first answer is a 503 (it was a 500 before issue 20). The retry gets the committed
-// outcome, not claimed:false or version_conflict.
+// The case that showed the need: PostgreSQL restarted between commit and its
+// acknowledgement, so the first answer is a 503 (it used to be a 500). The retry gets
+// the committed outcome, not claimed:false or version_conflict.
 func TestIdempotencyAfterCommitAcknowledgementLost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		st := &ackLost{Store: h.env.Store}

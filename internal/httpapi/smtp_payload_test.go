@@ -8,7 +8,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// Issue 20 item 5: an SMTP payload the connector can never send (cc, headers, a bad
+// An SMTP payload the connector can never send (cc, headers, a bad
 // reply_to) was accepted at queue time and could be approved, to fail at send time. It
 // is now refused when queued — before an approval opens — with 422 unsendable_payload,
 // on both stores, and nothing is written.

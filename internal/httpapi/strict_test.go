@@ -18,8 +18,8 @@ import (
 	"github.com/airlockhq/airlock/internal/tracing"
 )
 
-// Issue 11 item 12: "KEY" set key, the last of a repeated field won, and invalid UTF-8
-// was stored as U+FFFD.
+// Bodies used to be read loosely: "KEY" set key, the last of a repeated field won, and
+// invalid UTF-8 was stored as U+FFFD.
 func TestStrictJSONBodies(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		before := storetest.DumpAll(t, h.env.Store)
@@ -61,7 +61,7 @@ func TestStrictJSONBodies(t *testing.T) {
 	})
 }
 
-// Issue 11 item 16: JSON answers carry X-Content-Type-Options: nosniff.
+// JSON answers carry X-Content-Type-Options: nosniff.
 func TestJSONNosniff(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		for _, r := range []response{
@@ -101,8 +101,8 @@ func rawGet(t *testing.T, base, method, path string) int {
 	return resp.StatusCode
 }
 
-// Issue 11 item 15: //approve/T, /x/../approve/T and /Approve/T were traced with the raw
-// token in url.path.
+// //approve/T, /x/../approve/T and /Approve/T used to be traced with the raw token in
+// url.path.
 func TestTracingDecidedByRoute(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		exp := tracetest.NewInMemoryExporter()

@@ -1,4 +1,4 @@
-// Package ledger is the work ledger of seed 002: a long-running agent's resumable state,
+// Package ledger is the work ledger: a long-running agent's resumable state,
 // saved by compare-and-set on its checkpoint version, and its own external effects
 // recorded as planned before and confirmed after, so that on restart airlock can tell it
 // what it may safely do next — and never to repeat a confirmed effect or start over.

@@ -635,9 +635,9 @@ func storedMeta(r *mcp.CallToolResult) map[string]any {
 // A tool result with NUL characters (PostgreSQL stores none in jsonb) is still confirmed:
 // the agent gets the real result, the effect completes, and the same call again is
 // answered from the ledger with the result as kept (NULs written \u0000, and a note) —
-// not refused reconcile_first as an effect that may or may not have happened (issue 20,
-// item 4). Before: the confirm was refused (400 nul_character), the call recorded
-// executed_unconfirmed, and the next identical call turned the effect unknown.
+// not refused reconcile_first as an effect that may or may not have happened. Before:
+// the confirm was refused (400 nul_character), the call recorded executed_unconfirmed,
+// and the next identical call turned the effect unknown.
 func TestResultWithNULIsConfirmed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		e.startAgent()

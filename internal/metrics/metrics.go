@@ -83,8 +83,9 @@ func New() *Metrics {
 	return m
 }
 
-// Alerter is DESIGN.md's alert: a warn-level structured log line and
-// airlock_alerts_total{kind}. The domain writes the event on the key in the same
+// Alerter raises an alert, which means one thing everywhere: a warn-level structured log
+// line, an event on the key and airlock_alerts_total{kind}. This is the log line and
+// the counter. The domain writes the event on the key in the same
 // transaction as the change that raised it, and calls Alert after the commit.
 type Alerter struct {
 	Log     *slog.Logger

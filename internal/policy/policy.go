@@ -16,7 +16,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -122,7 +121,8 @@ func (m Members) Has(subject string, roles []string) bool {
 	return false
 }
 
-// Failure classes (DESIGN.md "Failure classes and retry policy").
+// Failure classes: what went wrong with a step, each mapped by the retry table to retry
+// or not, at which level, how often and with what backoff.
 const (
 	ClassTransportTimeout = "transport_timeout"
 	ClassRateLimited      = "rate_limited"
@@ -543,188 +543,6 @@ func (p *Policy) defaults(set func(path ...string) bool) {
 			}
 		}
 	}
-}
-
-var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
-
-// errs collects every problem, each prefixed with its field path.
-type errs []string
-
-func (e *errs) add(field, format string, args ...any) {
-	*e = append(*e, field+": "+fmt.Sprintf(format, args...))
-}
-
-func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
-	var e errs
-	if p.PublicURL != "" {
-		if u, err := url.Parse(p.PublicURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			e.add("public_url", "must be an absolute http(s) URL")
-		}
-	}
-	for _, class := range sortedRuleKeys(p.Retry) {
-		r, f := p.Retry[class], "retry."+class
-		if !slices.Contains(Classes, class) {
-			e.add(f, "unknown failure class (valid: %s)", strings.Join(Classes, ", "))
-			continue
-		}
-		if r == nil {
-			e.add(f, "empty")
-			continue
-		}
-		allowed := []string{RetryTransport, RetryBusiness, RetryNever}
-		switch class {
-		case ClassPartialSuccess:
-			allowed = []string{RetryWrite, RetryNever}
-		case ClassUnknownCommit:
-			allowed = []string{RetryNever} // never retried: the run is parked for reconciliation
-		}
-		if !slices.Contains(allowed, r.Retry) {
-			e.add(f+".retry", "must be %s for %s", strings.Join(allowed, " or "), class)
-		}
-		if r.Retry != RetryNever && (r.MaxAttempts < 1 || r.MaxAttempts > 100) {
-			e.add(f+".max_attempts", "must be from 1 to 100")
-		}
-		if r.MaxBackoff < r.Backoff {
-			e.add(f+".max_backoff", "must not be shorter than backoff")
-		}
-	}
-	if p.Notify.WebhookURLEnv != "" || p.Notify.WebhookURLFile != "" {
-		p.Notify.WebhookURL = secret("notify", "webhook_url", p.Notify.WebhookURLEnv, p.Notify.WebhookURLFile, &e, lookupEnv)
-		if u, err := url.Parse(p.Notify.WebhookURL); p.Notify.WebhookURL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
-			e.add("notify.webhook_url", "must be an absolute http(s) URL")
-		}
-	}
-	if p.Retention.Payloads.D() < time.Hour {
-		e.add("retention.payloads", "must be at least 1h")
-	}
-	if p.Retention.Events.D() < p.Retention.Payloads.D() {
-		e.add("retention.events", "must not be shorter than retention.payloads")
-	}
-	if p.Retention.Interval.D() < time.Minute {
-		e.add("retention.interval", "must be at least 1m")
-	}
-	if n := *p.Validation.MaxRepairs; n < 0 || n > 20 {
-		e.add("validation.max_repairs", "must be from 0 to 20")
-	}
-	p.Budgets.validate("budgets", &e)
-	for _, src := range sortedRefKeys(p.InputSchemas) {
-		if ref := p.InputSchemas[src]; ref == nil {
-			e.add("input_schemas."+src, "empty")
-		} else if err := ref.compile("input_schemas."+src, p.dir); err != nil {
-			e.add("input_schemas."+src, "%v", err)
-		}
-	}
-	if p.Dispatch.BatchSize < 1 || p.Dispatch.BatchSize > 1000 {
-		e.add("dispatch.batch_size", "must be from 1 to 1000")
-	}
-	if p.Dispatch.Lease.D() < time.Second {
-		e.add("dispatch.lease", "must be at least 1s")
-	}
-	if p.Dispatch.Interval.D() < 10*time.Millisecond {
-		e.add("dispatch.interval", "must be at least 10ms")
-	}
-	if p.Dispatch.Concurrency < 1 || p.Dispatch.Concurrency > 1000 {
-		e.add("dispatch.concurrency", "must be from 1 to 1000")
-	}
-	if p.Dispatch.Drain.D() < 0 || p.Dispatch.Drain.D() > 10*time.Minute {
-		e.add("dispatch.drain", "must be from 0s to 10m")
-	}
-	for _, name := range p.ActionNames() {
-		a := p.Actions[name]
-		f := "actions." + name
-		if !namePattern.MatchString(name) {
-			e.add(f, "an action type name is 1-64 characters of a-z, 0-9 and _, starting with a letter")
-		}
-		if !slices.Contains([]string{GateNone, GateApproveBeforeAct, GateActWithWindow, GateApproveByException}, a.Gate) {
-			e.add(f+".gate", "must be none, approve_before_act, act_with_window or approve_by_exception, not %q", a.Gate)
-		}
-		if a.Retry.MaxAttempts < 1 || a.Retry.MaxAttempts > 100 {
-			e.add(f+".retry.max_attempts", "must be from 1 to 100")
-		}
-		if a.MaxInFlight < 1 || a.MaxInFlight > p.Dispatch.Concurrency {
-			e.add(f+".max_in_flight", "must be from 1 to dispatch.concurrency (%d)", p.Dispatch.Concurrency)
-		}
-		if a.Rate < 0 || a.Rate > 100000 {
-			e.add(f+".rate", "must be from 0 (no cap) to 100000 sends per second")
-		}
-		// A send that outlives its lease could be taken for crashed and its effect marked
-		// unknown (or, before it began, queued again) while it is still in flight.
-		if t := a.SendTimeout(); t > 0 && t >= p.Dispatch.Lease.D() {
-			e.add(f+".timeout", "%s must be shorter than dispatch.lease (%s): a send may not outlive its lease", t, p.Dispatch.Lease.D())
-		}
-		if a.Retry.MaxBackoff < a.Retry.Backoff {
-			e.add(f+".retry.max_backoff", "must not be shorter than retry.backoff")
-		}
-		if a.Gate != GateNone && len(a.Approvers.Roles) == 0 && len(a.Approvers.Subjects) == 0 {
-			e.add(f+".approvers", "a gated action type (gate %s) needs approvers: roles or subjects", a.Gate)
-		}
-		if (a.Gate == GateActWithWindow || a.Gate == GateApproveByException) && !a.Reversible {
-			e.add(f+".reversible", "%s is only for reversible actions: set reversible: true, or use approve_before_act", a.Gate)
-		}
-		if a.Gate == GateActWithWindow && (a.Window.D() < 10*time.Second || a.Window.D() > 7*24*time.Hour) {
-			e.add(f+".window", "act_with_window needs a window from 10s to 168h")
-		}
-		if a.Gate == GateApproveByException {
-			if a.RuleSource == "" {
-				e.add(f+".rule", "approve_by_exception needs a rule")
-			} else if r, err := compileRule(a.RuleSource); err != nil {
-				e.add(f+".rule", "%v", err)
-			} else {
-				a.Rule = r
-			}
-			if len(a.EvidenceSources) == 0 {
-				e.add(f+".evidence_sources", "approve_by_exception needs evidence from at least one evaluator outside the model")
-			}
-			if a.Schema == nil {
-				e.add(f+".schema", "approve_by_exception needs a schema: validation must pass")
-			}
-		}
-		if a.SampleRate < 0 || a.SampleRate > 1 {
-			e.add(f+".sample_rate", "must be from 0 to 1")
-		}
-		if a.ApprovalTTL.D() < time.Minute || a.ApprovalTTL.D() > 30*24*time.Hour {
-			e.add(f+".approval_ttl", "must be from 1m to 720h")
-		}
-		if a.Schema != nil {
-			if err := a.Schema.compile(f+".schema", p.dir); err != nil {
-				e.add(f+".schema", "%v", err)
-			}
-		}
-		if a.Budgets != nil {
-			a.Budgets.validate(f+".budgets", &e)
-		}
-		sections := map[string]bool{ConnectorHTTP: a.HTTP != nil, ConnectorSMTP: a.SMTP != nil, ConnectorWorker: a.Worker != nil}
-		for kind, present := range sections {
-			if present && kind != a.Connector {
-				e.add(f+"."+kind, "given, but the connector is %q", a.Connector)
-			}
-		}
-		switch a.Connector {
-		case ConnectorHTTP:
-			if a.HTTP == nil {
-				e.add(f+".http", "required for connector http")
-				continue
-			}
-			a.HTTP.validate(f+".http", &e, lookupEnv)
-		case ConnectorSMTP:
-			if a.SMTP == nil {
-				e.add(f+".smtp", "required for connector smtp")
-				continue
-			}
-			a.SMTP.validate(f+".smtp", &e, lookupEnv)
-		case ConnectorWorker:
-		case "":
-			e.add(f+".connector", "required: http, smtp or worker")
-		default:
-			e.add(f+".connector", "must be http, smtp or worker, not %q", a.Connector)
-		}
-	}
-	p.OIDC.validate("oidc", &e, lookupEnv)
-	p.MCP.validate(p, &e)
-	if len(e) > 0 {
-		return errors.New(strings.Join(e, "; "))
-	}
-	return nil
 }
 
 func (h *HTTP) validate(f string, e *errs, lookupEnv func(string) (string, bool)) {

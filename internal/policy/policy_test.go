@@ -101,7 +101,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		{`actions: {t: {connector: worker, gate: approve_by_exception, reversible: true, approvers: {roles: [x]}, evidence_sources: [c], rule: "true"}}`, "actions.t.schema"},
 		{`actions: {t: {connector: worker, gate: none, sample_rate: 2}}`, "actions.t.sample_rate"},
 		{`budgets: {max_model_calls: -1}`, "budgets.max_model_calls"},
-		// A send may not outlive its lease (outbox v2).
+		// A send may not outlive its lease (it could be taken for crashed while in flight).
 		{`actions: {a: {connector: http, gate: none, http: {url: "https://x/", timeout: 2m}}}`, "actions.a.timeout: 2m0s must be shorter than dispatch.lease"},
 		{`dispatch: {lease: 5s}
 actions: {a: {connector: http, gate: none, http: {url: "https://x/"}}}`, "actions.a.timeout: 10s must be shorter than dispatch.lease (5s)"},
@@ -288,8 +288,7 @@ func TestExplicitZerosAreRangeErrors(t *testing.T) {
 	}
 }
 
-// A typo or an empty file is reported by its YAML path, never by a Go type or "EOF"
-// (issue 15, 9).
+// A typo or an empty file is reported by its YAML path, never by a Go type or "EOF".
 func TestPolicyErrorsNameTheYAMLPath(t *testing.T) {
 	for _, c := range []struct{ doc, want string }{
 		{"actions:\n  crm_note:\n    connector: http\n    http: {url: 'https://x/', idempotant: true}\n",

@@ -1,6 +1,6 @@
 package runs_test
 
-// Benchmarks of airlock's claim and transition beside the seed's bare statements, on
+// Benchmarks of airlock's claim and transition beside the bare SQL statements, on
 // every backend, in the same run. Each pair differs only in the code path:
 //
 //	BenchmarkClaim/<backend>/new                 ↔ BenchmarkClaim/<backend>/raw_sql
@@ -9,8 +9,9 @@ package runs_test
 //	BenchmarkClaimParallel/<backend>/new         ↔ BenchmarkClaimParallel/<backend>/raw_sql
 //
 // The airlock side is runs.Service (one transaction: the statement, the event, and for a
-// transition the open-effects check). The raw_sql side is seed 000's single statement in
-// autocommit through the driver, adapted to our columns. Both use the backend's real clock
+// transition the open-effects check). The raw_sql side is the one statement a minimal
+// implementation would run — an INSERT … ON CONFLICT claim, a compare-and-set UPDATE —
+// in autocommit through the driver, on our columns. Both use the backend's real clock
 // and a fresh store per benchmark run. Compare figures only within one run: the disk's
 // fsync rate swings.
 //
@@ -44,21 +45,22 @@ const benchHash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00
 // parallelClients is how many goroutines BenchmarkClaimParallel runs, whatever GOMAXPROCS.
 const parallelClients = 16
 
-// seedLease is the seed's hard-coded lease; apptest.LeaseConfig.DefaultLease is the same.
+// seedLease is the lease the bare statements hard-code; apptest.LeaseConfig.DefaultLease is
+// the same.
 const seedLease = 5 * time.Minute
 
-// rawSQL is the seed's statements, run in autocommit on one backend.
+// rawSQL is the bare statements, run in autocommit on one backend.
 type rawSQL interface {
-	// claim is the seed's atomic claim; it returns pgx.ErrNoRows / sql.ErrNoRows when
+	// claim is the one-statement atomic claim; it returns pgx.ErrNoRows / sql.ErrNoRows when
 	// the key was not taken.
 	claim(ctx context.Context, key, hash, owner string) (version int64, err error)
-	// transition is the seed's compare-and-set.
+	// transition is the one-statement compare-and-set.
 	transition(ctx context.Context, key, owner string, version int64, to store.State) (int64, error)
 	// warm opens n connections so a parallel benchmark does not time the dialing.
 	warm(ctx context.Context, n int) error
 }
 
-// The seed's claim, with created_at/updated_at (NOT NULL here) set like updated_at.
+// The bare claim, with created_at/updated_at (NOT NULL here) set like updated_at.
 const pgSeedClaim = `
 INSERT INTO workflow_runs (
   idempotency_key, state, payload_hash, lease_owner, lease_expires_at, created_at, updated_at
@@ -242,7 +244,7 @@ func BenchmarkClaim(b *testing.B) {
 				}
 			}
 		})
-		// the seed's statement on a fresh key each iteration: the baseline for new.
+		// the bare statement on a fresh key each iteration: the baseline for new.
 		b.Run("raw_sql", func(b *testing.B) {
 			_, r := newEnv(b, be)
 			ks, ows := keys("raw", b.N), owners(b.N)
@@ -270,8 +272,8 @@ func BenchmarkClaim(b *testing.B) {
 				}
 			}
 		})
-		// the seed's statement on that key: it matches no row and returns nothing (the
-		// seed's caller would then read the row; that read is not timed here).
+		// the bare statement on that key: it matches no row and returns nothing (its
+		// caller would then read the row; that read is not timed here).
 		b.Run("raw_sql_duplicate", func(b *testing.B) {
 			_, r := newEnv(b, be)
 			if _, err := r.claim(ctx, "dup", benchHash, uuid.NewString()); err != nil {
@@ -316,7 +318,7 @@ func BenchmarkTransition(b *testing.B) {
 				}
 			}
 		})
-		// the seed's CAS on b.N keys claimed with the seed's statement before the timer.
+		// the bare CAS on b.N keys claimed with the bare statement before the timer.
 		b.Run("raw_sql", func(b *testing.B) {
 			_, r := newEnv(b, be)
 			ks, ows := keys("tr", b.N), owners(b.N)
@@ -341,7 +343,7 @@ func BenchmarkTransition(b *testing.B) {
 }
 
 // BenchmarkClaimParallel claims fresh keys from parallelClients goroutines at once:
-// airlock's transactions (serialised in Go on SQLite) against the seed's autocommit
+// airlock's transactions (serialised in Go on SQLite) against the bare autocommit
 // statement (serialised by SQLite's file lock and busy handler).
 func BenchmarkClaimParallel(b *testing.B) {
 	ctx := context.Background()

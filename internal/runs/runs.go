@@ -547,7 +547,7 @@ func CancelPending(ctx context.Context, q store.Queries, now *time.Time, key str
 	return nil
 }
 
-// RerunProtocol is the seed's rerun protocol, shown wherever a person may be tempted to
+// RerunProtocol is how a run is ever run again, shown wherever a person may be tempted to
 // improvise one (the approval page, the replace command).
 const RerunProtocol = `Rerun protocol:
 1. Recovery retries reclaim only failed_retryable runs or processing runs whose lease expired, under the same key.

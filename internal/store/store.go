@@ -583,8 +583,8 @@ type Approval struct {
 	CreatedAt          time.Time
 }
 
-// ApprovalConsumeParams is seed 000's atomic consume: it applies only to an unexpired,
-// unconsumed approval whose allowed decisions include Decision.
+// ApprovalConsumeParams is an atomic consume (one UPDATE … RETURNING): it applies only
+// to an unexpired, unconsumed approval whose allowed decisions include Decision.
 type ApprovalConsumeParams struct {
 	TokenHash string
 	Decision  string
@@ -637,7 +637,7 @@ type ApprovalQueries interface {
 	// ApprovalsOpen lists unconsumed approvals of a mode, oldest first.
 	ApprovalsOpen(ctx context.Context, mode string, limit int) ([]Approval, error)
 	ApprovalsByRun(ctx context.Context, key string) ([]Approval, error)
-	// ApprovalConsume is the seed's UPDATE … RETURNING; ErrNoMatch when it does not apply.
+	// ApprovalConsume consumes in one UPDATE … RETURNING; ErrNoMatch when it does not apply.
 	ApprovalConsume(ctx context.Context, p ApprovalConsumeParams) (Approval, error)
 	// ApprovalsExpired lists unconsumed approvals whose expiry has passed.
 	ApprovalsExpired(ctx context.Context, now *time.Time, limit int) ([]Approval, error)

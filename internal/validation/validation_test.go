@@ -422,7 +422,7 @@ func TestConcurrentValidate(t *testing.T) {
 	wg.Wait()
 }
 
-// Issue 20 item 2: model output is JSON inside a JSON string, so the request decoder's
+// Model output is JSON inside a JSON string, so the request decoder's
 // depth cap does not reach it; Decode allowed encoding/json's 10,000 levels, each of
 // which the schema validator then walked. Deeper than MaxDepth is refused here too.
 func TestDecodeRefusesDeepNesting(t *testing.T) {

@@ -33,7 +33,7 @@ func TestOIDCPerson(t *testing.T) {
 		{"unverified email", plain, map[string]any{"email": "ceo@example.com", "email_verified": false}, "", nil, 0, "email_verified"},
 		{"email_verified absent", plain, map[string]any{"email": "ceo@example.com"}, "", nil, 0, "email_verified"},
 		{"other subject claim", &OIDC{roleClaim: "groups", subjectClaim: "preferred_username"}, map[string]any{"preferred_username": "ana", "email": "x@example.com"}, "ana", nil, 0, ""},
-		// Issue 20 item 8: a subject that reads as another person's is no subject.
+		// A subject that reads as another person's is no subject.
 		{"zero-width space in the subject", &OIDC{roleClaim: "groups", subjectClaim: "preferred_username"}, map[string]any{"preferred_username": "an\u200ba"}, "", nil, 0, "no usable subject"},
 		{"bidi override in the subject", &OIDC{roleClaim: "groups", subjectClaim: "preferred_username"}, map[string]any{"preferred_username": "\u202eana"}, "", nil, 0, "no usable subject"},
 		{"soft hyphen in the subject", &OIDC{roleClaim: "groups", subjectClaim: "preferred_username"}, map[string]any{"preferred_username": "an\u00ada"}, "", nil, 0, "no usable subject"},

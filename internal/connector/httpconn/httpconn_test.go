@@ -128,7 +128,8 @@ func TestSendClassifiesResponses(t *testing.T) {
 			w.Header().Set("X-Provider-Id", "h-2")
 			fmt.Fprint(w, `{"id":{"nested":"x"}}`)
 		}, connector.Result{Outcome: connector.Sent, ProviderID: "h-2"}},
-		// An id no store keeps as it is: the send happened, so it is kept escaped (issue 20, 3).
+		// An id no store keeps as it is (a control byte): the send happened, so it is kept
+		// escaped.
 		{"200 id with control bytes", "", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, `{"id":"a\nb"}`)
 		}, connector.Result{Outcome: connector.Sent, ProviderID: `"a\nb"`, Note: connector.NoteProviderIDEscaped}},

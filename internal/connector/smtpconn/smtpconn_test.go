@@ -580,7 +580,7 @@ func TestMessageID(t *testing.T) {
 		t.Error("distinct effects share a Message-ID")
 	}
 	// The provider id of an SMTP send is this derived id, never the server's reply text:
-	// it is always one every store keeps as it is (issue 20, 3).
+	// it is always one every store keeps as it is (no NUL, no bytes that are not UTF-8).
 	if id := c.MessageID("r1/\x00\xff"); func() bool { s, note := connector.SafeProviderID(id); return s != id || note != "" }() {
 		t.Errorf("MessageID %q is not a safe provider id", id)
 	}

@@ -351,8 +351,9 @@ func (q queries) Clock(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// The claim statement is seed 000's, with the lease start recorded (to cap total lease
-// life), a reclaim counter, and a NULL lease treated as lapsed.
+// The claim is one INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING, with the lease
+// start recorded (to cap total lease life), a reclaim counter, and a NULL lease treated
+// as lapsed.
 const claimSQL = `
 INSERT INTO workflow_runs AS r (idempotency_key, state, payload_hash, lease_owner,
   lease_started_at, lease_expires_at, version, trigger_source, workflow_version,

@@ -31,8 +31,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// Issue 12 item 11: a database file airlock may not write was opened read-only, every
-// write then failed, and SQLite left a 0444 -shm file behind that broke the next start.
+// A database file airlock may not write used to be opened read-only, every write then
+// failed, and SQLite left a 0444 -shm file behind that broke the next start.
 // Open refuses it with a clear message before SQLite creates anything.
 //
 // File permissions do not stop root, and tests run as root here: the open then happens in

@@ -14,8 +14,8 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// TestOutageConformance is the suite of a store that cannot serve (issue 20 item 6): its failures are
-// classified as store.ErrUnavailable, and readiness is proven by a committed write.
+// TestOutageConformance is the suite of a store that cannot serve (down, read-only, disk full): its
+// failures are classified as store.ErrUnavailable, and readiness is proven by a committed write.
 func TestOutageConformance(t *testing.T) { Each(t, runOutage) }
 
 func runOutage(t *testing.T, b Backend) {

@@ -1,4 +1,4 @@
--- Cost flat as data grows (issue 12).
+-- Cost flat as data grows: no statement's cost may rise with the size of the history.
 --
 -- Effects by state, for /metrics and the report, without counting the table. Every
 -- change of an effect's state appends a delta row (a trigger, so no code path can miss

@@ -1,4 +1,4 @@
--- The operator console's lists (issue 14): each is a keyset page read through a partial
+-- The operator console's lists: each is a keyset page read through a partial
 -- index that holds only the rows the list shows, in the list's order, so a page costs
 -- the same with millions of finished runs, sent effects or decided approvals behind it.
 -- Built inside the migration's transaction like 0010's: on a large database, build them

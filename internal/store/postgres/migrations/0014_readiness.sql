@@ -1,6 +1,6 @@
 -- readiness: one row per airlock instance, rewritten by each readiness check (/readyz,
--- at most once a second per instance, and once at start) in a transaction that commits
--- (issue 20 item 6). A rolled-back write proved nothing: it needs no disk space, so a
+-- at most once a second per instance, and once at start) in a transaction that commits.
+-- A rolled-back write proved nothing: it needs no disk space, so a
 -- full disk passed it while real writes failed. Rows of instances silent for a day are
 -- removed by the same check. Numbered 0014: 0013 is another branch's.
 -- checks counts them: the row's bytes change on every check even when the clock has not

@@ -1,7 +1,7 @@
 -- Times are INTEGER microseconds since the Unix epoch (UTC), so comparisons are exact
 -- and indexable. JSON columns hold text.
 
--- Runs: one business event per idempotency key (seed 000's workflow_runs, plus the
+-- Runs: one business event per idempotency key (a workflow_runs table, plus the
 -- terminal state `rejected` and the counters the weekly report reads).
 CREATE TABLE workflow_runs (
   idempotency_key  TEXT PRIMARY KEY,
@@ -22,8 +22,8 @@ CREATE TABLE workflow_runs (
   updated_at       INTEGER NOT NULL
 ) STRICT;
 
--- Effects: seed 000's effect_outbox, keyed by (run key, effect_id). The outbox issue
--- extends it; the runs CAS already refuses `completed` while one is open or failed.
+-- Effects: a placeholder outbox, keyed by (run key, effect_id). 0002 replaces it with
+-- the outbox; the runs CAS already refuses `completed` while one is open or failed.
 CREATE TABLE effects (
   idempotency_key TEXT NOT NULL REFERENCES workflow_runs (idempotency_key),
   effect_id       TEXT NOT NULL,

@@ -1,4 +1,4 @@
--- The transactional outbox (seed 000's effect_outbox), replacing the placeholder of
+-- The transactional outbox, replacing the placeholder of
 -- 0001: one table for every executor, keyed by (run key, effect_id).
 DROP TABLE effects;
 CREATE TABLE effects (

@@ -1,5 +1,6 @@
--- Work ledger (seed 002): every checkpoint of a run's ledger is kept; agents' own effects
--- (planned before, confirmed after) live in the same effects table, executor 'agent'.
+-- Work ledger (a long-running agent's resumable state): every checkpoint of a run's
+-- ledger is kept; agents' own effects (planned before, confirmed after) live in the same
+-- effects table, executor 'agent'.
 CREATE TABLE ledgers (
   idempotency_key    TEXT NOT NULL REFERENCES workflow_runs (idempotency_key),
   checkpoint_version INTEGER NOT NULL,

@@ -1,5 +1,6 @@
--- Cost flat as data grows (issue 12). See the PostgreSQL migration for the why; SQLite
--- has one writer at a time, so its counters are updated in place by the triggers.
+-- Cost flat as data grows: no statement's cost may rise with the size of the history.
+-- See the PostgreSQL migration for the why; SQLite has one writer at a time, so its
+-- counters are updated in place by the triggers.
 CREATE TABLE effect_counts (
   state TEXT PRIMARY KEY,
   n     INTEGER NOT NULL

@@ -1,5 +1,5 @@
--- replays: answers to mutating API requests made with an Idempotency-Key (issue 12 item
--- 10), written in the same transaction as the request's own writes: a request whose
+-- replays: answers to mutating API requests made with an Idempotency-Key,
+-- written in the same transaction as the request's own writes: a request whose
 -- reply was lost after commit is answered again, never run twice, and one that did not
 -- commit left nothing. response is sealed (AES-256-GCM) with a key derived from the raw
 -- API key, which is stored nowhere: tokens in an answer (approval links) stay unreadable.
