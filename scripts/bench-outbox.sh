@@ -336,7 +336,7 @@ r3=$(ratio "$a2s" "$a1s")
 r3n=$(ratio "$a2n" "$a1n")
 p50=$(get airlock_latency p50_ms)
 echo
-echo "targets (issue 10)"
+echo "targets"
 printf '  %-62s %8s  %s\n' "no-op: airlock 1 instance / River default  (≥ 1.0)" "$r1" "$(verdict "$r1" ">=" 1.0)"
 printf '  %-62s %8s  %s\n' "no-op: airlock 1 instance / River tuned    (for reference)" "$r1t" ""
 v2=$(verdict "$r2" ">=" 1.0)

@@ -1,6 +1,6 @@
 package mcpgw_test
 
-// Issue 24 items 5–8 and issue 22 items 1 and 4: what an approver sees of a gated call,
+// The gateway's calls as people and agents meet them: what an approver sees of a gated call,
 // an effect resolved as sent without a provider id, replays and intentional repeats,
 // cancelled calls, a clean exit's lease, resources and prompts.
 
@@ -117,7 +117,7 @@ func card(t *testing.T, e *env, token string, c *http.Cookie) string {
 // A gated call's approval holds its arguments as a proposed effect holds its payload: the
 // card shows the tool and each argument, the events only hashes, the plan refuses an
 // input that is not what the hash is of, and after the decision retention leaves the hash
-// alone (issue 22 item 1). Before: the approval had no payload and the card an empty
+// alone. Before: the approval had no payload and the card an empty
 // "Model output to be sent".
 func TestGatedCallHoldsItsArguments(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
@@ -249,7 +249,7 @@ func TestApprovalOfOneInputNeverForwardsAnother(t *testing.T) {
 
 // An unknown effect a person resolved as sent without a provider id is answered from the
 // ledger: performed, no result recorded, never sent again — not airlock_unavailable on
-// every later call (issue 22 item 4). With a provider id, the answer names it. The doors:
+// every later call. With a provider id, the answer names it. The doors:
 // the API and the console's form here, the CLI in scripts/test-mcp-e2e.sh.
 func TestResolvedSentWithoutProviderIDIsAnsweredFromTheLedger(t *testing.T) {
 	for _, c := range []struct{ door, providerID string }{{"api", ""}, {"api", "n-42"}, {"console", ""}} {
@@ -357,7 +357,7 @@ func (e *env) callMeta(tool string, args map[string]any, meta mcp.Meta) (*mcp.Ca
 }
 
 // A replay says so in _meta, and an agent that means to perform an identical call again
-// gives it another call key (issue 24 item 5): create, then create again with a new key,
+// gives it another call key: create, then create again with a new key,
 // reaches the upstream twice; the same key again is a replay.
 func TestReplayIsMarkedAndACallKeyPerformsAgain(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
@@ -406,7 +406,7 @@ func TestReplayIsMarkedAndACallKeyPerformsAgain(t *testing.T) {
 
 // An agent that cancels (or times out) a forwarded effect call does not cut it off: the
 // upstream finishes, airlock confirms it, and the agent's retry is answered from the
-// ledger; progress reaches the agent meanwhile (issue 24 item 6). Before: the upstream's
+// ledger; progress reaches the agent meanwhile. Before: the upstream's
 // context was cancelled and the effect stayed planned, so the retry got reconcile_first.
 func TestCancelledCallIsConfirmedAndItsRetryAnsweredFromTheLedger(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
@@ -465,7 +465,7 @@ func TestCancelledCallIsConfirmedAndItsRetryAnsweredFromTheLedger(t *testing.T) 
 }
 
 // A gateway that stops cleanly releases its lease: the next one on the run goes on at
-// once instead of waiting the lease out (issue 24 item 7). One that crashes keeps it.
+// once instead of waiting the lease out. One that crashes keeps it.
 func TestCleanExitReleasesTheLease(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		e.lease, e.wait = time.Hour, time.Second // a held lease would refuse the next gateway's call
@@ -492,7 +492,7 @@ func TestCleanExitReleasesTheLease(t *testing.T) {
 	})
 }
 
-// Resources, resource templates and prompts pass through as reads (issue 24 item 8).
+// Resources, resource templates and prompts pass through as reads.
 func TestResourcesAndPromptsPassThrough(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		e.startAgent()

@@ -482,7 +482,7 @@ func TestGatedToolPendingThenAllowedAfterApproval(t *testing.T) {
 			t.Fatalf("no approve link in %q", text(r))
 		}
 		token := strings.Fields(text(r)[i+len("/approve/"):])[0]
-		// Still waiting: nothing sent, and the answer has the link again (issue 24 item 8).
+		// Still waiting: nothing sent, and the answer has the link again.
 		if again := text(e.mustRefuse("send_mail", args, "approval_pending")); !strings.Contains(again, "/approve/"+token+" ") {
 			t.Errorf("a repeated call while the approval is pending lacks its link: %q", again)
 		}

@@ -1,4 +1,4 @@
-"""The seed's restart test for the Python weekly-report agent (examples/weekly_report.py):
+"""The restart test (killed at each step, resumed, nothing done twice) for the Python weekly-report agent (examples/weekly_report.py):
 it SIGKILLs itself before creating the document, after, and before confirming the
 receipt; started again, it reclaims the run once the lease lapses, reconciles, and
 finishes. Exactly one document exists each time, and the checkpoints are 1 to 4."""
