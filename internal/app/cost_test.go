@@ -341,7 +341,8 @@ func testPurgeBatches(t *testing.T, e *apptest.EffectsEnv) {
 var PurgeLargeEvents = 100_000
 
 // testPurgeLetsClaimsThrough purges many expired events with the default batches and
-// pauses while claims go on: every claim succeeds, none waits long. (With one statement,
+// pauses while claims go on: every claim succeeds, none waits for more than a quarter of
+// the purge. (With one statement,
 // SQLite's write lock is held for the whole purge and claims wait for it, or fail with
 // SQLITE_BUSY past the busy timeout.)
 func testPurgeLetsClaimsThrough(t *testing.T, e *apptest.EffectsEnv) {
@@ -372,8 +373,11 @@ func testPurgeLetsClaimsThrough(t *testing.T, e *apptest.EffectsEnv) {
 			if claims < 3 {
 				t.Fatalf("only %d claims went through during a purge of %v", claims, purgeTook)
 			}
-			if slowest > time.Second {
-				t.Fatalf("a claim during the purge took %v", slowest)
+			// Relative, not a wall-clock bound, so a loaded machine slows both alike:
+			// with batches a claim waits for one batch at most (about 1% of the
+			// purge); with one statement it waits for nearly the whole purge.
+			if slowest > purgeTook/4 {
+				t.Fatalf("a claim during the purge took %v of its %v", slowest, purgeTook)
 			}
 			return
 		default:
