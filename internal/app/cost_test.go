@@ -342,9 +342,8 @@ var PurgeLargeEvents = 100_000
 
 // testPurgeLetsClaimsThrough purges many expired events with the default batches and
 // pauses while claims go on: every claim succeeds, none waits for more than a quarter of
-// the purge. (With one statement,
-// SQLite's write lock is held for the whole purge and claims wait for it, or fail with
-// SQLITE_BUSY past the busy timeout.)
+// the purge. (With one statement, SQLite's write lock is held for the whole purge and
+// claims wait for it, or fail with SQLITE_BUSY past the busy timeout.)
 func testPurgeLetsClaimsThrough(t *testing.T, e *apptest.EffectsEnv) {
 	PlantEvents(t, e.Store, PurgeLargeEvents, e.Clock.Now().Add(-500*24*time.Hour))
 	now := e.Clock.Now()
