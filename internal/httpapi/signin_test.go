@@ -187,9 +187,11 @@ func TestSigninTimingSameForUnknownUsers(t *testing.T) {
 			unknown = append(unknown, timed("nobody-"+strconv.Itoa(i)))
 			disabled = append(disabled, timed("gone"))
 		}
-		median := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
-		k, u, g := median(known), median(unknown), median(disabled)
-		t.Logf("median answer: real user %v, unknown %v, disabled %v", k, u, g)
+		// The fastest of each, not the median: on a loaded machine an answer can only be
+		// slowed by others' work, so the minimum is the closest to its own cost (a bcrypt
+		// check for all three, or none for the unknown and disabled if the dummy check went).
+		k, u, g := slices.Min(known), slices.Min(unknown), slices.Min(disabled)
+		t.Logf("fastest answer: real user %v, unknown %v, disabled %v", k, u, g)
 		if u < k/2 || g < k/2 {
 			t.Fatalf("unknown (%v) or disabled (%v) users answer much faster than a real one (%v)", u, g, k)
 		}
