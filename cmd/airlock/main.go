@@ -57,7 +57,7 @@ a flag wins over the environment, which wins over the default.`,
 		SilenceErrors: true,
 	}
 	for _, o := range config.Options {
-		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
+		addOptionFlag(root.PersistentFlags(), o)
 	}
 	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd(), mcpCmd())
 	root.AddCommand(explainCmd(), reportCmd())
@@ -287,10 +287,17 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 				return err
 			}
 			defer st.Close()
-			if err := st.Migrate(cmd.Context()); err != nil {
+			applied, err := st.ApplyMigrations(cmd.Context())
+			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "database is up to date")
+			out := cmd.OutOrStdout()
+			if len(applied) == 0 {
+				fmt.Fprintln(out, "database is up to date: no migration to apply")
+				return nil
+			}
+			fmt.Fprintf(out, "applied %d migration(s): %s\n", len(applied), strings.Join(applied, ", "))
+			fmt.Fprintln(out, "database is up to date")
 			return nil
 		},
 	}
