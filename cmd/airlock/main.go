@@ -425,8 +425,11 @@ some action types: it never receives another type's payloads.`,
 	}
 	revoke := &cobra.Command{
 		Use:   "revoke ID",
-		Short: "Revoke a key: requests with it get 401 at once",
-		Args:  cobra.ExactArgs(1),
+		Short: "Revoke a key: requests with it get 401 within --api-key-cache-ttl (2s by default)",
+		Long: `revoke marks the key revoked in the database. Each serve trusts a key it has checked
+for AIRLOCK_API_KEY_CACHE_TTL (default 2s), so every instance answers 401 to it within
+that time; the revocation prints "revoked ID" and is recorded with the key's row.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withStore(cmd, func(st store.Store) error {
 				err := st.APIKeyRevoke(cmd.Context(), args[0], time.Now())
