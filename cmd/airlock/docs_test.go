@@ -149,9 +149,6 @@ func mustAbs(t *testing.T, p string) string {
 }
 
 var (
-	// airlock as a command in a shell line: at its start, after ./, /, $(, a pipe, ;, &&,
-	// or "go run ./cmd/airlock".
-	shellAirlock  = regexp.MustCompile(`(?:^|[\s(;|&/])airlock((?:\s+[a-z][a-z0-9-]*)+)?((?:\s+[^\s|;&)]+)*)`)
 	inlineAirlock = regexp.MustCompile("`(?:\\./)?airlock ([^`]+)`")
 	flagToken     = regexp.MustCompile(`^--([a-z][a-z0-9-]*)`)
 )
@@ -293,7 +290,7 @@ func TestDocsCommandChecker(t *testing.T) {
 	}
 }
 
-var docRoute = regexp.MustCompile("\\b(GET|POST|PUT|DELETE|PATCH) (/v1/[A-Za-z0-9_{}./-]*)")
+var docRoute = regexp.MustCompile(`\b(GET|POST|PUT|DELETE|PATCH) (/v1/[A-Za-z0-9_{}./-]*)`)
 
 // TestDocsRoutes checks every "METHOD /v1/…" the README and docs/ name against the
 // routes airlock serves (issue 24, 12: architecture.md named a GET /v1/effects/{id}

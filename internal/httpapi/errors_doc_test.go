@@ -119,7 +119,7 @@ func codesInDoc(t *testing.T) map[string]map[int]bool {
 		t.Fatal(err)
 	}
 	codes := map[string]map[int]bool{}
-	row := regexp.MustCompile("^\\| ([0-9 ·]+) \\| ([^|]+) \\|")
+	row := regexp.MustCompile(`^\| ([0-9 ·]+) \| ([^|]+) \|`)
 	code := regexp.MustCompile("`([a-z_0-9]+)`")
 	for _, line := range strings.Split(string(b), "\n") {
 		m := row.FindStringSubmatch(line)
