@@ -191,8 +191,11 @@ const make = (variant) => {
   }
   if (variant === "auto") { wf.id = "airlockTicketAut"; wf.name += " (ungated copy)"; }
   wf.active = false;
-  // The HTTP workflow names airlock at its documented default address.
-  return JSON.stringify([wf]).split("http://127.0.0.1:8080").join(airlock);
+  // The HTTP workflow names airlock at its documented default address, and its action
+  // type inside JSON bodies.
+  let text = JSON.stringify([wf]).split("http://127.0.0.1:8080").join(airlock);
+  if (variant === "auto") text = text.split("action_type: \x27ticket_reply\x27").join("action_type: \x27ticket_reply_auto\x27");
+  return text;
 };
 require("fs").writeFileSync(out, make("gated"));
 require("fs").writeFileSync(auto, make("auto"));
@@ -211,11 +214,8 @@ say "importing into n8n"
 "$N8N" import:credentials --input="$WORK/cred.json" >"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
 "$N8N" import:workflow --input="$WORK/workflow.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
 "$N8N" import:workflow --input="$WORK/worker.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
-AUTO_IDS=
-if [ "$WF_ID" = airlockTicket001 ]; then
-	"$N8N" import:workflow --input="$WORK/workflow-auto.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
-	AUTO_IDS=airlockTicketAut
-fi
+"$N8N" import:workflow --input="$WORK/workflow-auto.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
+AUTO_IDS=airlockTicketAut
 for id in "$WF_ID" airlockWorker001 $AUTO_IDS; do
 	"$N8N" update:workflow --id="$id" --active=true >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
 done
@@ -339,10 +339,10 @@ echo "e2e: OK: after approval, each reply sent once by the worker sub-workflow (
 # workflow: Report Failure (class Auto) names each failure's class, airlock decides, n8n's
 # Wait node waits it out and calls the model again; the reply is queued without a gate,
 # the worker sends it, and the queued branch completes the run.
-if [ -z "$AUTO_IDS" ]; then
-	echo "e2e: the failing-model phase runs with E2E_WORKFLOW=node only"
-	exit 0
-fi
+# ticket-path-http.json's queued branch ends at the send (a No Op): there the run stays
+# processing, and the phase checks the send instead of the completion.
+DONE_STATE=completed
+[ "$WF_ID" = airlockTicket001 ] || DONE_STATE=processing
 say "the model fails on purpose: tickets 101-105 (500, 429, timeout, not JSON, 400)"
 AURL="http://127.0.0.1:$NPORT/webhook/airlock-ticket-auto"
 for t in 101 102 103 104 105; do
@@ -352,7 +352,8 @@ done
 for _ in $(seq 120); do
 	settled=0
 	for t in 101 102 103 104; do
-		curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t" | grep -q '"state":"completed"' && settled=$((settled + 1))
+		grep -q "\"key\":\"ticket-$t/reply-01\"" "$WORK/sent.jsonl" 2>/dev/null &&
+			curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t" | grep -q "\"state\":\"$DONE_STATE\"" && settled=$((settled + 1))
 	done
 	curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-105" | grep -q '"state":"failed_terminal"' && settled=$((settled + 1))
 	[ "$settled" = 5 ] && break
@@ -362,7 +363,7 @@ for t in 101 102 103 104 105; do
 	run=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t")
 	events=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t/events?limit=1000")
 	summary=$(node -e '
-const [runText, evText, t, modelLog, sentLog] = process.argv.slice(1);
+const [runText, evText, t, modelLog, sentLog, doneState] = process.argv.slice(1);
 const run = JSON.parse(runText), ev = JSON.parse(evText).events;
 const fs = require("fs");
 const lines = (f) => (fs.existsSync(f) ? fs.readFileSync(f, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l)) : []);
@@ -379,13 +380,13 @@ if (t === "105") {
   // failure -> wait -> retry: the second model call comes after the wait airlock decided.
   const waited = calls.length === 2 ? calls[1].at - calls[0].at : -1;
   gap = " model calls " + calls.map((c) => c.what).join(",") + " " + waited + " ms apart (wait " + f.retry_after_ms + " ms)";
-  ok = ok && run.state === "completed" && calls.length === 2 && waited >= f.retry_after_ms && sent.length === 1 &&
+  ok = ok && run.state === doneState && calls.length === 2 && waited >= f.retry_after_ms && sent.length === 1 &&
     run.effects.length === 1 && run.effects[0].state === "completed";
 }
 console.log((ok ? "ok  " : "FAIL") + " ticket-" + t + ": state=" + run.state + " failures=" + JSON.stringify(failures.map((x) => x.class + ":" + x.decision)) +
   gap + " sent=" + sent.length + " effects=" + run.effects.map((e) => e.state).join(","));
 process.exit(ok ? 0 : 1);
-' "$run" "$events" "$t" "$WORK/model.jsonl" "$WORK/sent.jsonl") && echo "$summary" || { echo "$summary"; fail=1; }
+ ' "$run" "$events" "$t" "$WORK/model.jsonl" "$WORK/sent.jsonl" "$DONE_STATE") && echo "$summary" || { echo "$summary"; fail=1; }
 done
 if [ "$fail" != 0 ]; then
 	echo "e2e: FAILED"; echo "--- n8n log"; tail -60 "$WORK/n8n.log"; echo "--- airlock log"; tail -20 "$WORK/airlock.log"; exit 1
