@@ -7,6 +7,8 @@
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# the Go client's module, which go.mod replaces with ./client
+COPY client/go.mod client/go.sum ./client/
 RUN go mod download
 COPY . .
 ARG VERSION=devel

@@ -5,10 +5,14 @@
 # each, no effect sent, 9 duplicates each. Then a person approves the 10 replies (sign-in
 # and POST on airlock's approval page, the links from airlock's approval notification),
 # the worker sub-workflow (integrations/n8n/workflows/worker.json) sends each once to a
-# stand-in helpdesk with its idempotency key, and every run ends completed. Not part of
-# scripts/test.sh (the n8n install
-# takes minutes). The model step is replaced by a Code node that returns a fixed
-# OpenAI-style reply (no network); everything else is the shipped workflow.
+# stand-in helpdesk with its idempotency key, and every run ends completed. Then the model
+# fails on purpose (500, 429 with Retry-After, a timeout, a body that is not JSON, 400) for
+# five more tickets on an ungated copy of the workflow: each failure is reported with its
+# class, waited out and retried in n8n, and the queued reply is sent and the run
+# completed (or, for the 400, the run ends failed_terminal). Not part of scripts/test.sh
+# (the n8n install takes minutes). The model is a local OpenAI-compatible stand-in (no
+# network); the node is installed as n8n's manual install does (npm install <tarball>),
+# the credentials come from the shipped template; everything else is the shipped workflow.
 #
 #   bash scripts/e2e-n8n.sh                 # installs n8n into a temp dir
 #   N8N_E2E_DIR=/tmp/n8n-e2e bash scripts/e2e-n8n.sh   # reuse (or create) an install there
@@ -53,9 +57,12 @@ N8N="$DIR/node_modules/.bin/n8n"
 say "building n8n-nodes-airlock"
 (cd integrations/n8n && { [ -d node_modules ] || npm ci --ignore-scripts --no-audit --no-fund; } && npx tsc && node scripts/copy-static.mjs && npm pack --silent --pack-destination "$WORK" >/dev/null)
 export N8N_USER_FOLDER="$WORK/n8n"
-PKG="$N8N_USER_FOLDER/.n8n/nodes/node_modules/n8n-nodes-airlock"
-mkdir -p "$PKG"
-tar -xzf "$WORK"/n8n-nodes-airlock-*.tgz -C "$PKG" --strip-components=1
+# n8n's manual install: npm install <tarball> in ~/.n8n/nodes (docs/n8n.md).
+mkdir -p "$N8N_USER_FOLDER/.n8n/nodes"
+say "npm install of the tarball in $N8N_USER_FOLDER/.n8n/nodes"
+(cd "$N8N_USER_FOLDER/.n8n/nodes" && npm install --no-audit --no-fund "$WORK"/n8n-nodes-airlock-*.tgz) >"$WORK/nodes-install.log" 2>&1 ||
+	{ cat "$WORK/nodes-install.log"; echo "e2e: npm install <tarball> failed"; exit 1; }
+echo "installed in .n8n/nodes/node_modules: $(ls "$N8N_USER_FOLDER/.n8n/nodes/node_modules" | tr '\n' ' ')"
 
 # 3. airlock: SQLite, a policy that gates ticket_reply (a worker type: nothing is sent
 # unless a worker claims it), and a runs key.
@@ -67,6 +74,16 @@ actions:
     connector: worker
     gate: approve_before_act
     approvers: {roles: [support-lead]}
+    schema:
+      type: object
+      required: [label, text]
+      additionalProperties: false
+      properties:
+        label: {enum: [refund, shipping, other]}
+        text: {type: string, maxLength: 2000}
+  ticket_reply_auto:          # the same reply without a gate: the queued branch
+    connector: worker
+    gate: none
     schema:
       type: object
       required: [label, text]
@@ -96,13 +113,44 @@ http.createServer((req, res) => {
 JS
 node "$WORK/provider.js" "$PPORT" "$WORK" &
 PIDS+=($!)
+# The model: an OpenAI-compatible stand-in. Tickets 1-10 get an answer at once; tickets
+# 101-105 fail on purpose on their first call (500, 429 + Retry-After: 2, no answer within
+# the Model node's 2 s timeout, a JSON content type with a body that is not JSON, and a 400
+# on every call), then answer. Every call is recorded.
+MPORT=$(free_port)
+cat >"$WORK/model.js" <<'JS'
+const http = require("http"), fs = require("fs");
+const [port, dir] = process.argv.slice(2);
+const calls = {};
+http.createServer((req, res) => {
+  let body = "";
+  req.on("data", (c) => (body += c));
+  req.on("end", () => {
+    const m = /order (\d+)/.exec(body);
+    const t = m ? Number(m[1]) : 0;
+    const n = (calls[t] = (calls[t] || 0) + 1);
+    const answer = () => { res.setHeader("Content-Type", "application/json");
+      res.end(JSON.stringify({ choices: [{ message: { content: JSON.stringify({ label: "refund", text: "We refunded ticket " + t + "." }) } }] })); };
+    let what = "ok";
+    if (t === 101 && n === 1) { what = "500"; res.statusCode = 500; res.end('{"error":{"message":"overloaded"}}'); }
+    else if (t === 102 && n === 1) { what = "429"; res.statusCode = 429; res.setHeader("Retry-After", "2"); res.end('{"error":{"message":"slow down"}}'); }
+    else if (t === 103 && n === 1) { what = "hang"; setTimeout(() => { try { answer(); } catch (e) {} }, 5000); }
+    else if (t === 104 && n === 1) { what = "notjson"; res.setHeader("Content-Type", "application/json"); res.end("<html>upstream error</html>"); }
+    else if (t === 105) { what = "400"; res.statusCode = 400; res.end('{"error":{"message":"bad request"}}'); }
+    else answer();
+    fs.appendFileSync(dir + "/model.jsonl", JSON.stringify({ ticket: t, n, what, at: Date.now() }) + "\n");
+  });
+}).listen(port, "127.0.0.1");
+JS
+node "$WORK/model.js" "$MPORT" "$WORK" &
+PIDS+=($!)
 printf 'notify: {webhook_url_env: APPROVALS_WEBHOOK}\n' >>"$WORK/airlock.yaml"
 export APPROVALS_WEBHOOK="http://127.0.0.1:$PPORT/notify"
 APORT=$(free_port)
 export AIRLOCK_DATABASE_URL="$WORK/airlock.db" AIRLOCK_CONFIG="$WORK/airlock.yaml" AIRLOCK_LISTEN="127.0.0.1:$APORT" AIRLOCK_LOG_LEVEL=warn
 "$WORK/airlock" migrate >/dev/null
 KEY=$("$WORK/airlock" apikey create --name n8n --scope runs 2>/dev/null)
-WKEY=$("$WORK/airlock" apikey create --name n8n-worker --scope worker --types ticket_reply 2>/dev/null)
+WKEY=$("$WORK/airlock" apikey create --name n8n-worker --scope worker --types ticket_reply,ticket_reply_auto 2>/dev/null)
 APPROVER_PASSWORD="e2e-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 AIRLOCK_USER_PASSWORD="$APPROVER_PASSWORD" "$WORK/airlock" user add ana --role support-lead >/dev/null
 "$WORK/airlock" serve 2>"$WORK/airlock.log" &
@@ -116,35 +164,49 @@ export N8N_PORT=$NPORT N8N_LISTEN_ADDRESS=127.0.0.1 N8N_EXPRESSION_ENGINE=legacy
 	N8N_DIAGNOSTICS_ENABLED=false N8N_SECURE_COOKIE=false N8N_PERSONALIZATION_ENABLED=false \
 	N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_TEMPLATES_ENABLED=false N8N_COMMUNITY_PACKAGES_ENABLED=true \
 	DB_SQLITE_POOL_SIZE=4 N8N_CONCURRENCY_PRODUCTION_LIMIT=-1
-cat >"$WORK/cred.json" <<JSON
-[{"id": "airlockCred00001", "name": "airlock API", "type": "airlockApi",
-  "data": {"baseUrl": "http://127.0.0.1:$APORT", "apiKey": "$KEY"}},
- {"id": "airlockHeader001", "name": "airlock header auth", "type": "httpHeaderAuth",
-  "data": {"name": "Authorization", "value": "Bearer $KEY"}},
- {"id": "airlockCred00002", "name": "airlock worker API", "type": "airlockApi",
-  "data": {"baseUrl": "http://127.0.0.1:$APORT", "apiKey": "$WKEY"}},
- {"id": "helpdeskHeader01", "name": "helpdesk header auth", "type": "httpHeaderAuth",
-  "data": {"name": "Authorization", "value": "Bearer helpdesk-e2e"}}]
-JSON
+# The credentials: the shipped template (workflows/credentials.json), its secrets and
+# base URLs filled in.
 node -e '
-const wf = require(process.argv[1]);
-const i = wf.nodes.findIndex((n) => n.name === "Model");
-const m = wf.nodes[i];
-wf.nodes[i] = { id: m.id, name: "Model", type: "n8n-nodes-base.code", typeVersion: 2, position: m.position,
-  parameters: { mode: "runOnceForEachItem",
-    jsCode: "return { json: { choices: [ { message: { content: JSON.stringify({ label: \"refund\", text: \"We refunded ticket \" + $(\"Webhook\").item.json.body.ticket_id + \".\" }) } } ] } };" },
-  notes: "e2e stand-in for the model (no network)" };
-wf.active = false;
-// The HTTP workflow names airlock at its documented default address.
-const text = JSON.stringify([wf]).split("http://127.0.0.1:8080").join(process.argv[3]);
-require("fs").writeFileSync(process.argv[2], text);
-' "$ROOT/integrations/n8n/workflows/$WF_FILE" "$WORK/workflow.json" "http://127.0.0.1:$APORT"
+const creds = require(process.argv[1]);
+const [base, key, wkey] = process.argv.slice(3);
+const fill = { airlockCred00001: { baseUrl: base, apiKey: key }, airlockCred00002: { baseUrl: base, apiKey: wkey },
+  airlockHeader001: { value: "Bearer " + key }, modelHeaderAuth1: { value: "Bearer model-e2e" }, helpdeskHeader01: { value: "Bearer helpdesk-e2e" } };
+for (const c of creds) { if (!fill[c.id]) throw new Error("template has an unexpected credential " + c.id); Object.assign(c.data, fill[c.id]); }
+require("fs").writeFileSync(process.argv[2], JSON.stringify(creds));
+' "$ROOT/integrations/n8n/workflows/credentials.json" "$WORK/cred.json" "http://127.0.0.1:$APORT" "$KEY" "$WKEY"
+node -e '
+const [src, out, airlock, model, auto] = process.argv.slice(1);
+const make = (variant) => {
+  const wf = JSON.parse(require("fs").readFileSync(src, "utf8"));
+  for (const n of wf.nodes) {
+    // The shipped Model node, pointed at the stand-in, with a short timeout.
+    if (n.name === "Model") { n.parameters.url = model + "/v1/chat/completions"; n.parameters.options = { ...n.parameters.options, timeout: 2000 }; }
+    if (variant === "auto") {
+      // The ungated copy: its own id, webhook and wait ids, the ungated type.
+      if (n.type === "n8n-nodes-base.webhook") n.parameters.path = "airlock-ticket-auto";
+      if (n.webhookId) n.webhookId = n.webhookId.slice(0, -4) + "a070";
+      if (n.parameters.actionType === "ticket_reply") n.parameters.actionType = "ticket_reply_auto";
+      if (n.name === "Reply Queued: Wait for Send") n.parameters.amount = 1;
+    }
+  }
+  if (variant === "auto") { wf.id = "airlockTicketAut"; wf.name += " (ungated copy)"; }
+  wf.active = false;
+  // The HTTP workflow names airlock at its documented default address, and its action
+  // type inside JSON bodies.
+  let text = JSON.stringify([wf]).split("http://127.0.0.1:8080").join(airlock);
+  if (variant === "auto") text = text.split("action_type: \x27ticket_reply\x27").join("action_type: \x27ticket_reply_auto\x27");
+  return text;
+};
+require("fs").writeFileSync(out, make("gated"));
+require("fs").writeFileSync(auto, make("auto"));
+' "$ROOT/integrations/n8n/workflows/$WF_FILE" "$WORK/workflow.json" "http://127.0.0.1:$APORT" "http://127.0.0.1:$MPORT" "$WORK/workflow-auto.json"
 # The worker: every 2 seconds instead of every minute, sending to the stand-in helpdesk.
 node -e '
 const wf = require(process.argv[1]);
 for (const n of wf.nodes) {
   if (n.name === "Every Minute") n.parameters.rule = { interval: [{ field: "seconds", secondsInterval: 2 }] };
   if (n.name === "Send Reply") n.parameters.url = process.argv[3];
+  if (n.name === "Claim Effect") n.parameters.types = "ticket_reply,ticket_reply_auto";
 }
 require("fs").writeFileSync(process.argv[2], JSON.stringify([wf]));
 ' "$ROOT/integrations/n8n/workflows/worker.json" "$WORK/worker.json" "http://127.0.0.1:$PPORT/replies"
@@ -152,7 +214,9 @@ say "importing into n8n"
 "$N8N" import:credentials --input="$WORK/cred.json" >"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
 "$N8N" import:workflow --input="$WORK/workflow.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
 "$N8N" import:workflow --input="$WORK/worker.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
-for id in "$WF_ID" airlockWorker001; do
+"$N8N" import:workflow --input="$WORK/workflow-auto.json" >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
+AUTO_IDS=airlockTicketAut
+for id in "$WF_ID" airlockWorker001 $AUTO_IDS; do
 	"$N8N" update:workflow --id="$id" --active=true >>"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; exit 1; }
 done
 say "starting n8n on $NPORT"
@@ -270,3 +334,61 @@ if [ "$fail" != 0 ]; then
 	echo "e2e: FAILED"; echo "--- n8n log"; tail -60 "$WORK/n8n.log"; echo "--- airlock log"; tail -20 "$WORK/airlock.log"; exit 1
 fi
 echo "e2e: OK: after approval, each reply sent once by the worker sub-workflow (10 sends, 10 keys); 10 runs completed"
+
+# 8. The model fails on purpose (the stand-in's tickets 101-105) on the ungated copy of the
+# workflow: Report Failure (class Auto) names each failure's class, airlock decides, n8n's
+# Wait node waits it out and calls the model again; the reply is queued without a gate,
+# the worker sends it, and the queued branch completes the run.
+# ticket-path-http.json's queued branch ends at the send (a No Op): there the run stays
+# processing, and the phase checks the send instead of the completion.
+DONE_STATE=completed
+[ "$WF_ID" = airlockTicket001 ] || DONE_STATE=processing
+say "the model fails on purpose: tickets 101-105 (500, 429, timeout, not JSON, 400)"
+AURL="http://127.0.0.1:$NPORT/webhook/airlock-ticket-auto"
+for t in 101 102 103 104 105; do
+	curl -s -o /dev/null -X POST "$AURL" -H 'Content-Type: application/json' \
+		-d "{\"ticket_id\": $t, \"subject\": \"Refund for order $t\", \"text\": \"Please refund order $t.\"}"
+done
+for _ in $(seq 120); do
+	settled=0
+	for t in 101 102 103 104; do
+		grep -q "\"key\":\"ticket-$t/reply-01\"" "$WORK/sent.jsonl" 2>/dev/null &&
+			curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t" | grep -q "\"state\":\"$DONE_STATE\"" && settled=$((settled + 1))
+	done
+	curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-105" | grep -q '"state":"failed_terminal"' && settled=$((settled + 1))
+	[ "$settled" = 5 ] && break
+	sleep 1
+done
+for t in 101 102 103 104 105; do
+	run=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t")
+	events=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/ticket-$t/events?limit=1000")
+	summary=$(node -e '
+const [runText, evText, t, modelLog, sentLog, doneState] = process.argv.slice(1);
+const run = JSON.parse(runText), ev = JSON.parse(evText).events;
+const fs = require("fs");
+const lines = (f) => (fs.existsSync(f) ? fs.readFileSync(f, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l)) : []);
+const calls = lines(modelLog).filter((c) => c.ticket === Number(t));
+const sent = lines(sentLog).filter((r) => r.key === "ticket-" + t + "/reply-01");
+const failures = ev.filter((e) => e.kind === "failure").map((e) => e.detail || {});
+const want = { 101: ["server_error", "retry"], 102: ["rate_limited", "retry"], 103: ["transport_timeout", "retry"], 104: ["parse_failure", "retry"], 105: ["client_error", "terminal"] }[t];
+const f = failures[0] || {};
+let ok = failures.length === 1 && f.class === want[0] && f.decision === want[1];
+let gap = "";
+if (t === "105") {
+  ok = ok && run.state === "failed_terminal" && calls.length === 1 && sent.length === 0 && run.effects.length === 0;
+} else {
+  // failure -> wait -> retry: the second model call comes after the wait airlock decided.
+  const waited = calls.length === 2 ? calls[1].at - calls[0].at : -1;
+  gap = " model calls " + calls.map((c) => c.what).join(",") + " " + waited + " ms apart (wait " + f.retry_after_ms + " ms)";
+  ok = ok && run.state === doneState && calls.length === 2 && waited >= f.retry_after_ms && sent.length === 1 &&
+    run.effects.length === 1 && run.effects[0].state === "completed";
+}
+console.log((ok ? "ok  " : "FAIL") + " ticket-" + t + ": state=" + run.state + " failures=" + JSON.stringify(failures.map((x) => x.class + ":" + x.decision)) +
+  gap + " sent=" + sent.length + " effects=" + run.effects.map((e) => e.state).join(","));
+process.exit(ok ? 0 : 1);
+ ' "$run" "$events" "$t" "$WORK/model.jsonl" "$WORK/sent.jsonl" "$DONE_STATE") && echo "$summary" || { echo "$summary"; fail=1; }
+done
+if [ "$fail" != 0 ]; then
+	echo "e2e: FAILED"; echo "--- n8n log"; tail -60 "$WORK/n8n.log"; echo "--- airlock log"; tail -20 "$WORK/airlock.log"; exit 1
+fi
+echo "e2e: OK: a failing model is reported by class (server_error, rate_limited, transport_timeout, parse_failure: waited out and retried in n8n, then sent once and completed; client_error: failed_terminal, nothing sent)"

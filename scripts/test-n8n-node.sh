@@ -12,4 +12,18 @@ if [ ! -d node_modules ]; then
 fi
 npx tsc
 node scripts/copy-static.mjs
-exec node --test test/*.test.mjs
+# n8n's manual install (`npm install <tarball>` in ~/.n8n/nodes) must add nothing but the
+# package: its n8n-workflow peer is optional (n8n provides it), so no registry, no
+# native build (issue 24, 3).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+npm pack --silent --pack-destination "$tmp" >/dev/null
+mkdir -p "$tmp/nodes"
+(cd "$tmp/nodes" && npm install --offline --no-audit --no-fund "$tmp"/n8n-nodes-airlock-*.tgz >"$tmp/install.log" 2>&1) ||
+	{ cat "$tmp/install.log" >&2; echo "test-n8n-node: npm install of the tarball failed" >&2; exit 1; }
+extra=$(ls "$tmp/nodes/node_modules" | grep -vx n8n-nodes-airlock || true)
+[ -z "$extra" ] || { echo "test-n8n-node: npm install of the tarball also installed: $extra" >&2; exit 1; }
+[ -f "$tmp/nodes/node_modules/n8n-nodes-airlock/dist/nodes/Airlock/Airlock.node.js" ] ||
+	{ echo "test-n8n-node: the installed package has no dist/nodes/Airlock/Airlock.node.js" >&2; exit 1; }
+echo "test-n8n-node: npm install <tarball> adds only n8n-nodes-airlock"
+node --test test/*.test.mjs

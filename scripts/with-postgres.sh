@@ -89,6 +89,7 @@ cleanup() {
 	trap '' INT TERM HUP
 	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
 		if [ -f "$TMP/data/postmaster.pid" ]; then
+			log "stopping PostgreSQL on 127.0.0.1:$PORT and removing $TMP"
 			if ! pg pg_ctl -D "$TMP/data" -m fast -w -t 30 stop >/dev/null 2>&1; then
 				local pid
 				pid=$(head -n 1 "$TMP/data/postmaster.pid" 2>/dev/null || true)
@@ -164,6 +165,7 @@ if locale -a 2>/dev/null | grep -qix 'c\.utf-\{0,1\}8'; then
 	LOCALE_ARG=--locale=C.UTF-8
 fi
 
+log "creating a throwaway PostgreSQL cluster in $TMP (initdb: a few seconds)"
 if ! pg initdb -D "$TMP/data" --auth=trust -U postgres -E UTF8 "$LOCALE_ARG" --no-sync >"$TMP/initdb.log" 2>&1; then
 	cat "$TMP/initdb.log" >&2
 	die "initdb failed"
@@ -192,6 +194,7 @@ pick_port() {
 started=0
 for attempt in 1 2 3 4 5; do
 	PORT=$(pick_port) || die "could not find a free port on 127.0.0.1"
+	log "starting it on 127.0.0.1:$PORT"
 	: >"$SERVER_LOG"
 	[ "$AS_ROOT" -eq 0 ] || chown postgres: "$SERVER_LOG"
 	if pg pg_ctl -D "$TMP/data" -l "$SERVER_LOG" -w -t 60 \

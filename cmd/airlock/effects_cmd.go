@@ -206,7 +206,16 @@ func printKillSwitch(cmd *cobra.Command, svc *effects.Service) error {
 func runsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "Operator actions on runs",
+		Short: "Operator actions on runs: replace a finished run's key, unpark a parked run",
+		Long: `runs holds what an operator does to one run by hand, on the database airlock serve uses
+(--database-url). Each action is recorded as an event on the run, with your name
+(cli:<your OS user>) and the reason you give.
+
+  replace   a finished run is linked to a new key issued upstream (the rerun protocol)
+  unpark    a run parked for unknown_commit or input_mismatch ends as failed_terminal or
+            goes back to failed_retryable
+
+Read a run with GET /v1/runs/{key} or "airlock explain KEY".`,
 	}
 	var newKey, reason string
 	replace := &cobra.Command{

@@ -57,7 +57,7 @@ a flag wins over the environment, which wins over the default.`,
 		SilenceErrors: true,
 	}
 	for _, o := range config.Options {
-		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
+		addOptionFlag(root.PersistentFlags(), o)
 	}
 	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd(), mcpCmd())
 	root.AddCommand(explainCmd(), reportCmd())
@@ -287,10 +287,17 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 				return err
 			}
 			defer st.Close()
-			if err := st.Migrate(cmd.Context()); err != nil {
+			applied, err := st.ApplyMigrations(cmd.Context())
+			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "database is up to date")
+			out := cmd.OutOrStdout()
+			if len(applied) == 0 {
+				fmt.Fprintln(out, "database is up to date: no migration to apply")
+				return nil
+			}
+			fmt.Fprintf(out, "applied %d migration(s): %s\n", len(applied), strings.Join(applied, ", "))
+			fmt.Fprintln(out, "database is up to date")
 			return nil
 		},
 	}
@@ -418,8 +425,11 @@ some action types: it never receives another type's payloads.`,
 	}
 	revoke := &cobra.Command{
 		Use:   "revoke ID",
-		Short: "Revoke a key: requests with it get 401 at once",
-		Args:  cobra.ExactArgs(1),
+		Short: "Revoke a key: requests with it get 401 within --api-key-cache-ttl (2s by default)",
+		Long: `revoke marks the key revoked in the database. Each serve trusts a key it has checked
+for AIRLOCK_API_KEY_CACHE_TTL (default 2s), so every instance answers 401 to it within
+that time; the revocation prints "revoked ID" and is recorded with the key's row.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withStore(cmd, func(st store.Store) error {
 				err := st.APIKeyRevoke(cmd.Context(), args[0], time.Now())

@@ -80,7 +80,20 @@ func New() *Metrics {
 	for _, o := range []string{"claimed", "reclaimed", "duplicate", "payload_mismatch"} {
 		m.Claims.WithLabelValues(o)
 	}
+	// Every kind at zero from the start: a fresh server exports airlock_alerts_total, and
+	// rate() or increase() over it sees the first alert.
+	for _, k := range AlertKinds {
+		m.Alerts.WithLabelValues(k)
+	}
 	return m
+}
+
+// AlertKinds are the kinds of airlock_alerts_total, each exported at zero by New. A kind
+// raised but missing here still counts, from its first alert on.
+var AlertKinds = []string{
+	"lease_reclaims", "budget_exhausted", "validation_failed", "retry_cap", "deadline", "unknown_commit",
+	"effect_unknown", "effect_failed", "reconcile_several", "approval_expired", "auto_approval_flagged",
+	"input_mismatch", "agent_effect_unknown",
 }
 
 // Alerter raises an alert, which means one thing everywhere: a warn-level structured log

@@ -169,6 +169,10 @@ type Store interface {
 	// Migrate applies the embedded migrations that have not run yet, safely when several
 	// processes start at once.
 	Migrate(ctx context.Context) error
+	// ApplyMigrations is Migrate that also says which migrations this call applied (their
+	// file names, in order; none when the schema was current or another process applied
+	// them first).
+	ApplyMigrations(ctx context.Context) ([]string, error)
 	// SchemaCurrent returns ErrSchemaOutdated when migrations are pending.
 	SchemaCurrent(ctx context.Context) error
 	Ping(ctx context.Context) error

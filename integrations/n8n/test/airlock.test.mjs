@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { AirlockApi, execute, node, OUTPUTS, outputNames, startAirlock } from './harness.mjs';
+import { AirlockApi, classifyError, execute, node, OUTPUTS, outputNames, startAirlock } from './harness.mjs';
 
 let srv;
 let seq = 0;
@@ -247,6 +247,46 @@ describe('report failure', () => {
 		const u = await runs({ ...lease(c2), operation: 'reportFailure', failureClass: 'unknown_commit' });
 		assert.equal(u.Reconcile.length, 1);
 		assert.equal(u.Reconcile[0].json.state, 'awaiting_human');
+	});
+});
+
+describe('report failure: classes from the model call\'s error', () => {
+	// The shapes n8n 1.123's HTTP Request node leaves on its error output (an axios error
+	// from n8n's request helper, or its JSON form after n8n stored the execution).
+	const axiosErr = (status, headers = {}) => ({ message: `${status} - "{}"`, name: 'AxiosError', code: 'ERR_BAD_RESPONSE', status, statusCode: status, response: { status, statusText: 'x', headers } });
+	test('each error maps onto its class', () => {
+		for (const [err, cls, after] of [
+			[axiosErr(503), 'server_error', 0],
+			[axiosErr(500), 'server_error', 0],
+			[axiosErr(429, { 'retry-after': '7' }), 'rate_limited', 7],
+			[axiosErr(400), 'client_error', 0],
+			[axiosErr(401), 'client_error', 0],
+			[axiosErr(408), 'transport_timeout', 0],
+			[{ message: 'timeout of 2000ms exceeded', name: 'AxiosError', code: 'ECONNABORTED' }, 'transport_timeout', 0],
+			[{ message: 'connect ECONNREFUSED 127.0.0.1:9', code: 'ECONNREFUSED' }, 'transport_timeout', 0],
+			[{ message: '502 - "bad gateway"', name: 'AxiosError', code: 'ERR_BAD_RESPONSE' }, 'server_error', 0],
+			[{ message: 'Request failed with status code 404' }, 'client_error', 0],
+			['Response body is not valid JSON. Change "Response Format" to "Text"', 'parse_failure', 0],
+			[{ message: 'something odd' }, 'transport_timeout', 0],
+			[undefined, 'transport_timeout', 0],
+		]) {
+			const c = classifyError(err);
+			assert.equal(c.class, cls, JSON.stringify(err));
+			assert.equal(c.retryAfterSeconds, after, JSON.stringify(err));
+			assert.doesNotMatch(c.detail, /bad gateway|\{/, 'the detail never carries the provider body');
+		}
+	});
+	test('Auto sends the class, detail and Retry-After of the item\'s error', async () => {
+		const c = await claim(uniq('A'));
+		const r = await runs({ ...lease(c), operation: 'reportFailure', failureClass: 'auto' }, { items: [{ json: { error: axiosErr(429, { 'retry-after': '2' }) } }] });
+		assert.equal(r.requests[0].body.class, 'rate_limited');
+		assert.equal(r.requests[0].body.detail, 'model HTTP 429');
+		assert.equal(r.requests[0].body.retry_after_ms, 2000);
+		assert.equal(r.Retry.length, 1);
+		assert.ok(r.Retry[0].json.wait_seconds >= 2);
+		const t = await runs({ ...lease(c), operation: 'reportFailure', failureClass: 'auto' }, { items: [{ json: { error: axiosErr(400) } }] });
+		assert.equal(t.requests[0].body.class, 'client_error');
+		assert.equal(t.Terminal.length, 1);
 	});
 });
 

@@ -220,13 +220,20 @@ func (s *Store) ReadinessWrite(ctx context.Context, instance string) error {
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.ApplyMigrations(ctx)
+	return err
+}
+
+func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
 	ms, err := store.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var done []string
 	// One transaction for all pending migrations: PostgreSQL DDL is transactional, and
 	// the advisory lock makes instances that start together wait for the first.
-	return s.Transact(ctx, func(q store.Queries) error {
+	err = s.Transact(ctx, func(q store.Queries) error {
+		done = nil // a retried transaction starts over
 		db := q.(queries).db
 		if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 			return fmt.Errorf("lock migrations: %w", err)
@@ -246,9 +253,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if _, err := db.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.Name, err)
 			}
+			done = append(done, m.Name)
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 func (s *Store) SchemaCurrent(ctx context.Context) error {

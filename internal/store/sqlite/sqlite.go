@@ -309,13 +309,20 @@ func (s *Store) Headroom(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.ApplyMigrations(ctx)
+	return err
+}
+
+func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
 	ms, err := store.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var done []string
 	// BEGIN IMMEDIATE holds the write lock for the whole sequence, so processes that
 	// start together apply it once; SQLite DDL is transactional.
-	return s.Transact(ctx, func(q store.Queries) error {
+	err = s.Transact(ctx, func(q store.Queries) error {
+		done = nil // a retried transaction starts over
 		db := q.(queries).db
 		if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
@@ -333,9 +340,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 				m.Version, m.Name, s.now().UnixMicro()); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.Name, err)
 			}
+			done = append(done, m.Name)
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 func (s *Store) SchemaCurrent(ctx context.Context) error {

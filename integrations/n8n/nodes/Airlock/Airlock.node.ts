@@ -271,7 +271,16 @@ const properties: INodeProperties[] = [
 		name: 'failureClass',
 		type: 'options',
 		default: 'transport_timeout',
-		options: FAILURE_CLASSES.map(([name, value]) => ({ name, value })),
+		options: [
+			{
+				name: 'From the Input Item’s Error (Auto)',
+				value: 'auto',
+				description:
+					'Classify the error an HTTP Request node (On Error → Continue using error output) put on the item: HTTP status, timeout, connection error, unparsable body',
+			},
+			...FAILURE_CLASSES.map(([name, value]) => ({ name, value })),
+		],
+		description: 'Auto reads the failed model call’s error: 429 → rate_limited (with its Retry-After), 5xx → server_error, other 4xx → client_error, timeout or no connection → transport_timeout, a body that is not JSON → parse_failure',
 		displayOptions: show(['reportFailure']),
 	},
 	{
@@ -394,6 +403,54 @@ const properties: INodeProperties[] = [
 	},
 ];
 
+export interface Classified {
+	class: string;
+	detail: string;
+	retryAfterSeconds: number;
+}
+
+/**
+ * classifyError maps the error an n8n HTTP Request node leaves on its error output
+ * (`$json.error`) onto airlock's failure classes. In n8n 1.x that error is the request
+ * helper's: an axios error with `status`/`statusCode`, `code` (ECONNABORTED on a timeout,
+ * ECONNREFUSED…), `response.headers` and a message "503 - {…}"; after a round trip
+ * through n8n's database only its JSON form (message, code, status) is left; a body
+ * that does not parse is the string "Response body is not valid JSON…". Each form is
+ * read. The detail names the status or code, never the provider's body.
+ */
+export function classifyError(error: unknown): Classified {
+	const e = (typeof error === 'object' && error !== null ? error : {}) as IDataObject;
+	const message = typeof error === 'string' ? error : str(e.message ?? e.description ?? '');
+	const response = (e.response ?? {}) as IDataObject;
+	let status = Number(e.status ?? e.statusCode ?? e.httpCode ?? response.status ?? 0) || 0;
+	if (!status) {
+		const m = /^(\d{3}) - |status code (\d{3})/.exec(message);
+		if (m) status = Number(m[1] ?? m[2]);
+	}
+	const code = str(e.code ?? '');
+	const headers = (response.headers ?? {}) as IDataObject;
+	let retryAfterSeconds = 0;
+	const ra = headers['retry-after'] ?? headers['Retry-After'];
+	if (ra !== undefined) {
+		const n = Number(ra);
+		if (Number.isFinite(n) && n > 0) retryAfterSeconds = n;
+		else if (!Number.isNaN(Date.parse(str(ra)))) retryAfterSeconds = Math.max(0, Math.ceil((Date.parse(str(ra)) - Date.now()) / 1000));
+	}
+	if (status === 429) return { class: 'rate_limited', detail: 'model HTTP 429', retryAfterSeconds };
+	if (status === 408) return { class: 'transport_timeout', detail: 'model HTTP 408', retryAfterSeconds };
+	if (status >= 500) return { class: 'server_error', detail: `model HTTP ${status}`, retryAfterSeconds };
+	if (status >= 400) return { class: 'client_error', detail: `model HTTP ${status}`, retryAfterSeconds: 0 };
+	if (/not valid JSON|Unexpected token|JSON\.parse|invalid json/i.test(message)) {
+		return { class: 'parse_failure', detail: 'model answer is not JSON', retryAfterSeconds: 0 };
+	}
+	if (/^(ECONNABORTED|ETIMEDOUT|ESOCKETTIMEDOUT|ECONNRESET|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|EPIPE)$/.test(code) || /timeout|timed out/i.test(message)) {
+		return { class: 'transport_timeout', detail: code ? `model ${code}` : 'model timeout', retryAfterSeconds: 0 };
+	}
+	// Nothing recognisable: a transport failure is the safe guess (retried, bounded by
+	// max_attempts), and the detail says it was a guess.
+	return { class: 'transport_timeout', detail: 'model call failed (unclassified error)', retryAfterSeconds: 0 };
+}
+
 interface Reply {
 	status: number;
 	body: IDataObject;
@@ -512,7 +569,13 @@ async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExe
 			const { key, body } = lease(ctx, i);
 			body.class = p('failureClass');
 			opt(body, 'detail', str(p('detail', '')));
-			const after = num(p('retryAfterSeconds', 0));
+			let after = num(p('retryAfterSeconds', 0));
+			if (body.class === 'auto') {
+				const c = classifyError(item.json.error);
+				body.class = c.class;
+				if (!body.detail) body.detail = c.detail;
+				if (after <= 0) after = c.retryAfterSeconds;
+			}
 			if (after > 0) body.retry_after_ms = Math.round(after * 1000);
 			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/failures`, body);
 			if (r.status === 200) {

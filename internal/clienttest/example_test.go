@@ -1,4 +1,4 @@
-package client_test
+package clienttest
 
 import (
 	"context"
@@ -115,7 +115,7 @@ func Example() {
 // An agent stopped between plan and confirm: the document may or may not exist. Resume
 // says reconcile; the agent searches the document system by run id and reports what it
 // found, and only then goes on.
-func ExampleClient_Reconcile() {
+func Example_reconcile() {
 	url, apiKey, stop := startAirlock()
 	defer stop()
 	ctx := context.Background()
@@ -159,7 +159,7 @@ func ExampleClient_Reconcile() {
 
 // Saves are compare-and-set on the checkpoint version: a second writer holding an old
 // view of the ledger is refused, and must stop.
-func ExampleIsCode() {
+func Example_isCode() {
 	url, apiKey, stop := startAirlock()
 	defer stop()
 	ctx := context.Background()
@@ -183,7 +183,7 @@ func ExampleIsCode() {
 }
 
 // HashInput is canonical: the same input hashes the same however it is spelled.
-func ExampleHashInput() {
+func Example_hashInput() {
 	a, _ := client.HashInput(map[string]any{"title": "Weekly report", "pages": 3})
 	b, _ := client.HashInput(struct {
 		Pages float64 `json:"pages"`
