@@ -60,7 +60,7 @@ a flag wins over the environment, which wins over the default.`,
 		root.PersistentFlags().String(o.Flag, "", fmt.Sprintf("%s [%s] (default %q)", o.Help, o.Env, o.Default))
 	}
 	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd(), mcpCmd())
-	root.AddCommand(explainCmd(), reportCmd())
+	root.AddCommand(explainCmd(), reportCmd(), auditCmd())
 	return root
 }
 
