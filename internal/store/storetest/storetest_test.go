@@ -26,4 +26,4 @@ func TestCostConformance(t *testing.T)        { onEachBackend(t, storetest.RunCo
 func TestConsistencyConformance(t *testing.T) { onEachBackend(t, storetest.RunConsistency) }
 func TestRequeueConformance(t *testing.T)     { onEachBackend(t, storetest.RunRequeue) }
 func TestOutageConformance(t *testing.T)      { onEachBackend(t, storetest.RunOutage) }
-func TestChainConformance(t *testing.T)        { onEachBackend(t, storetest.RunChain) }
+func TestChainConformance(t *testing.T)       { onEachBackend(t, storetest.RunChain) }
