@@ -1,12 +1,13 @@
 package storetest
 
 import (
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -22,6 +23,7 @@ func RunChain(t *testing.T, b Backend) {
 	t.Run("EveryPathLinked", func(t *testing.T) { testChainPaths(t, NewEffectsEnv(t, b, "")) })
 	t.Run("Tampering", func(t *testing.T) { testChainTamper(t, b) })
 	t.Run("BeforeTheChain", func(t *testing.T) { testChainBefore(t, NewEnv(t, b, false)) })
+	t.Run("AfterRetention", func(t *testing.T) { testChainRetention(t, NewEnv(t, b, false)) })
 	t.Run("RacingWriters", func(t *testing.T) { testChainRace(t, NewEnv(t, b, true)) })
 }
 
@@ -307,4 +309,39 @@ func testChainRace(t *testing.T, e *Env) {
 		}
 		seen[*ev.Seq] = true
 	}
+}
+
+// testChainRetention purges a run's older events: the kept chain verifies from the last
+// link retention deleted, and an event deleted otherwise is still found.
+func testChainRetention(t *testing.T, e *Env) {
+	old, recent := e.Clock.Now().Add(-500*24*time.Hour), e.Clock.Now()
+	var kept []store.Event
+	for i := range 7 {
+		at := old
+		if i >= 4 {
+			at = recent
+		}
+		ev, err := e.Store.EventInsert(ctx, store.EventInsertParams{RunKey: "r", Kind: fmt.Sprintf("k%d", i), Now: &at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i >= 4 {
+			kept = append(kept, ev)
+		}
+	}
+	if _, err := e.Store.Purge(ctx, store.PurgeParams{PayloadsBefore: recent.Add(-time.Hour), EventsBefore: recent.Add(-time.Hour), Now: recent}); err != nil {
+		t.Fatal(err)
+	}
+	c := verifyOne(t, e.Store, "r")
+	if !c.OK || c.Purged != 4 || c.Chained != 3 || c.Events != 3 {
+		t.Fatalf("after the purge: %+v", c)
+	}
+	ExecRaw(t, e.Store, rawSQL(e.Store, `DELETE FROM events WHERE id = $1`), kept[0].ID)
+	c = verifyOne(t, e.Store, "r")
+	if c.OK || c.BadEventID != kept[1].ID || !strings.Contains(c.Problem, "link 5 is missing") {
+		t.Fatalf("a kept event deleted after the purge: %+v", c)
+	}
+	// The cleanup's check would find the deletion too: it is this test's point.
+	ExecRaw(t, e.Store, `DELETE FROM events WHERE run_key = 'r'`)
+	ExecRaw(t, e.Store, `DELETE FROM event_chains WHERE run_key = 'r'`)
 }
