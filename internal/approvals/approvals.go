@@ -395,6 +395,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		}
 		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalDecided, run.Version, who.Subject, nil, map[string]any{
 			"approval_id": a.ID, "decision": decision, "approver": who.Subject, "reason": reason, "to": to,
+			"payload_hash": a.PayloadHash,
 		}); err != nil {
 			return err
 		}
