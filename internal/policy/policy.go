@@ -263,6 +263,9 @@ type Action struct {
 	Budgets *Budgets `yaml:"budgets"`
 	// Approvers may decide this type's approvals; a gated type must name some.
 	Approvers Approvers `yaml:"approvers"`
+	// Notify names the webhooks (Policy.Notify.Webhooks) that announce this action
+	// type's approvals.
+	Notify []string `yaml:"notify"`
 	// ApprovalTTL is how long an approval stays open (default 24h).
 	ApprovalTTL Duration `yaml:"approval_ttl"`
 	// Reversible is required for act_with_window and approve_by_exception.
@@ -301,6 +304,25 @@ type Notify struct {
 	WebhookURLEnv  string `yaml:"webhook_url_env"`
 	WebhookURLFile string `yaml:"webhook_url_file"`
 	WebhookURL     string `yaml:"-"`
+	// Webhooks are named chat webhooks (Slack or Microsoft Teams incoming webhooks); an
+	// action type names the ones its approvals are announced on (Action.Notify).
+	Webhooks map[string]*Webhook `yaml:"webhooks"`
+}
+
+// Webhook formats.
+const (
+	WebhookSlack = "slack" // Slack incoming webhook: text + Block Kit blocks
+	WebhookTeams = "teams" // Microsoft Teams incoming webhook / Workflows: an Adaptive Card
+)
+
+// Webhook is one chat webhook. Its URL is a bearer secret, so it comes from the
+// environment or a file, like the other secrets.
+type Webhook struct {
+	Name    string `yaml:"-"`
+	Format  string `yaml:"format"` // slack (default) or teams
+	URLEnv  string `yaml:"url_env"`
+	URLFile string `yaml:"url_file"`
+	URL     string `yaml:"-"`
 }
 
 // Approvers are the people who may decide an approval.
@@ -592,6 +614,38 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 		p.Notify.WebhookURL = secret("notify", "webhook_url", p.Notify.WebhookURLEnv, p.Notify.WebhookURLFile, &e, lookupEnv)
 		if u, err := url.Parse(p.Notify.WebhookURL); p.Notify.WebhookURL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
 			e.add("notify.webhook_url", "must be an absolute http(s) URL")
+		}
+	}
+	for name, w := range p.Notify.Webhooks {
+		f := "notify.webhooks." + name
+		if w == nil {
+			e.add(f, "is empty")
+			continue
+		}
+		w.Name = name
+		if w.Format == "" {
+			w.Format = WebhookSlack
+		}
+		if w.Format != WebhookSlack && w.Format != WebhookTeams {
+			e.add(f+".format", "must be slack or teams, not %q", w.Format)
+		}
+		if w.URLEnv == "" && w.URLFile == "" {
+			e.add(f, "needs url_env or url_file")
+			continue
+		}
+		w.URL = secret(f, "url", w.URLEnv, w.URLFile, &e, lookupEnv)
+		if u, err := url.Parse(w.URL); w.URL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
+			e.add(f+".url", "must be an absolute http(s) URL")
+		}
+	}
+	for name, a := range p.Actions {
+		if a == nil {
+			continue
+		}
+		for _, w := range a.Notify {
+			if p.Notify.Webhooks[w] == nil {
+				e.add("actions."+name+".notify", "names %q, which notify.webhooks does not define", w)
+			}
 		}
 	}
 	if p.Retention.Payloads.D() < time.Hour {
