@@ -1,0 +1,5 @@
+-- The runs list (GET /v1/runs, issue 22): newest first, keyset pages on (created_at,
+-- key), optionally of one state. A key prefix is a range of the primary key (BINARY:
+-- byte order).
+CREATE INDEX IF NOT EXISTS workflow_runs_created ON workflow_runs (created_at, idempotency_key);
+CREATE INDEX IF NOT EXISTS workflow_runs_state_created ON workflow_runs (state, created_at, idempotency_key);
