@@ -28,8 +28,10 @@ func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Ru
 	}
 	if p.ActionType != "" {
 		a := arg(p.ActionType)
-		where = append(where, `(EXISTS (SELECT FROM effects e WHERE e.idempotency_key = r.idempotency_key AND e.action_type = `+a+`)
-		  OR EXISTS (SELECT FROM approvals a WHERE a.idempotency_key = r.idempotency_key AND a.action_type = `+a+`))`)
+		// Scalar subqueries with LIMIT 1 are looked up per run by its key (an index),
+		// never hashed from a scan of the whole table.
+		where = append(where, `coalesce((SELECT true FROM effects e WHERE e.idempotency_key = r.idempotency_key AND e.action_type = `+a+` LIMIT 1)
+		  OR (SELECT true FROM approvals a WHERE a.idempotency_key = r.idempotency_key AND a.action_type = `+a+` LIMIT 1), false)`)
 	}
 	if !p.After.IsZero() {
 		where = append(where, "(created_at, idempotency_key) < ("+arg(p.After.At)+"::timestamptz, "+arg(p.After.ID)+"::text)")

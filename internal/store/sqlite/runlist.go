@@ -10,6 +10,15 @@ import (
 
 // RunList builds its statement from the filters given, as PostgreSQL's does.
 func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error) {
+	sql, args := runListSQL(p)
+	runs, err := selectAll(ctx, q.db, scanRun, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return runs, nil
+}
+
+func runListSQL(p store.RunListParams) (string, []any) {
 	var where []string
 	var args []any
 	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("?%d", len(args)) }
@@ -36,9 +45,5 @@ func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Ru
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	sql += ` ORDER BY created_at DESC, idempotency_key DESC LIMIT ` + arg(p.Limit)
-	runs, err := selectAll(ctx, q.db, scanRun, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	return runs, nil
+	return sql, args
 }

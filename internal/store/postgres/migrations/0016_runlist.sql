@@ -3,5 +3,7 @@
 CREATE INDEX IF NOT EXISTS workflow_runs_created ON workflow_runs (created_at, idempotency_key);
 CREATE INDEX IF NOT EXISTS workflow_runs_state_created ON workflow_runs (state, created_at, idempotency_key);
 CREATE INDEX IF NOT EXISTS workflow_runs_key_bytes ON workflow_runs (idempotency_key COLLATE "C");
--- "runs with an effect of this action type" looks each run's effects up by its key
--- (the primary key); approvals by approvals_run.
+-- "Runs with an effect or an approval of this action type": either each run's rows are
+-- looked up by its key, or the type's rows are read from these (never all effects).
+CREATE INDEX IF NOT EXISTS effects_action_run ON effects (action_type, idempotency_key);
+CREATE INDEX IF NOT EXISTS approvals_action_run ON approvals (action_type, idempotency_key);
