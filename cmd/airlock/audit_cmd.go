@@ -90,3 +90,80 @@ func printJSON(cmd *cobra.Command, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+func auditCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Check the record airlock keeps",
+	}
+	cmd.AddCommand(auditVerifyCmd())
+	return cmd
+}
+
+// errChainBroken is verify's failure: its output already names the run and the event.
+var errChainBroken = errors.New("the hash chain is broken")
+
+func auditVerifyCmd() *cobra.Command {
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify [KEY|--all] [--json]",
+		Short: "Check runs' event hash chains: a changed, deleted or reordered event is found",
+		Long: `verify recomputes the hash chain of a run's events (docs/operations.md#the-event-hash-chain):
+each event's hash covers the previous event's hash and its own content (id, key, time,
+kind, version, actor, meta, detail), and the run's head in event_chains names the last.
+It prints one line per run and exits non-zero naming the first bad event when an event
+was changed, deleted, reordered or written around the chain.
+
+Events written before the chain began (before migration 0015) are counted as
+"unchained before event N": nothing proves them. --all checks every run, in key order.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) == 1) && len(args) <= 1 {
+				return errors.New("give one KEY or --all")
+			}
+			return cobra.MaximumNArgs(1)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, func(st store.Store) error {
+				svc := audit.New(st, nil)
+				out := cmd.OutOrStdout()
+				bad, total := 0, 0
+				report := func(c audit.ChainCheck) error {
+					total++
+					if !c.OK {
+						bad++
+					}
+					if asJSON {
+						return json.NewEncoder(out).Encode(c)
+					}
+					return audit.WriteChainCheck(out, c)
+				}
+				if all {
+					if err := svc.VerifyAll(cmd.Context(), report); err != nil {
+						return err
+					}
+					if !asJSON {
+						fmt.Fprintf(out, "%d runs checked, %d broken\n", total, bad)
+					}
+				} else {
+					c, err := svc.VerifyChain(cmd.Context(), args[0])
+					if errors.Is(err, audit.ErrNoEvents) {
+						return fmt.Errorf("no events have the key %q", args[0])
+					}
+					if err != nil {
+						return err
+					}
+					if err := report(c); err != nil {
+						return err
+					}
+				}
+				if bad > 0 {
+					return errChainBroken
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "check every run")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per run")
+	return cmd
+}

@@ -60,7 +60,7 @@ a flag wins over the environment, which wins over the default.`,
 		addOptionFlag(root.PersistentFlags(), o)
 	}
 	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd(), mcpCmd())
-	root.AddCommand(explainCmd(), reportCmd())
+	root.AddCommand(explainCmd(), reportCmd(), auditCmd())
 	return root
 }
 

@@ -77,23 +77,6 @@ func FullEffectCounts(t testing.TB, st store.Store) map[store.EffectState]int {
 	return out
 }
 
-// ExecRaw runs one statement on st's database, for tests that plant rows.
-func ExecRaw(t testing.TB, st store.Store, sql string, args ...any) {
-	t.Helper()
-	var err error
-	switch s := st.(type) {
-	case *postgres.Store:
-		_, err = s.Pool().Exec(context.Background(), sql, args...)
-	case *sqlite.Store:
-		_, err = s.DB().ExecContext(context.Background(), sql, args...)
-	default:
-		t.Fatalf("no raw exec for a %T", st)
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 func checkCounts(t *testing.T, st store.Store, when string) map[store.EffectState]int {
 	t.Helper()
 	got, err := st.EffectCountByState(ctx)
@@ -404,10 +387,10 @@ func PlantEvents(t testing.TB, st store.Store, n int, at time.Time) {
 	t.Helper()
 	switch st.(type) {
 	case *postgres.Store:
-		ExecRaw(t, st, `INSERT INTO events (run_key, at, kind, detail)
+		storetest.ExecRaw(t, st, `INSERT INTO events (run_key, at, kind, detail)
 			SELECT 'planted-' || i, $1::timestamptz, 'planted', $3::jsonb FROM generate_series(1, $2::int) i`, at, n, plantedDetail)
 	default:
-		ExecRaw(t, st, `WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?2)
+		storetest.ExecRaw(t, st, `WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?2)
 			INSERT INTO events (run_key, at, kind, detail) SELECT 'planted-' || i, ?1, 'planted', ?3 FROM s`, at.UnixMicro(), n, plantedDetail)
 	}
 }

@@ -142,6 +142,19 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 		}
 		return nil
 	})
+	op("runs list", func(ctx context.Context) error {
+		old := e.Clock.Now().Add(-24 * time.Hour)
+		for _, p := range []store.RunListParams{
+			{}, {State: store.StateCompleted}, {KeyPrefix: "gen-1"}, {OlderThan: &old}, {ActionType: "note"},
+			{State: store.StateAwaitingHuman, ActionType: "note", After: store.Cursor{At: old, ID: "gen-5"}},
+		} {
+			p.Limit = 50
+			if _, err := st.RunList(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	now := e.Clock.Now()
 	for _, l := range consoleLists(&now) {
 		op("console: "+l.name, func(ctx context.Context) error { _, err := l.run(ctx, st); return err })

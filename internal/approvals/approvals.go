@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -102,6 +103,11 @@ type Service struct {
 	// Queued, when set, is told after an approval put an effect into the outbox (this
 	// instance's dispatcher wakes at once).
 	Queued func()
+	// WebhookBackoff is the first wait before a chat webhook is posted again (default
+	// 1s, doubled each time); WebhookClient posts them (default http.DefaultClient).
+	WebhookBackoff time.Duration
+	WebhookClient  *http.Client
+	webhooks       sync.WaitGroup
 	// Hook, when set, is called at named points between statements (approval_consumed):
 	// tests force interleavings with it. Never set in production.
 	Hook func(point string)
@@ -395,6 +401,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		}
 		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalDecided, run.Version, who.Subject, nil, map[string]any{
 			"approval_id": a.ID, "decision": decision, "approver": who.Subject, "reason": reason, "to": to,
+			"payload_hash": a.PayloadHash,
 		}); err != nil {
 			return err
 		}
@@ -701,7 +708,11 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
 	hook := s.policy.Notify.WebhookURL
 	a := s.policy.Action(r.Approval.ActionType)
-	if hook == "" || a == nil {
+	if a == nil {
+		return
+	}
+	s.notifyWebhooks(ctx, r, a, log)
+	if hook == "" {
 		return
 	}
 	var payload map[string]any

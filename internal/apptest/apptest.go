@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/connector/httpconn"
 	"github.com/airlockhq/airlock/internal/effects"
@@ -64,6 +65,12 @@ func NewEnv(t testing.TB, b storetest.Backend, realClock bool) *Env {
 	}
 	e.Store = b.Open(t, e.Clock)
 	e.Runs = runs.NewService(e.Store, LeaseConfig, e.Alerts, now)
+	// Whatever a test did through airlock's own paths, every run's chain still verifies.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			VerifyChains(t, e.Store)
+		}
+	})
 	return e
 }
 
@@ -529,3 +536,33 @@ func (l *LockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// VerifyChains fails t unless every run's chain in st verifies.
+func VerifyChains(t testing.TB, st store.Store) int {
+	t.Helper()
+	n, bad := 0, 0
+	err := audit.New(st, nil).VerifyAll(context.Background(), func(c audit.ChainCheck) error {
+		n++
+		if !c.OK {
+			t.Errorf("chain of %q: %s (event %d)", c.Key, c.Problem, c.BadEventID)
+			bad++
+		}
+		if bad == 5 {
+			return errors.New("five broken chains: the rest is not checked")
+		}
+		if n == maxVerified {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		t.Fatalf("verify all: %v", err)
+	}
+	return n
+}
+
+// maxVerified bounds the runs VerifyChains checks after a test: the cost suite plants
+// tens of thousands of one-event runs, all alike.
+const maxVerified = 500
+
+var errStop = errors.New("enough runs checked")

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/apptest"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -145,8 +146,9 @@ func TestApprovalFlow(t *testing.T) {
 		if code != http.StatusSeeOther || hdr.Get("Location") != "/approve/continue" {
 			t.Fatalf("sign-in with an intent: %d %v", code, hdr)
 		}
-		if code, page, _ := lead.do("GET", h.url+"/approve/continue", nil, nil); code != 200 || !strings.Contains(page, "Approve and send") {
-			t.Fatalf("continue page: %d %s", code, page)
+		if code, page, _ := lead.do("GET", h.url+"/approve/continue", nil, nil); code != 200 || !strings.Contains(page, "Approve and send") ||
+			!strings.Contains(page, "<code>"+aps[0].PayloadHash+"</code>") {
+			t.Fatalf("continue page (with the payload hash %s): %d %s", aps[0].PayloadHash, code, page)
 		}
 		// A cross-site POST is refused.
 		if code, _, _ := lead.do("POST", link, url.Values{"decision": {"approve"}}, map[string]string{"Sec-Fetch-Site": "cross-site"}); code != http.StatusForbidden {
@@ -179,6 +181,20 @@ func TestApprovalFlow(t *testing.T) {
 		}
 		if run = h.get("/v1/runs/ticket-1"); run.body["state"] != "completed" {
 			t.Fatalf("after dispatch: %s", run.raw)
+		}
+		// The decision names the payload hash it is bound to, in the run's hash chain.
+		bound := false
+		for _, ev := range h.get("/v1/runs/ticket-1/events").body["events"].([]any) {
+			ev := ev.(map[string]any)
+			if d, _ := ev["detail"].(map[string]any); ev["kind"] == "approval_decided" && d["payload_hash"] == aps[0].PayloadHash {
+				bound = true
+			}
+		}
+		if !bound {
+			t.Fatal("the approval_decided event does not carry the payload hash")
+		}
+		if c, err := audit.New(h.env.Store, nil).VerifyChain(context.Background(), "ticket-1"); err != nil || !c.OK || c.Chained == 0 {
+			t.Fatalf("the run's chain: %+v %v", c, err)
 		}
 		// The raw token never reached a log or an event.
 		if strings.Contains(h.logs.String(), token) || strings.Contains(h.get("/v1/runs/ticket-1/events").raw, token) {

@@ -80,6 +80,7 @@ type Route struct {
 // Routes is the table of every route airlock serves.
 var Routes = []Route{
 	{"POST", "/v1/runs/claim", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.claim }},
+	{"GET", "/v1/runs", apikeys.ScopeRead, func(s *server) handlerFunc { return s.listRuns }},
 	{"GET", "/v1/runs/{key}", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getRun }},
 	{"GET", "/v1/runs/{key}/events", apikeys.ScopeRead, func(s *server) handlerFunc { return s.events }},
 	{"POST", "/v1/runs/{key}/heartbeat", apikeys.ScopeRuns, func(s *server) handlerFunc { return s.heartbeat }},

@@ -263,6 +263,9 @@ type Action struct {
 	Budgets *Budgets `yaml:"budgets"`
 	// Approvers may decide this type's approvals; a gated type must name some.
 	Approvers Approvers `yaml:"approvers"`
+	// Notify names the webhooks (Policy.Notify.Webhooks) that announce this action
+	// type's approvals.
+	Notify []string `yaml:"notify"`
 	// ApprovalTTL is how long an approval stays open (default 24h).
 	ApprovalTTL Duration `yaml:"approval_ttl"`
 	// Reversible is required for act_with_window and approve_by_exception.
@@ -301,6 +304,25 @@ type Notify struct {
 	WebhookURLEnv  string `yaml:"webhook_url_env"`
 	WebhookURLFile string `yaml:"webhook_url_file"`
 	WebhookURL     string `yaml:"-"`
+	// Webhooks are named chat webhooks (Slack or Microsoft Teams incoming webhooks); an
+	// action type names the ones its approvals are announced on (Action.Notify).
+	Webhooks map[string]*Webhook `yaml:"webhooks"`
+}
+
+// Webhook formats.
+const (
+	WebhookSlack = "slack" // Slack incoming webhook: text + Block Kit blocks
+	WebhookTeams = "teams" // Microsoft Teams incoming webhook / Workflows: an Adaptive Card
+)
+
+// Webhook is one chat webhook. Its URL is a bearer secret, so it comes from the
+// environment or a file, like the other secrets.
+type Webhook struct {
+	Name    string `yaml:"-"`
+	Format  string `yaml:"format"` // slack (default) or teams
+	URLEnv  string `yaml:"url_env"`
+	URLFile string `yaml:"url_file"`
+	URL     string `yaml:"-"`
 }
 
 // Approvers are the people who may decide an approval.

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -94,12 +95,38 @@ func validateRetryRule(class string, r *RetryRule, e *errs) {
 
 // validateNotify resolves the notification webhook's URL (a secret) and checks it.
 func (p *Policy) validateNotify(e *errs, lookupEnv func(string) (string, bool)) {
-	if p.Notify.WebhookURLEnv == "" && p.Notify.WebhookURLFile == "" {
+	if p.Notify.WebhookURLEnv != "" || p.Notify.WebhookURLFile != "" {
+		p.Notify.WebhookURL = secret("notify", "webhook_url", p.Notify.WebhookURLEnv, p.Notify.WebhookURLFile, e, lookupEnv)
+		if u, err := url.Parse(p.Notify.WebhookURL); p.Notify.WebhookURL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
+			e.add("notify.webhook_url", "must be an absolute http(s) URL")
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Notify.Webhooks)) {
+		validateWebhook(name, p.Notify.Webhooks[name], e, lookupEnv)
+	}
+}
+
+// validateWebhook checks one named chat webhook and reads its URL (a bearer secret).
+func validateWebhook(name string, w *Webhook, e *errs, lookupEnv func(string) (string, bool)) {
+	f := "notify.webhooks." + name
+	if w == nil {
+		e.add(f, "is empty")
 		return
 	}
-	p.Notify.WebhookURL = secret("notify", "webhook_url", p.Notify.WebhookURLEnv, p.Notify.WebhookURLFile, e, lookupEnv)
-	if u, err := url.Parse(p.Notify.WebhookURL); p.Notify.WebhookURL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
-		e.add("notify.webhook_url", "must be an absolute http(s) URL")
+	w.Name = name
+	if w.Format == "" {
+		w.Format = WebhookSlack
+	}
+	if w.Format != WebhookSlack && w.Format != WebhookTeams {
+		e.add(f+".format", "must be slack or teams, not %q", w.Format)
+	}
+	if w.URLEnv == "" && w.URLFile == "" {
+		e.add(f, "needs url_env or url_file")
+		return
+	}
+	w.URL = secret(f, "url", w.URLEnv, w.URLFile, e, lookupEnv)
+	if u, err := url.Parse(w.URL); w.URL != "" && (err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http")) {
+		e.add(f+".url", "must be an absolute http(s) URL")
 	}
 }
 
@@ -159,6 +186,11 @@ func (p *Policy) validateAction(name string, e *errs, lookupEnv func(string) (st
 	}
 	a.validateSending(f, p.Dispatch, e)
 	a.validateGate(f, e)
+	for _, w := range a.Notify {
+		if p.Notify.Webhooks[w] == nil {
+			e.add(f+".notify", "names %q, which notify.webhooks does not define", w)
+		}
+	}
 	if a.Schema != nil {
 		if err := a.Schema.compile(f+".schema", p.dir); err != nil {
 			e.add(f+".schema", "%v", err)

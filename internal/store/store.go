@@ -198,6 +198,8 @@ type Queries interface {
 	AuditQueries
 	ReplayQueries
 	ConsoleQueries
+	ChainQueries
+	RunListQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)

@@ -47,8 +47,26 @@ func purgeBatchSQL(table, set, where, order string) string {
 	if set != "" {
 		change = `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
 	}
+	if table == "events" {
+		return purgeEventsSQL(batch)
+	}
 	// $5 is echoed so that its type is known in the statements without an order.
 	return `WITH d AS (` + change + ` RETURNING ` + returning + ` AS o) SELECT count(*), ` + last + `, $5::timestamptz FROM d`
+}
+
+// purgeEventsSQL deletes a batch of events and, in the same statement, moves each run's
+// chain base (event_chains.base_seq, base_hash) to the last link it deleted, so that
+// `airlock audit verify` checks the kept chain from there and still finds any other
+// deletion. The heads are locked in key order, as writers lock them.
+func purgeEventsSQL(batch string) string {
+	return `WITH d AS (DELETE FROM events WHERE ` + batch + ` RETURNING at AS o, run_key, chain_seq, chain_hash),
+	b AS (SELECT DISTINCT ON (run_key) run_key, chain_seq, chain_hash FROM d
+	      WHERE chain_seq IS NOT NULL ORDER BY run_key, chain_seq DESC),
+	l AS (SELECT c.run_key FROM event_chains c WHERE c.run_key IN (SELECT run_key FROM b)
+	      ORDER BY c.run_key FOR UPDATE),
+	u AS (UPDATE event_chains c SET base_seq = b.chain_seq, base_hash = b.chain_hash
+	      FROM b WHERE c.run_key = b.run_key AND c.run_key IN (SELECT run_key FROM l) AND c.base_seq < b.chain_seq)
+	SELECT count(*), max(o), $5::timestamptz FROM d`
 }
 
 func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCounts, error) {

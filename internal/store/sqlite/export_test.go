@@ -13,3 +13,6 @@ func HotStatementsForTest() map[string]int {
 	}
 	return out
 }
+
+// RunListSQLForTest is the statement RunList sends for p, with its arguments.
+var RunListSQLForTest = runListSQL

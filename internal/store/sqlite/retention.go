@@ -68,6 +68,16 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 		from := int64(math.MinInt64)
 		for {
 			start := time.Now()
+			if st.table == "events" {
+				if err := q.purgeChainBase(ctx, where, append(args, batch, from)); busy(err) {
+					if err := p.Between(ctx, time.Since(start)); err != nil {
+						return out, fmt.Errorf("purge %s: %w", st.kind, err)
+					}
+					continue
+				} else if err != nil {
+					return out, fmt.Errorf("purge %s: %w", st.kind, err)
+				}
+			}
 			n, last, err := q.purgeBatch(ctx, sql, append(args, batch, from))
 			if busy(err) {
 				// Writers kept the lock through the busy timeout: they go first; the
@@ -93,6 +103,23 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 		}
 	}
 	return out, nil
+}
+
+// purgeChainBase moves each run's chain base (event_chains.base_seq, base_hash) to the
+// last link the next batch of events deletes, so that `airlock audit verify` checks the
+// kept chain from there and still finds any other deletion. It runs just before the
+// batch, the same selection: if the batch then fails, a base ahead of the deletions only
+// leaves a few kept events unchecked, never a chain reported broken.
+func (q queries) purgeChainBase(ctx context.Context, where string, args []any) error {
+	_, err := q.db.ExecContext(ctx, `UPDATE event_chains SET base_seq = b.s, base_hash = b.h
+		FROM (SELECT run_key, chain_seq AS s, chain_hash AS h FROM (
+		        SELECT run_key, chain_seq, chain_hash,
+		          row_number() OVER (PARTITION BY run_key ORDER BY chain_seq DESC) AS rn
+		        FROM (SELECT run_key, chain_seq, chain_hash FROM events WHERE `+where+` AND at >= ?5 ORDER BY at LIMIT ?4)
+		        WHERE chain_seq IS NOT NULL)
+		      WHERE rn = 1) AS b
+		WHERE event_chains.run_key = b.run_key AND b.s > event_chains.base_seq`, args...)
+	return err
 }
 
 // busy reports SQLITE_BUSY (the write lock stayed taken through the busy timeout).

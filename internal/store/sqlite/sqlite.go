@@ -67,7 +67,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	// once when another writer got there first, busy_timeout or not.
 	q.Set("_txlock", "immediate")
 	// Through connector: every error SQLite returns is classified (unavailable.go).
-	db := sql.OpenDB(connector{dsn: "file:" + path + "?" + q.Encode(), drv: &msqlite.Driver{}})
+	db := sql.OpenDB(connector{dsn: "file:" + path + "?" + q.Encode(), drv: sqliteDriver})
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(0)

@@ -27,7 +27,8 @@ func TestConsistencyConformance(t *testing.T) {
 
 // testEventPagesNeverSkip: ids are taken at insert, not at commit. Writer A takes its
 // transaction id first (an event on another run), writer B then inserts the run's event
-// with the lower id and stays open, A inserts the higher id and commits. A reader paging
+// with the lower id and stays open, A inserts the higher id (waiting for B: one run's
+// events are written one transaction at a time, for its hash chain). A reader paging
 // by "after the last id I saw" meanwhile, then again once B commits, must see both
 // events exactly once. On SQLite writers take turns, so the same pages run in turn.
 func testEventPagesNeverSkip(t *testing.T, e *env) {
@@ -83,13 +84,16 @@ func testEventPagesNeverSkip(t *testing.T, e *env) {
 		})
 	}()
 	<-bInserted
+	// A's event of the run waits for B's transaction, which holds the run's chain head
+	// (0015_chain.sql): one run's events are written one transaction at a time, so A
+	// commits after B whatever the ids.
 	close(aGo)
-	if err := wait(t, aDone); err != nil {
-		t.Fatal(err)
-	}
 	page() // B is still open: its event, and A's after it, may not be passed yet
 	close(bGo)
 	if err := wait(t, bDone); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, aDone); err != nil {
 		t.Fatal(err)
 	}
 	page()

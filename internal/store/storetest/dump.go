@@ -92,3 +92,20 @@ func DumpAll(t testing.TB, st store.Store) string {
 	}
 	return b.String()
 }
+
+// ExecRaw runs one statement on st's database, for tests that plant rows.
+func ExecRaw(t testing.TB, st store.Store, sql string, args ...any) {
+	t.Helper()
+	var err error
+	switch s := st.(type) {
+	case *postgres.Store:
+		_, err = s.Pool().Exec(context.Background(), sql, args...)
+	case *sqlite.Store:
+		_, err = s.DB().ExecContext(context.Background(), sql, args...)
+	default:
+		t.Fatalf("no raw exec for a %T", st)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}

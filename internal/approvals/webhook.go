@@ -1,0 +1,206 @@
+package approvals
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/policy"
+)
+
+// Chat webhooks (policy notify.webhooks, named per action type by its notify list)
+// announce an approval where people are: Slack or Microsoft Teams. A chat message is not
+// a gate: it carries the card's summary and a link to the approval's page in the console
+// (/console/approvals/{id}), where the person signs in and decides. It never carries the
+// approval's token, and neither do the log lines about it; the webhook URL, a bearer
+// secret, is never logged either.
+
+// WebhookAttempts bounds the posts to one webhook for one approval; the waits between
+// them start at Service.WebhookBackoff (default 1s) and double.
+const WebhookAttempts = 4
+
+// Card is what a notification says: the approval card's summary.
+type Card struct {
+	Title      string
+	Key        string
+	Action     string
+	Target     string
+	Recipients []string
+	Fields     [][2]string // the payload's log_fields, in the policy's order
+	Approvers  string
+	Expires    time.Time
+	Link       string // the console page of the approval: no token
+}
+
+// card builds r's summary. Only the payload's log_fields appear, never the model's output.
+func (s *Service) card(r Requested, a *policy.Action) Card {
+	c := Card{Title: "Approval needed: " + r.Approval.ActionType, Key: r.Approval.RunKey, Action: r.Approval.ActionType,
+		Target: r.Approval.Target, Recipients: a.Recipients(r.Approval.Target), Expires: r.Approval.ExpiresAt.UTC(),
+		Link: s.publicURL + "/console/approvals/" + url.PathEscape(r.Approval.ID)}
+	var payload map[string]any
+	_ = json.Unmarshal(r.Approval.Payload, &payload)
+	for _, f := range a.LogFields {
+		if v, ok := payload[f]; ok {
+			c.Fields = append(c.Fields, [2]string{f, fmt.Sprint(v)})
+		}
+	}
+	var who []string
+	for _, role := range r.Approval.ApproverRoles {
+		who = append(who, "role "+role)
+	}
+	who = append(who, r.Approval.ApproverSubjects...)
+	c.Approvers = strings.Join(who, ", ")
+	return c
+}
+
+func (c Card) facts() [][2]string {
+	f := [][2]string{{"Key", c.Key}, {"Action", c.Action}, {"Target", c.Target}}
+	if len(c.Recipients) > 0 {
+		f = append(f, [2]string{"Recipients", strings.Join(c.Recipients, ", ")})
+	}
+	f = append(f, c.Fields...)
+	if c.Approvers != "" {
+		f = append(f, [2]string{"Who may approve", c.Approvers})
+	}
+	return append(f, [2]string{"Expires", c.Expires.Format(time.RFC3339)})
+}
+
+// slackEscape escapes what Slack's mrkdwn treats as control characters.
+var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// SlackPayload is a Slack incoming-webhook message: text (the notification's fallback)
+// and Block Kit blocks — a header, the facts as fields, a button opening the page.
+func SlackPayload(c Card) ([]byte, error) {
+	var fields []map[string]string
+	for _, f := range c.facts() {
+		fields = append(fields, map[string]string{"type": "mrkdwn", "text": "*" + slackEscape.Replace(f[0]) + "*\n" + slackEscape.Replace(f[1])})
+	}
+	var blocks []any
+	blocks = append(blocks, map[string]any{"type": "header", "text": map[string]any{"type": "plain_text", "text": c.Title}})
+	for len(fields) > 0 { // a section holds at most 10 fields
+		n := min(len(fields), 10)
+		blocks = append(blocks, map[string]any{"type": "section", "fields": fields[:n]})
+		fields = fields[n:]
+	}
+	blocks = append(blocks, map[string]any{"type": "actions", "elements": []any{map[string]any{
+		"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the approval"}, "url": c.Link}}})
+	return json.Marshal(map[string]any{
+		"text":   slackEscape.Replace(c.Title+" for "+c.Key) + " <" + c.Link + "|open>",
+		"blocks": blocks,
+	})
+}
+
+// TeamsPayload is a Microsoft Teams incoming-webhook message (Workflows' "post to a
+// channel when a webhook request is received" and the classic connector both take it):
+// one Adaptive Card with the title, the facts and an Action.OpenUrl to the page.
+func TeamsPayload(c Card) ([]byte, error) {
+	var facts []map[string]string
+	for _, f := range c.facts() {
+		facts = append(facts, map[string]string{"title": f[0], "value": f[1]})
+	}
+	card := map[string]any{
+		"$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+		"type":    "AdaptiveCard",
+		"version": "1.4",
+		"body": []any{
+			map[string]any{"type": "TextBlock", "text": c.Title, "weight": "Bolder", "size": "Medium", "wrap": true},
+			map[string]any{"type": "FactSet", "facts": facts},
+		},
+		"actions": []any{map[string]any{"type": "Action.OpenUrl", "title": "Open the approval", "url": c.Link}},
+	}
+	return json.Marshal(map[string]any{
+		"type": "message",
+		"attachments": []any{map[string]any{
+			"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": nil, "content": card}},
+	})
+}
+
+// notifyWebhooks posts r's card to each webhook its action type names, each in its own
+// goroutine (retries wait; the request that opened the approval does not).
+func (s *Service) notifyWebhooks(ctx context.Context, r Requested, a *policy.Action, log *slog.Logger) {
+	if len(a.Notify) == 0 {
+		return
+	}
+	c := s.card(r, a)
+	for _, name := range a.Notify {
+		w := s.policy.Notify.Webhooks[name]
+		if w == nil || w.URL == "" {
+			continue
+		}
+		s.webhooks.Add(1)
+		go func() {
+			defer s.webhooks.Done()
+			s.postWebhook(context.WithoutCancel(ctx), w, c, log)
+		}()
+	}
+}
+
+// WaitNotifications waits for the webhook posts under way (tests, shutdown).
+func (s *Service) WaitNotifications() { s.webhooks.Wait() }
+
+func (s *Service) postWebhook(ctx context.Context, w *policy.Webhook, c Card, log *slog.Logger) {
+	build := SlackPayload
+	if w.Format == policy.WebhookTeams {
+		build = TeamsPayload
+	}
+	body, err := build(c)
+	if err != nil {
+		log.Warn("approval webhook not sent", "webhook", w.Name, "key", c.Key, "reason", "payload", "error", err)
+		return
+	}
+	backoff := s.WebhookBackoff
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	for attempt := 1; ; attempt++ {
+		status, retry := s.postOnce(ctx, w.URL, body)
+		if status/100 == 2 {
+			log.Info("approval webhook sent", "webhook", w.Name, "format", w.Format, "key", c.Key, "attempt", attempt)
+			return
+		}
+		reason := fmt.Sprintf("status %d", status)
+		if status == 0 {
+			reason = "transport error" // the error names the URL: not logged
+		}
+		if !retry || attempt == WebhookAttempts {
+			log.Warn("approval webhook not sent", "webhook", w.Name, "format", w.Format, "key", c.Key,
+				"attempts", attempt, "reason", reason)
+			return
+		}
+		log.Info("approval webhook retried", "webhook", w.Name, "key", c.Key, "attempt", attempt, "reason", reason, "wait", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+// postOnce posts body and says whether another try may succeed: after a transport
+// error, a 429 or a 5xx; not after any other refusal.
+func (s *Service) postOnce(ctx context.Context, hook string, body []byte) (status int, retry bool) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook, bytes.NewReader(body))
+	if err != nil {
+		return 0, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := s.WebhookClient
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, true
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
+}

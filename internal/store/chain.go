@@ -1,0 +1,90 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+)
+
+// The events of a run form a hash chain (0015_chain.sql, issue 22): each event stores
+// its position in the run's chain (chain_seq, 1 for the first) and chain_hash, the
+// SHA-256 of the previous event's chain_hash and of its own canonical content. The
+// database computes both as the row is inserted (a trigger, on both backends), in the
+// transaction that writes the event, and advances the run's head in event_chains: the
+// head row is locked by that update until the transaction ends, so two writers of one
+// run — whatever path they come from, leased or not — take turns and never fork it.
+//
+// Events written before the migration have no link (chain_seq NULL): a run's chain
+// starts at its first event written after it.
+
+// ChainHash is chain_hash of an event whose predecessor's chain_hash is prev ("" for
+// the first of a run): SHA-256, in hex, of each field written as its byte length, ':'
+// and its bytes ("-" for an absent meta or detail), in this order: prev, id, run key,
+// at (microseconds since the Unix epoch), kind, version, actor, meta, detail. meta and
+// detail are the stored text (PostgreSQL: jsonb's text form). The SQL of both backends
+// spells the same encoding; TestChainConformance proves they agree with this function.
+func ChainHash(prev string, e ChainEvent) string {
+	h := sha256.New()
+	field := func(s string) {
+		h.Write([]byte(strconv.Itoa(len(s))))
+		h.Write([]byte{':'})
+		h.Write([]byte(s))
+	}
+	optional := func(s *string) {
+		if s == nil {
+			h.Write([]byte{'-'})
+			return
+		}
+		field(*s)
+	}
+	field(prev)
+	field(strconv.FormatInt(e.ID, 10))
+	field(e.RunKey)
+	field(strconv.FormatInt(e.AtMicros, 10))
+	field(e.Kind)
+	field(strconv.FormatInt(e.Version, 10))
+	field(e.Actor)
+	optional(e.Meta)
+	optional(e.Detail)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ChainEvent is an event row as the chain hashes it: the stored values exactly.
+type ChainEvent struct {
+	ID       int64
+	RunKey   string
+	AtMicros int64
+	Kind     string
+	Version  int64
+	Actor    string
+	Meta     *string
+	Detail   *string
+	Seq      *int64  // nil: written before the chain began (or with the trigger bypassed)
+	Hash     *string // nil with Seq
+}
+
+// ChainHead is a run's row of event_chains: the last link written.
+type ChainHead struct {
+	RunKey    string
+	Seq       int64
+	Head      string
+	StartedAt time.Time // the first chained event's time
+	// BaseSeq and BaseHash are the last link retention deleted (0 and "" when none):
+	// the kept chain continues from there.
+	BaseSeq  int64
+	BaseHash string
+}
+
+// ChainQueries read the hash chain for airlock audit verify.
+type ChainQueries interface {
+	// ChainEvents returns the run's events after afterID in id order, at most limit.
+	ChainEvents(ctx context.Context, key string, afterID int64, limit int) ([]ChainEvent, error)
+	// ChainHeadGet returns the run's chain head; ErrNotFound if no chained event was
+	// ever written for it.
+	ChainHeadGet(ctx context.Context, key string) (ChainHead, error)
+	// ChainRunKeys returns, in order, up to limit keys after afterKey of runs that have
+	// events or a chain head.
+	ChainRunKeys(ctx context.Context, afterKey string, limit int) ([]string, error)
+}

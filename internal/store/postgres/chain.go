@@ -1,0 +1,62 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// ChainEvents reads the values exactly as the events_chain trigger hashed them: at in
+// microseconds and jsonb in its text form.
+func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, limit int) ([]store.ChainEvent, error) {
+	rows, err := q.db.Query(ctx, `SELECT id, run_key, (extract(epoch FROM at) * 1000000)::bigint, kind, version,
+		actor, meta::text, detail::text, chain_seq, chain_hash
+		FROM events WHERE run_key = $1 AND id > $2 ORDER BY id LIMIT $3`, key, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list chain of %q: %w", key, err)
+	}
+	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainEvent, error) {
+		var e store.ChainEvent
+		err := row.Scan(&e.ID, &e.RunKey, &e.AtMicros, &e.Kind, &e.Version, &e.Actor, &e.Meta, &e.Detail, &e.Seq, &e.Hash)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list chain of %q: %w", key, err)
+	}
+	return evs, nil
+}
+
+func (q queries) ChainHeadGet(ctx context.Context, key string) (store.ChainHead, error) {
+	var h store.ChainHead
+	err := q.db.QueryRow(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash
+		FROM event_chains WHERE run_key = $1`, key).Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash)
+	if err != nil {
+		return store.ChainHead{}, interpret(err)
+	}
+	return h, nil
+}
+
+// ChainRunKeys walks the run_key index one key at a time (a loose index scan), then adds
+// heads whose events are all gone.
+func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) ([]string, error) {
+	rows, err := q.db.Query(ctx, `WITH RECURSIVE k(key, n) AS (
+		  SELECT (SELECT min(run_key) FROM events WHERE run_key > $1), 1
+		  UNION ALL
+		  SELECT (SELECT min(run_key) FROM events WHERE run_key > k.key), n + 1 FROM k
+		  WHERE k.key IS NOT NULL AND n < $2
+		)
+		SELECT key FROM (SELECT key FROM k WHERE key IS NOT NULL
+		  UNION (SELECT run_key FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2)) u
+		ORDER BY key LIMIT $2`, afterKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list chained runs: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list chained runs: %w", err)
+	}
+	return keys, nil
+}

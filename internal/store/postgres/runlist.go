@@ -1,0 +1,53 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// RunList builds its statement from the filters given, so that each plan (custom or
+// generic) has only conditions an index serves.
+func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error) {
+	var where []string
+	var args []any
+	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
+	if p.State != "" {
+		where = append(where, "state = "+arg(string(p.State)))
+	}
+	if p.KeyPrefix != "" {
+		lo, hi := arg(p.KeyPrefix), arg(store.KeyPrefixEnd(p.KeyPrefix))
+		where = append(where, `idempotency_key COLLATE "C" >= `+lo+`::text AND idempotency_key COLLATE "C" < `+hi+`::text`)
+	}
+	if p.OlderThan != nil {
+		where = append(where, "created_at <= "+arg(*p.OlderThan))
+	}
+	if p.ActionType != "" {
+		a := arg(p.ActionType)
+		// Scalar subqueries with LIMIT 1 are looked up per run by its key (an index),
+		// never hashed from a scan of the whole table.
+		where = append(where, `coalesce((SELECT true FROM effects e WHERE e.idempotency_key = r.idempotency_key AND e.action_type = `+a+` LIMIT 1)
+		  OR (SELECT true FROM approvals a WHERE a.idempotency_key = r.idempotency_key AND a.action_type = `+a+` LIMIT 1), false)`)
+	}
+	if !p.After.IsZero() {
+		where = append(where, "(created_at, idempotency_key) < ("+arg(p.After.At)+"::timestamptz, "+arg(p.After.ID)+"::text)")
+	}
+	sql := `SELECT ` + runColumns + ` FROM workflow_runs r`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	sql += ` ORDER BY created_at DESC, idempotency_key DESC LIMIT ` + arg(p.Limit)
+	rows, err := q.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return runs, nil
+}

@@ -1,0 +1,28 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// RunListParams are GET /v1/runs's filters; each zero value means "any".
+type RunListParams struct {
+	State      State
+	ActionType string     // runs with an effect or an approval of this action type
+	OlderThan  *time.Time // created at or before
+	KeyPrefix  string
+	After      Cursor // the last row of the previous page: (created_at, key)
+	Limit      int
+}
+
+// KeyPrefixEnd is the first key past every key that starts with prefix in byte order
+// (the prefix with the last code point appended): a key range an index can scan. A key
+// with U+10FFFF right after the prefix sorts past it and is not listed.
+func KeyPrefixEnd(prefix string) string { return prefix + "\U0010FFFF" }
+
+// RunListQueries list runs for operators.
+type RunListQueries interface {
+	// RunList lists runs newest first (created_at, key), after the cursor, filtered:
+	// the statement names only the filters given, each on an index (0016_runlist.sql).
+	RunList(ctx context.Context, p RunListParams) ([]Run, error)
+}
