@@ -382,3 +382,58 @@ func prefixed(alias, cols string) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// EffectUpdateMany is EffectUpdate for a group of outcomes in one statement (the
+// store.BatchQueries contract): the same compare-and-set (sending under the owner's
+// lease), the same columns set as EffectUpdate sets them for a move out of sending.
+func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams) ([]store.Effect, []bool, error) {
+	if len(ps) == 0 {
+		return nil, nil, nil
+	}
+	n := len(ps)
+	ids, owners, tos := make([]string, n), make([]string, n), make([]string, n)
+	providerIDs, classes := make([]*string, n), make([]*string, n)
+	notBefore := make([]*time.Time, n)
+	index := make(map[string]int, n)
+	for i, p := range ps {
+		if !p.Batchable() || !sameTime(p.Now, ps[0].Now) {
+			return nil, nil, fmt.Errorf("%w (effect %s to %s)", store.ErrUnbatchable, p.ID, p.To)
+		}
+		if _, dup := index[p.ID]; dup {
+			return nil, nil, fmt.Errorf("%w (effect %s twice)", store.ErrUnbatchable, p.ID)
+		}
+		index[p.ID] = i
+		ids[i], owners[i], tos[i] = p.ID, p.Owner, string(p.To)
+		providerIDs[i], classes[i], notBefore[i] = p.ProviderID, p.ErrorClass, p.NotBefore
+	}
+	// From sending, as EffectUpdate leaves a row it moves out of sending: no lease, not
+	// begun, due for reconciliation at once if unknown (next_check_at NULL, checks 0).
+	rows, err := q.db.Query(ctx, `
+		UPDATE effects e
+		SET state = u.state,
+		    provider_id = coalesce(u.provider_id, e.provider_id),
+		    not_before = coalesce(u.not_before, e.not_before),
+		    last_error_class = coalesce(u.class, e.last_error_class),
+		    lease_owner = '', lease_expires_at = NULL, send_started_at = NULL,
+		    next_check_at = NULL, checks = 0,
+		    updated_at = coalesce($7::timestamptz, now()),
+		    version = e.version + 1
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
+		     AS u(id, owner, state, provider_id, not_before, class)
+		WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner
+		RETURNING `+prefixed("e.", effectColumns), ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now)
+	got, err := collectEffects(rows, err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update effects: %w", err)
+	}
+	out, applied := make([]store.Effect, n), make([]bool, n)
+	for _, e := range got {
+		i := index[e.ID]
+		out[i], applied[i] = e, true
+	}
+	return out, applied, nil
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
+}

@@ -1,0 +1,176 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
+	"github.com/airlockhq/airlock/internal/store/storetest"
+)
+
+// leased queues n effects on one run and leases them to owner: rows in sending.
+func leased(t *testing.T, st *postgres.Store, key, owner string, n int) []store.Effect {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO workflow_runs (idempotency_key, state, payload_hash, lease_owner,
+		lease_expires_at, created_at, updated_at) VALUES ($1, 'processing', 'h', 'client', now() + interval '5 minutes', now(), now())`, key); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		_, _, err := st.EffectInsert(ctx, store.Effect{ID: fmt.Sprintf("%s-%d", key, i), RunKey: key, EffectID: fmt.Sprintf("e%d", i),
+			ActionType: "t", Target: "x", Executor: store.ExecutorDispatcher, Payload: json.RawMessage(`{}`), PayloadHash: "h",
+			State: store.EffectPending})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []store.Effect
+	err := st.Transact(ctx, func(q store.Queries) error {
+		var err error
+		got, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher, Caps: map[string]int{"t": n},
+			Owner: owner, Lease: time.Minute, Limit: n})
+		return err
+	})
+	if err != nil || len(got) != n {
+		t.Fatalf("lease: %d effects, %v", len(got), err)
+	}
+	return got
+}
+
+// EffectUpdateMany leaves each row exactly as EffectUpdate leaves its twin, applies only
+// under the row's own lease, and refuses what it does not batch.
+func TestEffectUpdateManyIsEffectUpdate(t *testing.T) {
+	st := storetest.OpenPostgres(t, nil).(*postgres.Store)
+	ctx := context.Background()
+	one := leased(t, st, "one", "owner-1", 4)
+	many := leased(t, st, "many", "owner-2", 5)
+	pid, class, nb := "p-1", "http_503", time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	empty := ""
+	shapes := []store.EffectUpdateParams{
+		{To: store.EffectCompleted, ProviderID: &pid, ErrorClass: &empty},
+		{To: store.EffectPending, NotBefore: &nb, ErrorClass: &class},
+		{To: store.EffectUnknown, ErrorClass: &class},
+		{To: store.EffectFailed, ErrorClass: &class},
+	}
+	var ps []store.EffectUpdateParams
+	for i, sh := range shapes {
+		sh.From = []store.EffectState{store.EffectSending}
+		sh.ID, sh.Owner = one[i].ID, "owner-1"
+		if _, err := st.EffectUpdate(ctx, sh); err != nil {
+			t.Fatal(err)
+		}
+		sh.ID, sh.Owner = many[i].ID, "owner-2"
+		ps = append(ps, sh)
+	}
+	// The fifth is not ours: a lease lost (another owner).
+	ps = append(ps, store.EffectUpdateParams{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, Owner: "owner-1",
+		To: store.EffectCompleted, ProviderID: &pid})
+	var got []store.Effect
+	var applied []bool
+	err := st.Transact(ctx, func(q store.Queries) error {
+		var err error
+		got, applied, err = q.(store.BatchQueries).EffectUpdateMany(ctx, ps)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range shapes {
+		want, err := st.EffectGet(ctx, one[i].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, _ := st.EffectGet(ctx, many[i].ID)
+		if !applied[i] {
+			t.Errorf("%d (%s): not applied", i, shapes[i].To)
+		}
+		for _, e := range []store.Effect{got[i], stored} {
+			e.ID, e.RunKey, e.CreatedAt, e.UpdatedAt = want.ID, want.RunKey, want.CreatedAt, want.UpdatedAt
+			if shapes[i].NotBefore == nil { // each row's own queueing time, kept
+				e.NotBefore = want.NotBefore
+			}
+			if fmt.Sprint(e) != fmt.Sprint(want) {
+				t.Errorf("%d (%s):\n batch  %+v\n single %+v", i, shapes[i].To, e, want)
+			}
+		}
+	}
+	if applied[4] {
+		t.Error("an update under another owner's lease applied")
+	}
+	if e, _ := st.EffectGet(ctx, many[4].ID); e.State != store.EffectSending || e.LeaseOwner != "owner-2" {
+		t.Errorf("the other owner's effect became %s/%q", e.State, e.LeaseOwner)
+	}
+	for _, bad := range []store.EffectUpdateParams{
+		{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, To: store.EffectPending},                                  // unfenced
+		{ID: many[4].ID, From: []store.EffectState{store.EffectUnknown}, Owner: "owner-2", To: store.EffectCompleted},              // not from sending
+		{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, Owner: "owner-2", To: store.EffectSending, Started: true}, // a begin-mark
+		{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, Owner: "owner-2", To: store.EffectPending, ReleaseAttempt: true},
+	} {
+		_, _, err := st.EffectUpdateMany(ctx, []store.EffectUpdateParams{bad})
+		if !errors.Is(err, store.ErrUnbatchable) {
+			t.Errorf("%+v: %v, want ErrUnbatchable", bad, err)
+		}
+	}
+	twice := []store.EffectUpdateParams{ps[4], ps[4]}
+	twice[0].Owner, twice[1].Owner = "owner-2", "owner-2"
+	if _, _, err := st.EffectUpdateMany(ctx, twice); !errors.Is(err, store.ErrUnbatchable) {
+		t.Errorf("one id twice: %v, want ErrUnbatchable", err)
+	}
+	// The counters saw exactly the moves.
+	counts, err := st.EffectCountByState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[store.EffectState]int{store.EffectCompleted: 2, store.EffectPending: 2, store.EffectUnknown: 2,
+		store.EffectFailed: 2, store.EffectSending: 1}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("counts %v, want %v", counts, want)
+	}
+}
+
+// EventInsertMany keeps the order given (ids ascending), and a value PostgreSQL cannot
+// store refuses the statement whole as store.ErrInvalidValue.
+func TestEventInsertManyOrderAndRefusal(t *testing.T) {
+	st := storetest.OpenPostgres(t, nil).(*postgres.Store)
+	ctx := context.Background()
+	leased(t, st, "run", "o", 1)
+	var ps []store.EventInsertParams
+	for i := range 50 {
+		ps = append(ps, store.EventInsertParams{RunKey: "run", Kind: fmt.Sprintf("k%02d", i), Actor: "airlock",
+			Detail: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+	}
+	ps[7].Detail = nil
+	if err := st.EventInsertMany(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.Pool().Query(ctx, `SELECT kind, detail IS NULL FROM events WHERE run_key = 'run' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for rows.Next() {
+		var kind string
+		var null bool
+		if err := rows.Scan(&kind, &null); err != nil {
+			t.Fatal(err)
+		}
+		if kind != ps[i].Kind || null != (i == 7) {
+			t.Errorf("event %d: %s (detail null %t), want %s", i, kind, null, ps[i].Kind)
+		}
+		i++
+	}
+	if i != len(ps) {
+		t.Errorf("%d events, want %d", i, len(ps))
+	}
+	bad := []store.EventInsertParams{{RunKey: "run", Kind: "ok", Actor: "a"},
+		{RunKey: "run", Kind: "bad", Actor: "a", Detail: json.RawMessage(`{"x":"\u0000"}`)}}
+	err = st.Transact(ctx, func(q store.Queries) error { return q.(store.BatchQueries).EventInsertMany(ctx, bad) })
+	if !errors.Is(err, store.ErrInvalidValue) {
+		t.Errorf("a NUL in a detail: %v, want ErrInvalidValue", err)
+	}
+}
