@@ -26,7 +26,8 @@
 # Environment: BENCH_COUNT (3000), BENCH_PASSES (2), BENCH_CLIENTS (8), BENCH_SECONDS
 # (10), BENCH_PG_POOL (20: pool_max_conns of airlock and River in the outbox runs),
 # BENCH_TIMEOUT (60s per drain), BENCH_ONLY (regex of scenario names: a32 r32 a256 r256
-# a500 r500 claims), AIRLOCK_BIN (a prebuilt airlock to measure instead of this tree's).
+# a500 r500 claims), AIRLOCK_BIN (a prebuilt airlock to measure instead of this tree's,
+# e.g. an older commit's: it serves and migrates; the load comes from this tree's).
 # shellcheck disable=SC2317 # functions run from traps
 set -euo pipefail
 
@@ -184,11 +185,11 @@ want() { [[ $1 =~ $ONLY ]]; }
 
 # --- build ------------------------------------------------------------------
 log "building airlock and bench/river"
-AIRLOCK=${AIRLOCK_BIN:-}
-if [ -z "$AIRLOCK" ]; then
-	(cd "$ROOT" && GOTOOLCHAIN=local go build -o "$BENCH_TMP/airlock" ./cmd/airlock)
-	AIRLOCK="$BENCH_TMP/airlock"
-fi
+# The load generator (`airlock bench …`, never measured) is always this tree's; the
+# measured airlock (serve, migrate) is AIRLOCK_BIN when set.
+(cd "$ROOT" && GOTOOLCHAIN=local go build -o "$BENCH_TMP/airlock" ./cmd/airlock)
+DRIVER="$BENCH_TMP/airlock"
+AIRLOCK=${AIRLOCK_BIN:-$DRIVER}
 (cd "$ROOT/bench/river" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -o "$BENCH_TMP/riverbench" .)
 RIVER="$BENCH_TMP/riverbench"
 export AIRLOCK
@@ -207,7 +208,7 @@ airlock_drain() {
 	write_policy "$BENCH_TMP/queue.yaml" true "$pport" "$2"
 	write_policy "$BENCH_TMP/dispatch.yaml" false "$pport" "$2"
 	start_instance queue "$qport" "$BENCH_TMP/queue.yaml" "$db"
-	"$AIRLOCK" bench effects --url "http://127.0.0.1:$qport" --api-key "$key" \
+	"$DRIVER" bench effects --url "http://127.0.0.1:$qport" --api-key "$key" \
 		--provider-listen "127.0.0.1:$pport" --count "$COUNT" --concurrency 16 --timeout "$TIMEOUT" \
 		--then "bash '$SELF' __start '$db'" --cpu-pg-pid "$PGPID" --cpu-pid-file "$BENCH_TMP/dispatcher.pid" \
 		>"$BENCH_TMP/$1.out" 2>&1 || rc=$?
@@ -297,7 +298,7 @@ claims_http() {
 	pid=$!
 	echo "$pid" >>"$BENCH_TMP/pids"
 	wait_ready "$port" "$pid" "$BENCH_TMP/$1.log"
-	AIRLOCK_API_KEY=$CLAIMS_KEY "$AIRLOCK" bench claims --url "http://127.0.0.1:$port" --concurrency "$CLIENTS" \
+	AIRLOCK_API_KEY=$CLAIMS_KEY "$DRIVER" bench claims --url "http://127.0.0.1:$port" --concurrency "$CLIENTS" \
 		--duration "${SECS}s" --duplicate-every 0 --baseline=false --cpu-pg-pid "$PGPID" --cpu-pid "$pid" \
 		>"$BENCH_TMP/$1.out" 2>&1 || {
 		cat "$BENCH_TMP/$1.out" >&2
@@ -383,7 +384,7 @@ verdict() { awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{ if (v=="n/a" || v=="") { 
 
 echo
 echo "== CPU per operation: $(date -u '+%Y-%m-%d %H:%M') UTC, $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(($(date +%s) - STARTED))s =="
-echo "   $("$AIRLOCK" version 2>/dev/null | head -n 1 || true); $(psql "$ADMIN_URL" -qAtX -c 'SHOW server_version'); River v0.51.2"
+echo "   measured airlock: ${AIRLOCK_BIN:-this tree} ($("$AIRLOCK" version 2>/dev/null | head -n 1 || true)); PostgreSQL $(psql "$ADMIN_URL" -qAtX -c 'SHOW server_version'); River v0.51.2"
 echo "   CPU = user+sys of the process + the PostgreSQL cluster (postmaster, live and reaped children), /proc, before/after the drain"
 echo "   outbox: $COUNT effects/jobs, pre-filled, one HTTP POST each to a local no-op provider; pool_max_conns $POOL"
 echo "   airlock serve startup (included in each airlock figure): ${STARTUP:-?} s CPU = $(awk -v s="${STARTUP:-0}" -v n="$COUNT" 'BEGIN{printf "%.3f", s*1000/n}') ms per effect"

@@ -130,9 +130,17 @@ func (d *Dispatcher) finishGroup(ctx context.Context, q store.Queries, locked ma
 // finishBatch is finishGroup's batch: it records what it can and returns the records
 // left for finishIn.
 func (d *Dispatcher) finishBatch(ctx context.Context, q store.Queries, bq store.BatchQueries, locked map[string]store.Run, group []*record) ([]*record, error) {
-	now, err := d.Read(ctx, q)
-	if err != nil {
-		return nil, err
+	// The transaction's now is read only if an outcome needs it (a retry's not_before):
+	// a group of completions costs no clock read.
+	var now time.Time
+	for _, it := range group {
+		if it.res.Outcome != connector.Sent {
+			var err error
+			if now, err = d.Read(ctx, q); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 	at := d.At()
 	var rest, batch []*record
@@ -159,33 +167,34 @@ func (d *Dispatcher) finishBatch(ctx context.Context, q store.Queries, bq store.
 		return rest, nil
 	}
 	ps := make([]store.EffectUpdateParams, len(plans))
+	evs := make([][]store.EventInsertParams, len(plans))
 	for i := range plans {
 		ps[i] = plans[i].update
+		for _, ev := range plans[i].events() {
+			detail, err := json.Marshal(ev.detail)
+			if err != nil {
+				return nil, err
+			}
+			evs[i] = append(evs[i], store.EventInsertParams{RunKey: batch[i].e.RunKey, Kind: string(ev.kind), Actor: ev.actor,
+				Detail: detail, Now: ev.at})
+		}
 	}
-	updated, applied, err := bq.EffectUpdateMany(ctx, ps)
+	// One statement: the compare-and-sets, and the events of those that applied.
+	updated, applied, err := bq.EffectUpdateMany(ctx, ps, evs)
 	if err != nil {
 		return nil, err
 	}
-	var evs []store.EventInsertParams
 	for i, it := range batch {
 		switch {
 		case applied[i]:
 			it.out, it.err = outcome{effect: updated[i], alert: plans[i].alert}, nil
-			for _, ev := range plans[i].events() {
-				detail, err := json.Marshal(ev.detail)
-				if err != nil {
-					return nil, err
-				}
-				evs = append(evs, store.EventInsertParams{RunKey: it.e.RunKey, Kind: string(ev.kind), Actor: ev.actor,
-					Detail: detail, Now: ev.at})
-			}
 		case plans[i].reconcilable:
 			rest = append(rest, it) // finishIn tries the reconciliation of our lapsed lease
 		default:
 			it.out, it.err = outcome{}, ErrEffectLeaseLost
 		}
 	}
-	return rest, bq.EventInsertMany(ctx, evs)
+	return rest, nil
 }
 
 // isolate records each outcome of a group that failed together in its own savepoint of

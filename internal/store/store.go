@@ -150,12 +150,11 @@ type BatchQueries interface {
 	// EffectUpdateMany applies several outcome compare-and-sets in one statement, each
 	// exactly as EffectUpdate would: From exactly [sending], Owner set, To any state but
 	// sending, and no field besides ProviderID, NotBefore, ErrorClass and Now (the same
-	// Now for all); ids distinct. Anything else is refused
-	// whole with ErrUnbatchable. It returns, by index, the updated effect and whether
-	// that update applied (false: ErrNoMatch for that one alone).
-	EffectUpdateMany(ctx context.Context, ps []EffectUpdateParams) ([]Effect, []bool, error)
-	// EventInsertMany inserts events in the order given, in one statement.
-	EventInsertMany(ctx context.Context, ps []EventInsertParams) error
+	// Now for all); ids distinct. Anything else is refused whole with ErrUnbatchable. In
+	// the same statement it inserts events[i] for each update i that applied, all in the
+	// order given (events may be shorter than ps). It returns, by index, the updated
+	// effect and whether that update applied (false: ErrNoMatch for that one alone).
+	EffectUpdateMany(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) ([]Effect, []bool, error)
 }
 
 // ErrUnbatchable: EffectUpdateMany was given an update it does not apply in a batch.

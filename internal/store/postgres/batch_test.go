@@ -70,11 +70,25 @@ func TestEffectUpdateManyIsEffectUpdate(t *testing.T) {
 	// The fifth is not ours: a lease lost (another owner).
 	ps = append(ps, store.EffectUpdateParams{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, Owner: "owner-1",
 		To: store.EffectCompleted, ProviderID: &pid})
+	// Two events for each update (three for the first), in an order the ids must keep.
+	evs := make([][]store.EventInsertParams, len(ps))
+	var wantKinds []string
+	for i := range ps {
+		for j := range 2 + btoi(i == 0) {
+			kind := fmt.Sprintf("k%d-%d", i, j)
+			evs[i] = append(evs[i], store.EventInsertParams{RunKey: "many", Kind: kind, Actor: "airlock",
+				Detail: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			if applies := i < 4; applies {
+				wantKinds = append(wantKinds, kind)
+			}
+		}
+	}
+	evs[1][0].Detail = nil
 	var got []store.Effect
 	var applied []bool
 	err := st.Transact(ctx, func(q store.Queries) error {
 		var err error
-		got, applied, err = q.(store.BatchQueries).EffectUpdateMany(ctx, ps)
+		got, applied, err = q.(store.BatchQueries).EffectUpdateMany(ctx, ps, evs)
 		return err
 	})
 	if err != nil {
@@ -105,20 +119,40 @@ func TestEffectUpdateManyIsEffectUpdate(t *testing.T) {
 	if e, _ := st.EffectGet(ctx, many[4].ID); e.State != store.EffectSending || e.LeaseOwner != "owner-2" {
 		t.Errorf("the other owner's effect became %s/%q", e.State, e.LeaseOwner)
 	}
+	// Only the events of the updates that applied, in the order given.
+	rows, err := st.Pool().Query(ctx, `SELECT kind, detail IS NULL FROM events WHERE run_key = 'many' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for rows.Next() {
+		var kind string
+		var null bool
+		if err := rows.Scan(&kind, &null); err != nil {
+			t.Fatal(err)
+		}
+		if null != (kind == "k1-0") {
+			t.Errorf("event %s: detail null %t", kind, null)
+		}
+		kinds = append(kinds, kind)
+	}
+	if fmt.Sprint(kinds) != fmt.Sprint(wantKinds) {
+		t.Errorf("events %v, want %v", kinds, wantKinds)
+	}
 	for _, bad := range []store.EffectUpdateParams{
 		{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, To: store.EffectPending},                                  // unfenced
 		{ID: many[4].ID, From: []store.EffectState{store.EffectUnknown}, Owner: "owner-2", To: store.EffectCompleted},              // not from sending
 		{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, Owner: "owner-2", To: store.EffectSending, Started: true}, // a begin-mark
 		{ID: many[4].ID, From: []store.EffectState{store.EffectSending}, Owner: "owner-2", To: store.EffectPending, ReleaseAttempt: true},
 	} {
-		_, _, err := st.EffectUpdateMany(ctx, []store.EffectUpdateParams{bad})
+		_, _, err := st.EffectUpdateMany(ctx, []store.EffectUpdateParams{bad}, nil)
 		if !errors.Is(err, store.ErrUnbatchable) {
 			t.Errorf("%+v: %v, want ErrUnbatchable", bad, err)
 		}
 	}
 	twice := []store.EffectUpdateParams{ps[4], ps[4]}
 	twice[0].Owner, twice[1].Owner = "owner-2", "owner-2"
-	if _, _, err := st.EffectUpdateMany(ctx, twice); !errors.Is(err, store.ErrUnbatchable) {
+	if _, _, err := st.EffectUpdateMany(ctx, twice, nil); !errors.Is(err, store.ErrUnbatchable) {
 		t.Errorf("one id twice: %v, want ErrUnbatchable", err)
 	}
 	// The counters saw exactly the moves.
@@ -133,44 +167,41 @@ func TestEffectUpdateManyIsEffectUpdate(t *testing.T) {
 	}
 }
 
-// EventInsertMany keeps the order given (ids ascending), and a value PostgreSQL cannot
-// store refuses the statement whole as store.ErrInvalidValue.
-func TestEventInsertManyOrderAndRefusal(t *testing.T) {
+// A value PostgreSQL cannot store in one of the events refuses the statement whole, as
+// store.ErrInvalidValue (the recorder then isolates the outcomes): no update applies.
+func TestEffectUpdateManyRefusedEvent(t *testing.T) {
 	st := storetest.OpenPostgres(t, nil).(*postgres.Store)
 	ctx := context.Background()
-	leased(t, st, "run", "o", 1)
-	var ps []store.EventInsertParams
-	for i := range 50 {
-		ps = append(ps, store.EventInsertParams{RunKey: "run", Kind: fmt.Sprintf("k%02d", i), Actor: "airlock",
-			Detail: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
-	}
-	ps[7].Detail = nil
-	if err := st.EventInsertMany(ctx, ps); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := st.Pool().Query(ctx, `SELECT kind, detail IS NULL FROM events WHERE run_key = 'run' ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := 0
-	for rows.Next() {
-		var kind string
-		var null bool
-		if err := rows.Scan(&kind, &null); err != nil {
-			t.Fatal(err)
+	effs := leased(t, st, "run", "o", 2)
+	pid := "p"
+	var ps []store.EffectUpdateParams
+	var evs [][]store.EventInsertParams
+	for i, e := range effs {
+		ps = append(ps, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: "o",
+			To: store.EffectCompleted, ProviderID: &pid})
+		detail := json.RawMessage(`{"ok":1}`)
+		if i == 1 {
+			detail = json.RawMessage(`{"x":"\u0000"}`)
 		}
-		if kind != ps[i].Kind || null != (i == 7) {
-			t.Errorf("event %d: %s (detail null %t), want %s", i, kind, null, ps[i].Kind)
-		}
-		i++
+		evs = append(evs, []store.EventInsertParams{{RunKey: "run", Kind: "effect_completed", Actor: "airlock", Detail: detail}})
 	}
-	if i != len(ps) {
-		t.Errorf("%d events, want %d", i, len(ps))
-	}
-	bad := []store.EventInsertParams{{RunKey: "run", Kind: "ok", Actor: "a"},
-		{RunKey: "run", Kind: "bad", Actor: "a", Detail: json.RawMessage(`{"x":"\u0000"}`)}}
-	err = st.Transact(ctx, func(q store.Queries) error { return q.(store.BatchQueries).EventInsertMany(ctx, bad) })
+	err := st.Transact(ctx, func(q store.Queries) error {
+		_, _, err := q.(store.BatchQueries).EffectUpdateMany(ctx, ps, evs)
+		return err
+	})
 	if !errors.Is(err, store.ErrInvalidValue) {
-		t.Errorf("a NUL in a detail: %v, want ErrInvalidValue", err)
+		t.Fatalf("a NUL in a detail: %v, want ErrInvalidValue", err)
 	}
+	for _, e := range effs {
+		if got, _ := st.EffectGet(ctx, e.ID); got.State != store.EffectSending {
+			t.Errorf("%s: %s after the refused statement", e.ID, got.State)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

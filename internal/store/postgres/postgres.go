@@ -529,41 +529,6 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 	return e, nil
 }
 
-// EventInsertMany inserts events in the order given in one statement: the ids follow
-// that order (the rows reach the insert sorted by their position).
-func (q queries) EventInsertMany(ctx context.Context, ps []store.EventInsertParams) error {
-	if len(ps) == 0 {
-		return nil
-	}
-	n := len(ps)
-	keys, kinds, actors := make([]string, n), make([]string, n), make([]string, n)
-	versions, ats := make([]int64, n), make([]*time.Time, n)
-	metas, details := make([]*string, n), make([]*string, n)
-	for i, p := range ps {
-		keys[i], kinds[i], actors[i], versions[i], ats[i] = p.RunKey, p.Kind, p.Actor, p.Version, p.Now
-		metas[i], details[i] = textArg(p.Meta), textArg(p.Detail)
-	}
-	_, err := q.db.Exec(ctx, `
-		INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-		SELECT u.run_key, coalesce(u.at, now()), u.kind, u.version, u.actor, u.meta::jsonb, u.detail::jsonb
-		FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[])
-		     WITH ORDINALITY AS u(run_key, at, kind, version, actor, meta, detail, i)
-		ORDER BY u.i`, keys, ats, kinds, versions, actors, metas, details)
-	if err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
-	return nil
-}
-
-// textArg is a JSON document as a text array element: NULL for none.
-func textArg(raw []byte) *string {
-	if raw == nil {
-		return nil
-	}
-	s := string(raw)
-	return &s
-}
-
 func (q queries) EventExistsExcept(ctx context.Context, key string, kinds []string) (bool, error) {
 	var found bool
 	err := q.db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM events WHERE run_key = $1 AND kind <> ALL($2::text[]))`,
