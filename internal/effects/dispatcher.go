@@ -106,7 +106,6 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-t.C:
 		case <-d.wakeC:
-			d.gather(ctx)
 		}
 	}
 	done := make(chan struct{})
@@ -120,38 +119,6 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 	<-lateDone
 	d.flushLate(ctx)
-}
-
-// gatherWindow bounds how long a wake that finds little room waits for more (gather).
-const gatherWindow = 5 * time.Millisecond
-
-// gather lets a wake that finds fewer than a quarter of the slots free wait up to
-// gatherWindow for more: sends that finish together free their slots within a few
-// milliseconds, and one lease and begin-mark of many effects costs the database far less
-// than several of a few (issue 23). An idle instance (every slot free) leases at once.
-func (d *Dispatcher) gather(ctx context.Context) {
-	want := max(1, d.Concurrency/4)
-	if d.free() >= want {
-		return
-	}
-	deadline := time.NewTimer(gatherWindow)
-	defer deadline.Stop()
-	for d.free() < want {
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			return
-		case <-d.wakeC:
-		}
-	}
-}
-
-// free is how many more sends this instance may start now.
-func (d *Dispatcher) free() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.Concurrency - d.total
 }
 
 // Tick runs one round and waits for it: expired leases are swept, late outcomes that are
