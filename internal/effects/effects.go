@@ -516,6 +516,12 @@ func (s *Service) raise(ctx context.Context, e store.Effect, res connector.Resul
 // finishIn records a send's outcome inside q's transaction; the caller holds the run's
 // lock. expired (the sweeper) applies it only if the lease has lapsed at the statement.
 func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect, owner string, res connector.Result, actor string, expired bool) (outcome, error) {
+	return s.finishInRun(ctx, q, e, owner, res, actor, expired, true)
+}
+
+// finishInRun is finishIn; settle false skips settleApproved, for a caller whose lock on
+// the run showed it is not approved (then recording cannot settle it: see finishBatch).
+func (s *Service) finishInRun(ctx context.Context, q store.Queries, e store.Effect, owner string, res connector.Result, actor string, expired, settle bool) (outcome, error) {
 	now, err := s.Read(ctx, q)
 	if err != nil {
 		return outcome{}, err
@@ -543,8 +549,10 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 	if err := runs.Event(ctx, q, evs[0].at, e.RunKey, evs[0].kind, 0, evs[0].actor, nil, evs[0].detail); err != nil {
 		return outcome{}, err
 	}
-	if err := s.settleApproved(ctx, q, e.RunKey, pl.update.To); err != nil {
-		return outcome{}, err
+	if settle {
+		if err := s.settleApproved(ctx, q, e.RunKey, pl.update.To); err != nil {
+			return outcome{}, err
+		}
 	}
 	for _, ev := range evs[1:] {
 		if err := runs.Event(ctx, q, ev.at, e.RunKey, ev.kind, 0, ev.actor, nil, ev.detail); err != nil {

@@ -106,10 +106,11 @@ func (r *recorder) flush(ctx context.Context, group []*record) {
 
 // finishGroup records a group's outcomes inside q's transaction, which holds their runs'
 // locks (locked: the runs as locked). Where the store offers it (store.BatchQueries), the
-// outcomes whose run needs no settling are written with one compare-and-set statement
-// for all and one insert for all their events, in the order finishIn writes them; the
-// others, and a Sent outcome whose lease lapsed (the reconciliation path), go through
-// finishIn one by one. Every record of the group gets its answer.
+// outcomes whose run needs no settling are written with one statement for all (their
+// compare-and-sets and their events, in the order finishIn writes them); the others, and
+// a Sent outcome whose lease lapsed (the reconciliation path), go through finishIn one by
+// one — which does not read a run again that its lock showed is not approved. Every
+// record of the group gets its answer.
 func (d *Dispatcher) finishGroup(ctx context.Context, q store.Queries, locked map[string]store.Run, group []*record) error {
 	rest := group
 	if bq, ok := q.(store.BatchQueries); ok {
@@ -119,7 +120,9 @@ func (d *Dispatcher) finishGroup(ctx context.Context, q store.Queries, locked ma
 		}
 	}
 	for _, it := range rest {
-		it.out, it.err = d.finishIn(ctx, q, it.e, it.owner, it.res, "airlock", false)
+		run, found := locked[it.e.RunKey]
+		settle := !found || run.State == store.StateApproved // see finishBatch
+		it.out, it.err = d.finishInRun(ctx, q, it.e, it.owner, it.res, "airlock", false, settle)
 		if it.err != nil && !errors.Is(it.err, ErrEffectLeaseLost) {
 			return it.err
 		}
