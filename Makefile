@@ -6,7 +6,7 @@ export GOTOOLCHAIN := local
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERSION)
 
-.PHONY: build release test lint bench bench-outbox
+.PHONY: build release test lint bench bench-outbox bench-cpu
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o airlock ./cmd/airlock
 
@@ -38,3 +38,7 @@ bench:
 # The outbox beside River, through the public API (docs/benchmarks.md: Benchmarking the outbox).
 bench-outbox:
 	bash scripts/bench-outbox.sh
+
+# CPU per effect and per claim beside River and pgbench (docs/benchmarks.md: CPU per operation).
+bench-cpu:
+	bash scripts/bench-cpu.sh

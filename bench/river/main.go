@@ -11,23 +11,41 @@
 //	--mode latency     with the client idle, inserts --count single jobs one at a time and
 //	                   reports insert return → job start p50/p99.
 //
-// Each job does nothing (or sleeps --sleep). The last line is a "result key=value…"
+//	--mode provider    serves the no-op HTTP provider on --listen (200 with an id at once),
+//	                   counting each Idempotency-Key, until SIGTERM/SIGINT; then prints
+//	                   its counts (duplicates included). A process of its own, so its
+//	                   CPU is not River's.
+//
+// Each job does nothing (or sleeps --sleep), or with --post-url makes the HTTP POST
+// airlock's http connector makes for an effect (JSON body, Idempotency-Key header) and
+// fails on anything but 2xx. With --cpu-pg-pid (Linux) the result also carries the CPU
+// of the drain: this process's user+sys time (getrusage) and the PostgreSQL cluster's
+// (that postmaster, its live children and the children it reaped, from /proc), from just
+// before Start to the last completion. The last line is a "result key=value…"
 // summary in the same shape as `airlock bench effects`.
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,6 +65,8 @@ func (benchArgs) Kind() string { return "bench" }
 type benchWorker struct {
 	river.WorkerDefaults[benchArgs]
 	sleep   time.Duration
+	postURL string
+	client  *http.Client
 	first   atomic.Int64 // unix nanos of the first job start
 	mu      sync.Mutex
 	waiters map[int]chan time.Time
@@ -67,6 +87,29 @@ func (w *benchWorker) Work(ctx context.Context, job *river.Job[benchArgs]) error
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if w.postURL != "" {
+		return w.post(ctx, job)
+	}
+	return nil
+}
+
+// post is the send of an effect: POST the job's args as JSON with its Idempotency-Key.
+func (w *benchWorker) post(ctx context.Context, job *river.Job[benchArgs]) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.postURL, bytes.NewReader(job.EncodedArgs))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "river-"+strconv.Itoa(job.Args.Seq))
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("provider: %s", resp.Status)
 	}
 	return nil
 }
@@ -89,6 +132,10 @@ type options struct {
 	fetchPollInterval time.Duration
 	timeout           time.Duration
 	gap               time.Duration
+	postURL           string
+	listen            string
+	cpuPG             int
+	pool              int
 }
 
 func main() {
@@ -103,7 +150,17 @@ func main() {
 	flag.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", 0, "tuned: FetchPollInterval (default 50ms)")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long from Start")
 	flag.DurationVar(&o.gap, "gap", 100*time.Millisecond, "latency: wait a random time below this between samples")
+	flag.StringVar(&o.postURL, "post-url", "", "each job POSTs to this URL (the no-op provider) instead of doing nothing")
+	flag.StringVar(&o.listen, "listen", "127.0.0.1:0", "provider: where to listen")
+	flag.IntVar(&o.cpuPG, "cpu-pg-pid", 0, "throughput: the postmaster's pid, to measure CPU per job (Linux /proc)")
 	flag.Parse()
+	if o.mode == "provider" {
+		if err := provide(o.listen); err != nil {
+			fmt.Fprintln(os.Stderr, "riverbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "riverbench:", err)
 		os.Exit(1)
@@ -127,7 +184,13 @@ func run(ctx context.Context, o options) error {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	worker := &benchWorker{sleep: o.sleep, waiters: map[int]chan time.Time{}}
+	worker := &benchWorker{sleep: o.sleep, postURL: o.postURL, waiters: map[int]chan time.Time{}}
+	if o.postURL != "" {
+		// Like airlock's http connector: http.DefaultTransport's settings, more idle conns.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 1024
+		worker.client = &http.Client{Transport: t, Timeout: 10 * time.Second}
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	cfg := &river.Config{
@@ -175,6 +238,14 @@ func throughput(ctx context.Context, client *river.Client[pgx.Tx], worker *bench
 	fmt.Printf("inserted %d jobs in %.2fs (%.0f/s)\n", o.count, inserted.Seconds(), rate(o.count, inserted))
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed}, ChanSize: o.count + 100})
 	defer cancel()
+	var pg0, self0 time.Duration
+	if o.cpuPG > 0 {
+		var err error
+		if pg0, err = clusterCPU(o.cpuPG); err != nil {
+			return fmt.Errorf("cpu: %w", err)
+		}
+		self0 = selfCPU()
+	}
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return err
@@ -203,14 +274,25 @@ wait:
 		window = end.Sub(time.Unix(0, first))
 	}
 	fromStart := end.Sub(start)
+	cpu := ""
+	if o.cpuPG > 0 {
+		pg1, err := clusterCPU(o.cpuPG)
+		if err != nil {
+			return fmt.Errorf("cpu: %w", err)
+		}
+		dproc, dpg := selfCPU()-self0, pg1-pg0
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(done, 1)) }
+		cpu = fmt.Sprintf(" cpu_process_s=%.2f cpu_pg_s=%.2f cpu_us_per_op=%.0f cpu_pg_us_per_op=%.0f cpu_process_us_per_op=%.0f",
+			dproc.Seconds(), dpg.Seconds(), per(dproc+dpg), per(dpg), per(dproc))
+	}
 	if done == o.count {
 		fmt.Printf("all %d completed %.2fs after the first job start (%.0f jobs/s); %.2fs after Start (%.0f jobs/s)\n",
 			done, window.Seconds(), rate(done, window), fromStart.Seconds(), rate(done, fromStart))
 	} else {
 		fmt.Printf("did not finish in %s: %d of %d completed, %d failed\n", o.timeout, done, o.count, failed)
 	}
-	fmt.Printf("result system=river variant=%s mode=throughput count=%d completed=%d finished=%t seconds=%.3f rate=%.1f from=start from_start_seconds=%.3f from_start_rate=%.1f duplicates=0 queue_rate=%.1f\n",
-		o.variant, o.count, done, done == o.count, window.Seconds(), rate(done, window), fromStart.Seconds(), rate(done, fromStart), rate(o.count, inserted))
+	fmt.Printf("result system=river variant=%s mode=throughput count=%d completed=%d finished=%t seconds=%.3f rate=%.1f from=start from_start_seconds=%.3f from_start_rate=%.1f duplicates=0 queue_rate=%.1f%s\n",
+		o.variant, o.count, done, done == o.count, window.Seconds(), rate(done, window), fromStart.Seconds(), rate(done, fromStart), rate(o.count, inserted), cpu)
 	if done < o.count {
 		return fmt.Errorf("did not finish in %s", o.timeout)
 	}
@@ -273,3 +355,87 @@ func rate(n int, d time.Duration) float64 {
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// selfCPU is this process's user+sys time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clusterCPU is a process tree's CPU (a PostgreSQL cluster by its postmaster): the root's
+// user+sys, its reaped children's, and its live descendants' (from /proc, USER_HZ 100).
+// A backend exiting between two samples moves from live to reaped whole.
+func clusterCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:15] { // utime stime cutime cstime
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	total := time.Duration(ticks) * (time.Second / 100)
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		for _, k := range strings.Fields(string(kids)) {
+			if c, err := strconv.Atoi(k); err == nil {
+				if d, err := clusterCPU(c); err == nil {
+					total += d
+				}
+			}
+		}
+	}
+	return total, nil
+}
+
+// provide serves the no-op provider until SIGTERM or SIGINT, then prints its counts.
+func provide(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	total, dups := 0, 0
+	var n atomic.Int64
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		k := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		total++
+		seen[k]++
+		if seen[k] > 1 {
+			dups++
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"p-%d"}`, n.Add(1))
+	})}
+	fmt.Printf("listening %s\n", ln.Addr())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() { <-sig; _ = srv.Close() }()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Printf("provider requests=%d keys=%d duplicates=%d\n", total, len(seen), dups)
+	return nil
+}

@@ -29,13 +29,20 @@ func benchCmd() *cobra.Command {
 	var concurrency int
 	var duration time.Duration
 	var dupEvery int
+	var baseline bool
+	var cpuPG, cpuPid int
 	claims := &cobra.Command{
 		Use:   "claims",
 		Short: "Claim keys as fast as possible and print throughput and p50/p99 latency",
 		Long: `claims sends POST /v1/runs/claim from --concurrency workers for --duration and prints
 throughput and latency percentiles. Every --duplicate-every-th request repeats a key
 already claimed (a duplicate delivery). First it measures GET /healthz the same way:
-that baseline is the cost of HTTP itself, so the ratio is what a claim adds.
+that baseline is the cost of HTTP itself, so the ratio is what a claim adds
+(--baseline=false skips it).
+
+--cpu-pg-pid PID and --cpu-pid PID (Linux) measure the CPU of the claims phase: the
+PostgreSQL cluster's (that postmaster, its live and reaped children, from /proc) and the
+airlock serve process's user+sys time, per claim.
 
 The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 		Args: cobra.NoArgs,
@@ -54,8 +61,20 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 				Transport: &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency},
 			}}
 			out := cmd.OutOrStdout()
-			base := b.run(cmd.Context(), concurrency, duration, func(int, int) (int, error) { return b.get("/healthz") })
-			fmt.Fprintf(out, "baseline GET /healthz  %s\n", base)
+			var base benchResult
+			if baseline {
+				base = b.run(cmd.Context(), concurrency, duration, func(int, int) (int, error) { return b.get("/healthz") })
+				fmt.Fprintf(out, "baseline GET /healthz  %s\n", base)
+			}
+			meter := &cpuMeter{pg: cpuPG}
+			if cpuPid > 0 {
+				meter.pids = []int{cpuPid}
+			}
+			if meter.enabled() {
+				if err := meter.start(); err != nil {
+					return err
+				}
+			}
 			prefix := randomHex(6)
 			res := b.run(cmd.Context(), concurrency, duration, func(worker, i int) (int, error) {
 				n := i
@@ -65,6 +84,13 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 				return b.claim(fmt.Sprintf("bench-%s-%d-%d", prefix, worker, n))
 			})
 			fmt.Fprintf(out, "POST /v1/runs/claim    %s\n", res)
+			if meter.enabled() {
+				cpu, err := meter.result(res.statuses[http.StatusCreated] + res.statuses[http.StatusOK])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "result mode=claims requests=%d rate=%.1f %s\n", res.requests, res.throughput, cpu)
+			}
 			if base.throughput > 0 && res.throughput > 0 {
 				fmt.Fprintf(out, "claim/healthz: throughput ×%.2f, p50 ×%.2f, p99 ×%.2f\n",
 					res.throughput/base.throughput, ratio(res.p50, base.p50), ratio(res.p99, base.p99))
@@ -80,6 +106,9 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 	claims.Flags().IntVar(&concurrency, "concurrency", 8, "concurrent workers")
 	claims.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase runs")
 	claims.Flags().IntVar(&dupEvery, "duplicate-every", 10, "every Nth claim repeats a key (0: never)")
+	claims.Flags().BoolVar(&baseline, "baseline", true, "measure GET /healthz first")
+	claims.Flags().IntVar(&cpuPG, "cpu-pg-pid", 0, "the postmaster's pid: measure the cluster's CPU per claim (Linux /proc)")
+	claims.Flags().IntVar(&cpuPid, "cpu-pid", 0, "with --cpu-pg-pid: the airlock serve process to measure too")
 	cmd.AddCommand(claims, benchEffectsCmd())
 	return cmd
 }

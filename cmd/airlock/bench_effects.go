@@ -36,6 +36,8 @@ type benchEffectsOpts struct {
 	then           string
 	timeout        time.Duration
 	gap            time.Duration
+	cpuPG          int    // postmaster pid: measure the cluster's CPU over the drain
+	cpuPidFile     string // pids of the dispatching instances, written by --then
 }
 
 func benchEffectsCmd() *cobra.Command {
@@ -62,6 +64,12 @@ http.url at the provider, so this measures whatever dispatcher is in their binar
 the dispatching instances and return), then measures: both airlock and a job queue then
 work a pre-filled queue. Queue through an instance whose policy has dispatch: {disabled:
 true} so nothing is sent before CMD runs.
+
+--cpu-pg-pid PID (throughput with --then, Linux) measures CPU: the PostgreSQL cluster's
+(that postmaster, its live children and the children it reaped, from /proc) from just
+before --then to the last completion, and the user+sys time of the processes whose pids
+--then wrote into --cpu-pid-file (the dispatching instances, from their start: their
+startup is included). The result line then carries cpu_* fields, per effect.
 
 A run that does not finish within --timeout reports how far it got and fails instead of
 hanging. The last line of the output is a "result key=value…" summary for scripts.
@@ -119,6 +127,8 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 	f.StringVar(&o.then, "then", "", "queue everything first, then run this command (sh -c) to start dispatching")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up (and fail) after this long, measured from dispatch start")
 	f.DurationVar(&o.gap, "gap", 100*time.Millisecond, "latency: wait a random time below this between samples")
+	f.IntVar(&o.cpuPG, "cpu-pg-pid", 0, "throughput with --then: the postmaster's pid, to measure CPU per effect (Linux /proc)")
+	f.StringVar(&o.cpuPidFile, "cpu-pid-file", "", "with --cpu-pg-pid: a file where --then writes the dispatching instances' pids")
 	return cmd
 }
 
@@ -230,6 +240,15 @@ func benchThroughput(ctx context.Context, out io.Writer, b bencher, prov *benchP
 	queued := time.Since(queueStart)
 	fmt.Fprintf(out, "queued %d effects in %.2fs (%.0f/s) through %s\n", o.count, queued.Seconds(), rate(o.count, queued), b.url)
 	start, startLabel := queueStart, "first queue request"
+	meter := &cpuMeter{pg: o.cpuPG}
+	if meter.enabled() {
+		if o.then == "" || o.cpuPidFile == "" {
+			return errors.New("--cpu-pg-pid needs --then and --cpu-pid-file")
+		}
+		if err := meter.start(); err != nil {
+			return err
+		}
+	}
 	if o.then != "" {
 		if st := prov.stats(); st.total > 0 {
 			return fmt.Errorf("the provider got %d requests before --then ran: queue through an instance with dispatch: {disabled: true}", st.total)
@@ -242,6 +261,11 @@ func benchThroughput(ctx context.Context, out io.Writer, b bencher, prov *benchP
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--then: %w", err)
+		}
+		if meter.enabled() {
+			if meter.pids, err = readPids(o.cpuPidFile); err != nil {
+				return err
+			}
 		}
 	}
 	done, end, states, err := b.waitCompleted(ctx, prov, o.count, base, start.Add(o.timeout))
@@ -257,6 +281,13 @@ func benchThroughput(ctx context.Context, out io.Writer, b bencher, prov *benchP
 	res := fmt.Sprintf("result mode=throughput count=%d completed=%d finished=%t seconds=%.3f rate=%.1f from=%s from_start_seconds=%.3f from_start_rate=%.1f duplicates=%d queue_rate=%.1f",
 		o.count, done, done == o.count, window.Seconds(), rate(done, window), strings.ReplaceAll(startLabel, " ", "_"),
 		fromStart.Seconds(), rate(done, fromStart), st.duplicates, rate(o.count, queued))
+	if meter.enabled() {
+		cpu, err := meter.result(done)
+		if err != nil {
+			return err
+		}
+		res += " " + cpu
+	}
 	if done == o.count {
 		fmt.Fprintf(out, "all %d completed %.2fs after the first send (%.0f effects/s); %.2fs after the %s (%.0f effects/s)\n",
 			done, window.Seconds(), rate(done, window), fromStart.Seconds(), startLabel, rate(done, fromStart))

@@ -37,7 +37,7 @@ var requeueCensus = map[string][]string{
 	"postgres.EffectRequeueFailed": {"RequeueFailedOnlyTakesFailed"},
 	"sqlite.EffectRequeueFailed":   {"RequeueFailedOnlyTakesFailed"},
 	// Back to pending, fenced by the lease that tried (its owner is never reused).
-	"effects.finishIn":      {"StaleRetryOutcomeLoses"},
+	"effects.planOutcome":   {"StaleRetryOutcomeLoses"}, // finishIn and the batch of record.go apply its plan
 	"effects.block":         {"KillSwitchThatCommitsFirstWins"},
 	"effects.requeueUnsent": {"SweeperCannotRequeueABegunSend"},
 	// Back to pending by a decision on a row read earlier, fenced by its version.

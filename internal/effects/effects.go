@@ -172,6 +172,69 @@ func (s *Service) raise(ctx context.Context, e store.Effect, res connector.Resul
 // finishIn records a send's outcome inside q's transaction; the caller holds the run's
 // lock. expired (the sweeper) applies it only if the lease has lapsed at the statement.
 func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect, owner string, res connector.Result, actor string, expired bool) (outcome, error) {
+	return s.finishInRun(ctx, q, e, owner, res, actor, expired, true)
+}
+
+// finishInRun is finishIn; settle false skips settleApproved, for a caller whose lock on
+// the run showed it is not approved (then recording cannot settle it: see finishBatch).
+func (s *Service) finishInRun(ctx context.Context, q store.Queries, e store.Effect, owner string, res connector.Result, actor string, expired, settle bool) (outcome, error) {
+	now, err := s.Read(ctx, q)
+	if err != nil {
+		return outcome{}, err
+	}
+	pl := s.planOutcome(e, owner, res, actor, expired, now, s.At())
+	out := outcome{alert: pl.alert}
+	out.effect, err = q.EffectUpdate(ctx, pl.update)
+	if errors.Is(err, store.ErrNoMatch) && pl.reconcilable {
+		// Our lease lapsed before the outcome was recorded (mid-send, or while the store
+		// refused writes) and the sweeper marked it unknown: a 2xx with its receipt is
+		// proof, so we reconcile it — but only the effect exactly as our lease left it
+		// (unknown for lease_expired, no lease since: the same attempt count), never one a
+		// person or a later send has moved on.
+		pl.reconcile()
+		out.effect, err = q.EffectUpdate(ctx, pl.update)
+	}
+	if errors.Is(err, store.ErrNoMatch) {
+		return outcome{}, ErrEffectLeaseLost
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	// The outcome's event, the run's settling (its transition), then the alert's event.
+	evs := pl.events()
+	if err := runs.Event(ctx, q, evs[0].at, e.RunKey, evs[0].kind, 0, evs[0].actor, nil, evs[0].detail); err != nil {
+		return outcome{}, err
+	}
+	if settle {
+		if err := s.settleApproved(ctx, q, e.RunKey, pl.update.To); err != nil {
+			return outcome{}, err
+		}
+	}
+	for _, ev := range evs[1:] {
+		if err := runs.Event(ctx, q, ev.at, e.RunKey, ev.kind, 0, ev.actor, nil, ev.detail); err != nil {
+			return outcome{}, err
+		}
+	}
+	return out, nil
+}
+
+// outcomePlan is what recording one send's outcome writes: the effect's compare-and-set
+// and the events that follow it. Planning reads nothing, so a group of outcomes can be
+// written with one statement per kind of row (record.go).
+type outcomePlan struct {
+	e            store.Effect
+	update       store.EffectUpdateParams
+	kind         store.EventKind
+	actor        string
+	detail       map[string]any
+	alert        string // the alert to raise after commit (and its event), if any
+	class        string
+	at           *time.Time
+	reconcilable bool // a Sent outcome whose compare-and-set may find the effect unknown by our lapsed lease
+}
+
+// planOutcome decides how a send's result is recorded, given the transaction's now.
+func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result, actor string, expired bool, now time.Time, at *time.Time) outcomePlan {
 	a := s.policy.Action(e.ActionType)
 	retry := policy.ActionRetry{MaxAttempts: 1, Backoff: policy.Duration(time.Second), MaxBackoff: policy.Duration(time.Second)}
 	idempotent := false
@@ -181,77 +244,71 @@ func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect,
 	if c := s.connectors[e.ActionType]; c != nil && e.Executor == store.ExecutorDispatcher {
 		idempotent = c.Idempotent()
 	}
-	var out outcome
-	now, err := s.Read(ctx, q)
-	if err != nil {
-		return out, err
-	}
 	if res.Outcome == connector.Sent {
 		// Whatever the connector: an id that some store cannot keep is kept in a safe form.
 		if id, note := connector.SafeProviderID(res.ProviderID); note != "" {
 			res.ProviderID, res.Note = id, note
 		}
 	}
-	class := res.Class
-	p := store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &class,
-		LeaseExpired: expired, Now: s.At()}
-	var kind store.EventKind
-	detail := map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
-	if class != "" {
-		detail["error_class"] = class
+	pl := outcomePlan{e: e, actor: actor, class: res.Class, at: at}
+	pl.update = store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &pl.class,
+		LeaseExpired: expired, Now: at}
+	pl.detail = map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
+	if pl.class != "" {
+		pl.detail["error_class"] = pl.class
 	}
 	switch {
 	case res.Outcome == connector.Sent:
-		p.To, p.ProviderID, kind = store.EffectCompleted, &res.ProviderID, store.EventEffectCompleted
-		detail["provider_id"] = res.ProviderID
+		id := res.ProviderID
+		pl.update.To, pl.update.ProviderID, pl.kind = store.EffectCompleted, &id, store.EventEffectCompleted
+		pl.detail["provider_id"] = res.ProviderID
 		if res.Note != "" {
-			detail["provider_id_note"] = res.Note
+			pl.detail["provider_id_note"] = res.Note
 		}
+		pl.reconcilable = !expired
 	case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
 		wait := policy.Backoff(retry.Backoff, retry.MaxBackoff, e.Attempts, res.RetryAfter)
 		nb := now.Add(wait)
-		p.To, p.NotBefore, kind = store.EffectPending, &nb, store.EventEffectRetryScheduled
-		detail["retry_in_ms"] = wait.Milliseconds()
+		pl.update.To, pl.update.NotBefore, pl.kind = store.EffectPending, &nb, store.EventEffectRetryScheduled
+		pl.detail["retry_in_ms"] = wait.Milliseconds()
 		if res.Outcome == connector.Ambiguous {
-			detail["ambiguous"] = true // resent with the same idempotency key: the provider de-duplicates
+			pl.detail["ambiguous"] = true // resent with the same idempotency key: the provider de-duplicates
 		}
 	case res.Outcome == connector.Ambiguous:
-		p.To, kind, out.alert = store.EffectUnknown, store.EventEffectUnknown, "effect_unknown"
+		pl.update.To, pl.kind, pl.alert = store.EffectUnknown, store.EventEffectUnknown, "effect_unknown"
 	default: // refused, or retryable past the cap
-		p.To, kind, out.alert = store.EffectFailed, store.EventEffectFailed, "effect_failed"
+		pl.update.To, pl.kind, pl.alert = store.EffectFailed, store.EventEffectFailed, "effect_failed"
 		if res.Outcome == connector.Retryable {
-			detail["retry_cap"] = retry.MaxAttempts
+			pl.detail["retry_cap"] = retry.MaxAttempts
 		}
 	}
-	out.effect, err = q.EffectUpdate(ctx, p)
-	if errors.Is(err, store.ErrNoMatch) && res.Outcome == connector.Sent && !expired {
-		// Our lease lapsed before the outcome was recorded (mid-send, or while the store
-		// refused writes) and the sweeper marked it unknown: a 2xx with its receipt is
-		// proof, so we reconcile it — but only the effect exactly as our lease left it
-		// (unknown for lease_expired, no lease since: the same attempt count), never one a
-		// person or a later send has moved on.
-		p.From, p.Owner, p.LeaseExpired = []store.EffectState{store.EffectUnknown}, "", false
-		p.Attempts, p.FromErrorClass = e.Attempts, LeaseExpiredClass
-		out.effect, err = q.EffectUpdate(ctx, p)
-		kind, detail["from"], detail["found"], detail["source"] = store.EventEffectReconciled, store.EffectUnknown, 1, LateOutcomeSource
+	return pl
+}
+
+// reconcile turns a Sent plan whose compare-and-set found no lease into the
+// reconciliation of the unknown effect our lapsed lease left (see finishIn).
+func (pl *outcomePlan) reconcile() {
+	pl.update.From, pl.update.Owner, pl.update.LeaseExpired = []store.EffectState{store.EffectUnknown}, "", false
+	pl.update.Attempts, pl.update.FromErrorClass = pl.e.Attempts, LeaseExpiredClass
+	pl.kind, pl.detail["from"], pl.detail["found"], pl.detail["source"] = store.EventEffectReconciled, store.EffectUnknown, 1, LateOutcomeSource
+	pl.reconcilable = false
+}
+
+type plannedEvent struct {
+	kind   store.EventKind
+	actor  string
+	detail map[string]any
+	at     *time.Time
+}
+
+// events are the events of a recorded outcome, in order: the outcome's, then its alert's.
+func (pl *outcomePlan) events() []plannedEvent {
+	evs := []plannedEvent{{kind: pl.kind, actor: pl.actor, detail: pl.detail, at: pl.at}}
+	if pl.alert != "" {
+		evs = append(evs, plannedEvent{kind: store.EventAlert, actor: "airlock", at: pl.at,
+			detail: map[string]any{"alert": pl.alert, "effect_id": pl.e.EffectID, "error_class": pl.class}})
 	}
-	if errors.Is(err, store.ErrNoMatch) {
-		return outcome{}, ErrEffectLeaseLost
-	}
-	if err != nil {
-		return outcome{}, err
-	}
-	if err := runs.Event(ctx, q, s.At(), e.RunKey, kind, 0, actor, nil, detail); err != nil {
-		return outcome{}, err
-	}
-	if err := s.settleApproved(ctx, q, e.RunKey, p.To); err != nil {
-		return outcome{}, err
-	}
-	if out.alert != "" {
-		return out, runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
-			map[string]any{"alert": out.alert, "effect_id": e.EffectID, "error_class": class})
-	}
-	return out, nil
+	return evs
 }
 
 // settleApproved finishes an approved run once its effects have: completed when none is

@@ -19,6 +19,7 @@ package effects
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -88,16 +89,11 @@ func (r *recorder) flush(ctx context.Context, group []*record) {
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	err := d.store.Transact(ctx, func(q store.Queries) error {
-		if _, err := q.RunLockKeys(ctx, keys); err != nil {
+		locked, err := q.RunLockKeys(ctx, keys)
+		if err != nil {
 			return err
 		}
-		for _, it := range group {
-			it.out, it.err = d.finishIn(ctx, q, it.e, it.owner, it.res, "airlock", false)
-			if it.err != nil && !errors.Is(it.err, ErrEffectLeaseLost) {
-				return it.err
-			}
-		}
-		return nil
+		return d.finishGroup(ctx, q, locked, group)
 	})
 	if err == nil {
 		return
@@ -107,6 +103,102 @@ func (r *recorder) flush(ctx context.Context, group []*record) {
 		return
 	}
 	r.isolate(ctx, keys, group)
+}
+
+// finishGroup records a group's outcomes inside q's transaction, which holds their runs'
+// locks (locked: the runs as locked). Where the store offers it (store.BatchQueries), the
+// outcomes whose run needs no settling are written with one statement for all (their
+// compare-and-sets and their events, in the order finishIn writes them); the others, and
+// a Sent outcome whose lease lapsed (the reconciliation path), go through finishIn one by
+// one — which does not read a run again that its lock showed is not approved. Every
+// record of the group gets its answer.
+func (d *Dispatcher) finishGroup(ctx context.Context, q store.Queries, locked map[string]store.Run, group []*record) error {
+	rest := group
+	if bq, ok := q.(store.BatchQueries); ok {
+		var err error
+		if rest, err = d.finishBatch(ctx, q, bq, locked, group); err != nil {
+			return err
+		}
+	}
+	for _, it := range rest {
+		run, found := locked[it.e.RunKey]
+		settle := !found || run.State == store.StateApproved // see finishBatch
+		it.out, it.err = d.finishInRun(ctx, q, it.e, it.owner, it.res, "airlock", false, settle)
+		if it.err != nil && !errors.Is(it.err, ErrEffectLeaseLost) {
+			return it.err
+		}
+	}
+	return nil
+}
+
+// finishBatch is finishGroup's batch: it records what it can and returns the records
+// left for finishIn.
+func (d *Dispatcher) finishBatch(ctx context.Context, q store.Queries, bq store.BatchQueries, locked map[string]store.Run, group []*record) ([]*record, error) {
+	// The transaction's now is read only if an outcome needs it (a retry's not_before):
+	// a group of completions costs no clock read.
+	var now time.Time
+	for _, it := range group {
+		if it.res.Outcome != connector.Sent {
+			var err error
+			if now, err = d.Read(ctx, q); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	at := d.At()
+	var rest, batch []*record
+	var plans []outcomePlan
+	seen := make(map[string]bool, len(group))
+	for _, it := range group {
+		// A run that is not approved under our lock stays so in this transaction (settling
+		// only moves a run out of approved): its outcomes settle nothing, and finishIn's
+		// settleApproved would only read it to find that out.
+		run, found := locked[it.e.RunKey]
+		if !found || run.State == store.StateApproved || seen[it.e.ID] {
+			rest = append(rest, it)
+			continue
+		}
+		pl := d.planOutcome(it.e, it.owner, it.res, "airlock", false, now, at)
+		if !pl.update.Batchable() {
+			rest = append(rest, it)
+			continue
+		}
+		seen[it.e.ID] = true
+		batch, plans = append(batch, it), append(plans, pl)
+	}
+	if len(batch) == 0 {
+		return rest, nil
+	}
+	ps := make([]store.EffectUpdateParams, len(plans))
+	evs := make([][]store.EventInsertParams, len(plans))
+	for i := range plans {
+		ps[i] = plans[i].update
+		for _, ev := range plans[i].events() {
+			detail, err := json.Marshal(ev.detail)
+			if err != nil {
+				return nil, err
+			}
+			evs[i] = append(evs[i], store.EventInsertParams{RunKey: batch[i].e.RunKey, Kind: string(ev.kind), Actor: ev.actor,
+				Detail: detail, Now: ev.at})
+		}
+	}
+	// One statement: the compare-and-sets, and the events of those that applied.
+	updated, applied, err := bq.EffectUpdateMany(ctx, ps, evs)
+	if err != nil {
+		return nil, err
+	}
+	for i, it := range batch {
+		switch {
+		case applied[i]:
+			it.out, it.err = outcome{effect: updated[i], alert: plans[i].alert}, nil
+		case plans[i].reconcilable:
+			rest = append(rest, it) // finishIn tries the reconciliation of our lapsed lease
+		default:
+			it.out, it.err = outcome{}, ErrEffectLeaseLost
+		}
+	}
+	return rest, nil
 }
 
 // isolate records each outcome of a group that failed together in its own savepoint of

@@ -144,6 +144,30 @@ type EffectListener interface {
 	ListenEffects(ctx context.Context, wake func())
 }
 
+// BatchQueries are statements a backend may offer for a group of rows at once
+// (PostgreSQL): one statement where Queries has one per row. A caller type-asserts its
+// Queries and otherwise does the same row by row; the results are the same either way.
+type BatchQueries interface {
+	// EffectUpdateMany applies several outcome compare-and-sets in one statement, each
+	// exactly as EffectUpdate would: From exactly [sending], Owner set, To any state but
+	// sending, and no field besides ProviderID, NotBefore, ErrorClass and Now (the same
+	// Now for all); ids distinct. Anything else is refused whole with ErrUnbatchable. In
+	// the same statement it inserts events[i] for each update i that applied, all in the
+	// order given (events may be shorter than ps). It returns, by index, the updated
+	// effect and whether that update applied (false: ErrNoMatch for that one alone).
+	EffectUpdateMany(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) ([]Effect, []bool, error)
+}
+
+// ErrUnbatchable: EffectUpdateMany was given an update it does not apply in a batch.
+var ErrUnbatchable = errors.New("store: this effect update is not an outcome a batch applies")
+
+// Batchable reports whether EffectUpdateMany applies p (see BatchQueries).
+func (p EffectUpdateParams) Batchable() bool {
+	return len(p.From) == 1 && p.From[0] == EffectSending && p.Owner != "" && p.To != EffectSending &&
+		p.To != "" && p.Version == 0 && p.Payload == nil && !p.ReleaseAttempt && !p.Started &&
+		!p.LeaseExpired && !p.NotStarted && p.Attempts == 0 && p.FromErrorClass == ""
+}
+
 // Store is one database. Methods on Store itself run outside any transaction.
 type Store interface {
 	Queries

@@ -382,3 +382,100 @@ func prefixed(alias, cols string) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// EffectUpdateMany is EffectUpdate for a group of outcomes in one statement (the
+// store.BatchQueries contract): the same compare-and-set (sending under the owner's
+// lease), the same columns set as EffectUpdate sets them for a move out of sending, and
+// the events of the updates that applied inserted by the same statement, in order (the
+// rows reach the insert sorted by their position, so their ids follow it).
+func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]store.Effect, []bool, error) {
+	if len(ps) == 0 {
+		return nil, nil, nil
+	}
+	n := len(ps)
+	ids, owners, tos := make([]string, n), make([]string, n), make([]string, n)
+	providerIDs, classes := make([]*string, n), make([]*string, n)
+	notBefore := make([]*time.Time, n)
+	index := make(map[string]int, n)
+	var ev eventArrays
+	for i, p := range ps {
+		if !p.Batchable() || !sameTime(p.Now, ps[0].Now) {
+			return nil, nil, fmt.Errorf("%w (effect %s to %s)", store.ErrUnbatchable, p.ID, p.To)
+		}
+		if _, dup := index[p.ID]; dup {
+			return nil, nil, fmt.Errorf("%w (effect %s twice)", store.ErrUnbatchable, p.ID)
+		}
+		index[p.ID] = i
+		ids[i], owners[i], tos[i] = p.ID, p.Owner, string(p.To)
+		providerIDs[i], classes[i], notBefore[i] = p.ProviderID, p.ErrorClass, p.NotBefore
+		if i < len(events) {
+			for _, e := range events[i] {
+				ev.add(p.ID, e)
+			}
+		}
+	}
+	// From sending, as EffectUpdate leaves a row it moves out of sending: no lease, not
+	// begun, due for reconciliation at once if unknown (next_check_at NULL, checks 0).
+	rows, err := q.db.Query(ctx, `
+		WITH u AS (
+		  UPDATE effects e
+		  SET state = u.state,
+		      provider_id = coalesce(u.provider_id, e.provider_id),
+		      not_before = coalesce(u.not_before, e.not_before),
+		      last_error_class = coalesce(u.class, e.last_error_class),
+		      lease_owner = '', lease_expires_at = NULL, send_started_at = NULL,
+		      next_check_at = NULL, checks = 0,
+		      updated_at = coalesce($7::timestamptz, now()),
+		      version = e.version + 1
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
+		       AS u(id, owner, state, provider_id, not_before, class)
+		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner
+		  RETURNING `+prefixed("e.", effectColumns)+`
+		), ev AS (
+		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
+		  SELECT v.run_key, coalesce(v.at, now()), v.kind, v.version, v.actor, v.meta::jsonb, v.detail::jsonb
+		  FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[])
+		       WITH ORDINALITY AS v(effect, run_key, at, kind, version, actor, meta, detail, i)
+		  WHERE v.effect IN (SELECT id FROM u)
+		  ORDER BY v.i
+		)
+		SELECT `+effectColumns+` FROM u`, ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now,
+		ev.effects, ev.keys, ev.ats, ev.kinds, ev.versions, ev.actors, ev.metas, ev.details)
+	got, err := collectEffects(rows, err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update effects: %w", err)
+	}
+	out, applied := make([]store.Effect, n), make([]bool, n)
+	for _, e := range got {
+		i := index[e.ID]
+		out[i], applied[i] = e, true
+	}
+	return out, applied, nil
+}
+
+// eventArrays are events as the arrays of a multi-row insert, each tied to an effect.
+type eventArrays struct {
+	effects, keys, kinds, actors []string
+	versions                     []int64
+	ats                          []*time.Time
+	metas, details               []*string
+}
+
+func (c *eventArrays) add(effect string, p store.EventInsertParams) {
+	c.effects, c.keys, c.kinds, c.actors = append(c.effects, effect), append(c.keys, p.RunKey), append(c.kinds, p.Kind), append(c.actors, p.Actor)
+	c.versions, c.ats = append(c.versions, p.Version), append(c.ats, p.Now)
+	c.metas, c.details = append(c.metas, textArg(p.Meta)), append(c.details, textArg(p.Detail))
+}
+
+// textArg is a JSON document as a text array element: NULL for none.
+func textArg(raw []byte) *string {
+	if raw == nil {
+		return nil
+	}
+	s := string(raw)
+	return &s
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
+}

@@ -1,0 +1,426 @@
+#!/usr/bin/env bash
+# Usage: bash scripts/bench-cpu.sh
+#
+# CPU per operation, airlock beside its baselines, in one run on one throwaway PostgreSQL
+# (scripts/with-postgres.sh; or AIRLOCK_TEST_DATABASE_URL when the cluster runs on this
+# machine and its data directory is readable: the postmaster's pid is read from it).
+# Issue 23's table:
+#
+#   outbox  airlock (dispatch.concurrency C) against River (bench/river, its own module,
+#           MaxWorkers C, River's default fetch settings) for C = 32 and 256, and airlock
+#           at concurrency 500 against River tuned (500 workers, FetchCooldown 1 ms,
+#           FetchPollInterval 50 ms). Both do the same work: one HTTP POST per effect/job
+#           (JSON body, Idempotency-Key) to a local no-op provider in a process of its own,
+#           from a pre-filled queue of BENCH_COUNT (3000). A key seen twice fails the run.
+#   claims  airlock serve under `airlock bench claims` (new keys, BENCH_CLIENTS=8
+#           connections and clients) against pgbench running the seed's raw claim
+#           statement (prepared, autocommit), BENCH_SECONDS (10) each.
+#
+# CPU = user+sys time of the process doing the work (airlock serve from its start — its
+# startup is included and printed apart —, the River program from client.Start, pgbench)
+# plus the PostgreSQL cluster's: its postmaster, its live children and the children it
+# reaped, from /proc before and after the drain (or the claims phase). Everything runs
+# BENCH_PASSES (2) times, interleaved A/B. The machine is shared: CPU per operation is the
+# robust figure; throughput ratios are as measured, compare them only within one run.
+#
+# Environment: BENCH_COUNT (3000), BENCH_PASSES (2), BENCH_CLIENTS (8), BENCH_SECONDS
+# (10), BENCH_PG_POOL (20: pool_max_conns of airlock and River in the outbox runs),
+# BENCH_TIMEOUT (60s per drain), BENCH_ONLY (regex of scenario names: a32 r32 a256 r256
+# a500 r500 claims), AIRLOCK_BIN (a prebuilt airlock to measure instead of this tree's,
+# e.g. an older commit's: it serves and migrates; the load comes from this tree's).
+# shellcheck disable=SC2317 # functions run from traps
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SELF="$ROOT/scripts/bench-cpu.sh"
+
+if [ -z "${AIRLOCK_TEST_DATABASE_URL:-}" ]; then
+	exec bash "$ROOT/scripts/with-postgres.sh" bash "$SELF" "$@"
+fi
+
+log() { printf 'bench-cpu: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_ready PORT PID LOG: until GET /readyz answers 200, or the process died.
+wait_ready() {
+	local i
+	for i in $(seq 1 300); do
+		curl -fsS -o /dev/null "http://127.0.0.1:$1/readyz" 2>/dev/null && return 0
+		kill -0 "$2" 2>/dev/null || {
+			tail -n 20 "$3" >&2
+			die "airlock on port $1 exited"
+		}
+		sleep 0.1
+	done
+	die "airlock on port $1 not ready after 30s"
+}
+
+# start_instance NAME PORT POLICY DBURL [POOL]: airlock serve in the background; its pid
+# is appended to $BENCH_TMP/pids (stopped by stop_instances) and written to $BENCH_TMP/NAME.pid.
+start_instance() {
+	"$AIRLOCK" serve --listen "127.0.0.1:$2" --config "$3" --database-url "$4" \
+		--log-level warn --migrate=false >"$BENCH_TMP/$1.log" 2>&1 </dev/null &
+	local pid=$!
+	echo "$pid" >>"$BENCH_TMP/pids"
+	echo "$pid" >"$BENCH_TMP/$1.pid"
+	wait_ready "$2" "$pid" "$BENCH_TMP/$1.log"
+}
+
+# Called by `airlock bench effects --then` once the queue is full.
+if [ "${1:-}" = "__start" ]; then
+	start_instance dispatcher "$(free_port)" "$BENCH_TMP/dispatch.yaml" "$2"
+	exit 0
+fi
+
+command -v curl >/dev/null || die "curl is needed"
+command -v psql >/dev/null || die "psql is needed"
+command -v pgbench >/dev/null || die "pgbench is needed"
+[ -r /proc/self/stat ] || die "this benchmark reads CPU times from /proc (Linux)"
+
+COUNT=${BENCH_COUNT:-3000}
+PASSES=${BENCH_PASSES:-2}
+CLIENTS=${BENCH_CLIENTS:-8}
+SECS=${BENCH_SECONDS:-10}
+POOL=${BENCH_PG_POOL:-20}
+TIMEOUT=${BENCH_TIMEOUT:-60s}
+ONLY=${BENCH_ONLY:-.}
+ADMIN_URL=$AIRLOCK_TEST_DATABASE_URL
+RUN_ID="c$(date +%s)$RANDOM"
+
+DATADIR=$(psql "$ADMIN_URL" -qAtX -c "SHOW data_directory")
+PGPID=$(head -n 1 "$DATADIR/postmaster.pid" 2>/dev/null) || die "cannot read $DATADIR/postmaster.pid (the cluster must run on this machine)"
+[ -r "/proc/$PGPID/stat" ] || die "postmaster $PGPID not visible in /proc"
+
+BENCH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/airlock-bench-cpu.XXXXXX")
+export BENCH_TMP
+: >"$BENCH_TMP/pids"
+: >"$BENCH_TMP/dbs"
+PROVIDER_PID=""
+FAILED=0
+
+stop_instances() {
+	local pid pids
+	pids=$(cat "$BENCH_TMP/pids" 2>/dev/null || true)
+	[ -n "$pids" ] || return 0
+	for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
+	for _ in $(seq 1 150); do
+		local alive=0
+		for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		[ "$alive" -eq 1 ] || break
+		sleep 0.1
+	done
+	for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+	: >"$BENCH_TMP/pids"
+}
+
+cleanup() {
+	local rc=$?
+	trap '' INT TERM HUP
+	stop_instances
+	[ -z "$PROVIDER_PID" ] || kill -TERM "$PROVIDER_PID" 2>/dev/null || true
+	local db
+	for db in $(cat "$BENCH_TMP/dbs" 2>/dev/null || true); do
+		psql "$ADMIN_URL" -qAtX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+	done
+	rm -rf "$BENCH_TMP"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# newdb NAME [POOL]: create database NAME and print its URL (pool_max_conns=POOL).
+newdb() {
+	local name="${RUN_ID}_$1"
+	psql "$ADMIN_URL" -qAtX -v ON_ERROR_STOP=1 -c "CREATE DATABASE $name" >/dev/null
+	echo "$name" >>"$BENCH_TMP/dbs"
+	local base=${ADMIN_URL%%\?*} query=""
+	[ "$base" = "$ADMIN_URL" ] || query=${ADMIN_URL#*\?}
+	echo "${base%/*}/$name?${query:+$query&}pool_max_conns=${2:-$POOL}"
+}
+
+dropdb_() {
+	psql "$ADMIN_URL" -qAtX -c "DROP DATABASE IF EXISTS ${RUN_ID}_$1 WITH (FORCE)" >/dev/null 2>&1 || true
+}
+
+# write_policy FILE DISABLED PROVIDER_PORT CONCURRENCY
+write_policy() {
+	cat >"$1" <<EOF
+actions:
+  bench:
+    connector: http
+    gate: none
+    http: {url: "http://127.0.0.1:$3/send", timeout: 10s}
+dispatch:
+  disabled: $2
+  concurrency: $4
+EOF
+}
+
+declare -A RES # "scenario field" → value
+
+# parse_result SCENARIO FILE: keep the fields of its last "result k=v…" line.
+parse_result() {
+	local line kv
+	line=$(grep '^result ' "$2" | tail -n 1 || true)
+	[ -n "$line" ] || {
+		FAILED=1
+		log "$1: no result line"
+		return
+	}
+	for kv in ${line#result }; do
+		RES["$1 ${kv%%=*}"]=${kv#*=}
+	done
+}
+
+want() { [[ $1 =~ $ONLY ]]; }
+
+# --- build ------------------------------------------------------------------
+log "building airlock and bench/river"
+# The load generator (`airlock bench …`, never measured) is always this tree's; the
+# measured airlock (serve, migrate) is AIRLOCK_BIN when set.
+(cd "$ROOT" && GOTOOLCHAIN=local go build -o "$BENCH_TMP/airlock" ./cmd/airlock)
+DRIVER="$BENCH_TMP/airlock"
+AIRLOCK=${AIRLOCK_BIN:-$DRIVER}
+(cd "$ROOT/bench/river" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -o "$BENCH_TMP/riverbench" .)
+RIVER="$BENCH_TMP/riverbench"
+export AIRLOCK
+
+# airlock_drain NAME CONCURRENCY: queue COUNT effects through a non-dispatching instance,
+# then start one dispatching instance and measure until all are completed.
+airlock_drain() {
+	want "${1%_*}" || return 0
+	log "$1: airlock, $COUNT effects, dispatch.concurrency $2"
+	local db key pport qport rc=0
+	db=$(newdb "$1")
+	AIRLOCK_DATABASE_URL=$db "$AIRLOCK" migrate >/dev/null 2>&1
+	key=$(AIRLOCK_DATABASE_URL=$db "$AIRLOCK" apikey create --name bench --scope runs 2>/dev/null)
+	pport=$(free_port)
+	qport=$(free_port)
+	write_policy "$BENCH_TMP/queue.yaml" true "$pport" "$2"
+	write_policy "$BENCH_TMP/dispatch.yaml" false "$pport" "$2"
+	start_instance queue "$qport" "$BENCH_TMP/queue.yaml" "$db"
+	"$DRIVER" bench effects --url "http://127.0.0.1:$qport" --api-key "$key" \
+		--provider-listen "127.0.0.1:$pport" --count "$COUNT" --concurrency 16 --timeout "$TIMEOUT" \
+		--then "bash '$SELF' __start '$db'" --cpu-pg-pid "$PGPID" --cpu-pid-file "$BENCH_TMP/dispatcher.pid" \
+		>"$BENCH_TMP/$1.out" 2>&1 || rc=$?
+	stop_instances
+	dropdb_ "$1"
+	parse_result "$1" "$BENCH_TMP/$1.out"
+	if [ "$rc" -ne 0 ] || grep -q DUPLICATES "$BENCH_TMP/$1.out"; then
+		FAILED=1
+		tail -n 5 "$BENCH_TMP/$1.out" >&2
+	fi
+}
+
+# river_drain NAME WORKERS [tuned]: the same with River and the provider in its own process.
+river_drain() {
+	want "${1%_*}" || return 0
+	log "$1: River, $COUNT jobs, $2 workers${3:+, tuned}"
+	local db pport rc=0
+	db=$(newdb "$1")
+	pport=$(free_port)
+	"$RIVER" --mode provider --listen "127.0.0.1:$pport" >"$BENCH_TMP/$1.provider" 2>&1 &
+	PROVIDER_PID=$!
+	for _ in $(seq 1 50); do grep -q listening "$BENCH_TMP/$1.provider" && break; sleep 0.1; done
+	local -a tuned=()
+	[ -z "${3:-}" ] || tuned=(--variant tuned --fetch-cooldown 1ms --fetch-poll-interval 50ms)
+	"$RIVER" --database-url "$db" --mode throughput "${tuned[@]}" --max-workers "$2" --count "$COUNT" \
+		--post-url "http://127.0.0.1:$pport/send" --timeout "$TIMEOUT" --cpu-pg-pid "$PGPID" \
+		>"$BENCH_TMP/$1.out" 2>&1 || rc=$?
+	kill -TERM "$PROVIDER_PID" 2>/dev/null || true
+	wait "$PROVIDER_PID" 2>/dev/null || true
+	PROVIDER_PID=""
+	dropdb_ "$1"
+	parse_result "$1" "$BENCH_TMP/$1.out"
+	local dups
+	dups=$(sed -nE 's/.*duplicates=([0-9]+).*/\1/p' "$BENCH_TMP/$1.provider")
+	RES["$1 duplicates"]=${dups:-?}
+	if [ "$rc" -ne 0 ] || [ "${dups:-1}" != 0 ]; then
+		FAILED=1
+		tail -n 5 "$BENCH_TMP/$1.out" "$BENCH_TMP/$1.provider" >&2
+	fi
+}
+
+# pg_ticks: the cluster's CPU so far, in seconds (postmaster + reaped + live children).
+pg_cpu() {
+	local p total=0 t
+	for p in "$PGPID" $(cat /proc/"$PGPID"/task/*/children 2>/dev/null); do
+		t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$p/stat" 2>/dev/null) || continue
+		total=$((total + ${t:-0}))
+	done
+	awk -v t="$total" 'BEGIN { printf "%.2f", t / 100 }'
+}
+
+# claims_raw NAME: pgbench with the seed's claim statement; CPU = pgbench (times) + cluster.
+claims_raw() {
+	want claims || return 0
+	log "$1: pgbench, raw claim statement, $CLIENTS clients, ${SECS}s"
+	local pg0 pg1 t
+	pg0=$(pg_cpu)
+	(
+		pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" -f "$BENCH_TMP/claim.sql" "$CLAIMS_DB" >"$BENCH_TMP/$1.out" 2>&1
+		times >"$BENCH_TMP/$1.times"
+	) || {
+		cat "$BENCH_TMP/$1.out" >&2
+		die "pgbench failed"
+	}
+	pg1=$(pg_cpu)
+	# times: line 2 is the children's user and sys time, e.g. "0m1.230s 0m0.450s".
+	t=$(sed -n 2p "$BENCH_TMP/$1.times" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%.2f", n }')
+	local tps n
+	tps=$(sed -nE 's/^tps = ([0-9.]+).*without initial connection time.*/\1/p' "$BENCH_TMP/$1.out")
+	n=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$BENCH_TMP/$1.out")
+	RES["$1 rate"]=$tps
+	RES["$1 cpu_process_s"]=$t
+	RES["$1 cpu_pg_s"]=$(awk -v a="$pg0" -v b="$pg1" 'BEGIN { printf "%.2f", b - a }')
+	RES["$1 cpu_us_per_op"]=$(awk -v a="$pg0" -v b="$pg1" -v t="$t" -v n="$n" 'BEGIN { printf "%.0f", (b - a + t) * 1e6 / n }')
+	RES["$1 cpu_pg_us_per_op"]=$(awk -v a="$pg0" -v b="$pg1" -v n="$n" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')
+	RES["$1 cpu_process_us_per_op"]=$(awk -v t="$t" -v n="$n" 'BEGIN { printf "%.0f", t * 1e6 / n }')
+}
+
+# claims_http NAME: airlock serve (CLIENTS pool connections) under `airlock bench claims`.
+claims_http() {
+	want claims || return 0
+	log "$1: airlock serve, HTTP claims, $CLIENTS clients, ${SECS}s"
+	local port pid
+	port=$(free_port)
+	AIRLOCK_DATABASE_URL="$CLAIMS_DB&pool_max_conns=$CLIENTS" AIRLOCK_LISTEN="127.0.0.1:$port" AIRLOCK_LOG_LEVEL=warn \
+		"$AIRLOCK" serve >"$BENCH_TMP/$1.log" 2>&1 </dev/null &
+	pid=$!
+	echo "$pid" >>"$BENCH_TMP/pids"
+	wait_ready "$port" "$pid" "$BENCH_TMP/$1.log"
+	AIRLOCK_API_KEY=$CLAIMS_KEY "$DRIVER" bench claims --url "http://127.0.0.1:$port" --concurrency "$CLIENTS" \
+		--duration "${SECS}s" --duplicate-every 0 --baseline=false --cpu-pg-pid "$PGPID" --cpu-pid "$pid" \
+		>"$BENCH_TMP/$1.out" 2>&1 || {
+		cat "$BENCH_TMP/$1.out" >&2
+		FAILED=1
+	}
+	stop_instances
+	parse_result "$1" "$BENCH_TMP/$1.out"
+}
+
+# An idle instance's startup CPU (included in each airlock outbox figure above): start,
+# wait ready, read. Printed so the reader can take it out.
+startup_cpu() {
+	local db port pid
+	db=$(newdb startup)
+	AIRLOCK_DATABASE_URL=$db "$AIRLOCK" migrate >/dev/null 2>&1
+	port=$(free_port)
+	write_policy "$BENCH_TMP/idle.yaml" false "$(free_port)" 32
+	start_instance startup "$port" "$BENCH_TMP/idle.yaml" "$db"
+	pid=$(cat "$BENCH_TMP/startup.pid")
+	STARTUP=$(awk '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / 100 }' "/proc/$pid/stat")
+	stop_instances
+	dropdb_ startup
+}
+
+if want claims; then
+	CLAIMS_DB=$(newdb claims "$CLIENTS")
+	CLAIMS_DB=${CLAIMS_DB%&pool_max_conns=*}
+	CLAIMS_DB=${CLAIMS_DB%\?pool_max_conns=*}
+	AIRLOCK_DATABASE_URL=$CLAIMS_DB "$AIRLOCK" migrate >/dev/null 2>&1
+	CLAIMS_KEY=$(AIRLOCK_DATABASE_URL=$CLAIMS_DB "$AIRLOCK" apikey create --name bench --scope runs 2>/dev/null)
+	# The seed's claim statement (as in internal/store/storetest/bench_test.go and
+	# scripts/bench-claims.sh), on a random new key per transaction.
+	cat >"$BENCH_TMP/claim.sql" <<'SQL'
+\set n random(1, 1000000000000)
+INSERT INTO workflow_runs (
+  idempotency_key, state, payload_hash, lease_owner, lease_expires_at, created_at, updated_at
+)
+VALUES ('pgbench-' || :client_id || '-' || :n, 'processing',
+  '9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08', gen_random_uuid()::text,
+  now() + interval '5 minutes', now(), now())
+ON CONFLICT (idempotency_key) DO UPDATE
+SET lease_owner = EXCLUDED.lease_owner,
+    lease_expires_at = EXCLUDED.lease_expires_at,
+    state = 'processing',
+    version = workflow_runs.version + 1,
+    updated_at = now()
+WHERE workflow_runs.payload_hash = EXCLUDED.payload_hash
+  AND (workflow_runs.state = 'failed_retryable'
+       OR (workflow_runs.state = 'processing'
+           AND workflow_runs.lease_expires_at < now()))
+RETURNING idempotency_key, lease_owner, version;
+SQL
+fi
+
+STARTED=$(date +%s)
+STARTUP=""
+startup_cpu
+for pass in $(seq 1 "$PASSES"); do
+	airlock_drain "a32_$pass" 32
+	river_drain "r32_$pass" 32
+	airlock_drain "a256_$pass" 256
+	river_drain "r256_$pass" 256
+	airlock_drain "a500_$pass" 500
+	river_drain "r500_$pass" 500 tuned
+	claims_raw "claimsraw_$pass"
+	claims_http "claimshttp_$pass"
+done
+
+# --- report -----------------------------------------------------------------
+get() { echo "${RES["$1 $2"]:-}"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="" || b=="" || b+0==0) print "n/a"; else printf "%.2f", a/b }'; }
+ms() { awk -v u="$1" 'BEGIN{ if (u=="") print "n/a"; else printf "%.2f", u/1000 }'; }
+# cell SCENARIO: "total ms (PG x, process y), rate/s"
+cell() {
+	[ -n "$(get "$1" cpu_us_per_op)" ] || {
+		echo "(not run)"
+		return
+	}
+	printf '%s ms (PG %s, proc %s), %.0f/s' "$(ms "$(get "$1" cpu_us_per_op)")" "$(ms "$(get "$1" cpu_pg_us_per_op)")" \
+		"$(ms "$(get "$1" cpu_process_us_per_op)")" "$(get "$1" rate)"
+}
+verdict() { awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{ if (v=="n/a" || v=="") { print "n/a"; exit } ok = (op==">=") ? (v+0 >= t+0) : (v+0 <= t+0); print ok ? "met" : "NOT met" }'; }
+
+echo
+echo "== CPU per operation: $(date -u '+%Y-%m-%d %H:%M') UTC, $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(($(date +%s) - STARTED))s =="
+echo "   measured airlock: ${AIRLOCK_BIN:-this tree} ($("$AIRLOCK" version 2>/dev/null | head -n 1 || true)); PostgreSQL $(psql "$ADMIN_URL" -qAtX -c 'SHOW server_version'); River v0.51.2"
+echo "   CPU = user+sys of the process + the PostgreSQL cluster (postmaster, live and reaped children), /proc, before/after the drain"
+echo "   outbox: $COUNT effects/jobs, pre-filled, one HTTP POST each to a local no-op provider; pool_max_conns $POOL"
+echo "   airlock serve startup (included in each airlock figure): ${STARTUP:-?} s CPU = $(awk -v s="${STARTUP:-0}" -v n="$COUNT" 'BEGIN{printf "%.3f", s*1000/n}') ms per effect"
+echo
+printf '| %-36s | %-4s | %-44s | %-44s | %-9s | %-8s | %-10s |\n' "work" "pass" "airlock" "baseline" "CPU ratio" "PG ratio" "throughput"
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "--------------------------------------" "------" "----------------------------------------------" "----------------------------------------------" "-----------" "----------" "------------"
+declare -A WORST_CPU WORST_PG WORST_TP
+for spec in "a32 r32 outbox, concurrency 32 / 32 workers" "a256 r256 outbox, concurrency 256 / 256 workers" \
+	"a500 r500 outbox, 500 / River tuned 500" "claimshttp claimsraw claims, 8 clients (pgbench)"; do
+	read -r a b label <<<"$spec"
+	for pass in $(seq 1 "$PASSES"); do
+		[ -n "$(get "${a}_$pass" cpu_us_per_op)$(get "${b}_$pass" cpu_us_per_op)" ] || continue
+		rc=$(ratio "$(get "${a}_$pass" cpu_us_per_op)" "$(get "${b}_$pass" cpu_us_per_op)")
+		rp=$(ratio "$(get "${a}_$pass" cpu_pg_us_per_op)" "$(get "${b}_$pass" cpu_pg_us_per_op)")
+		rt=$(ratio "$(get "${a}_$pass" rate)" "$(get "${b}_$pass" rate)")
+		printf '| %-36s | %-4s | %-44s | %-44s | %-9s | %-8s | %-10s |\n' "$label" "$pass" "$(cell "${a}_$pass")" "$(cell "${b}_$pass")" "$rc×" "$rp×" "$rt×"
+		WORST_CPU[$a]=$(awk -v w="${WORST_CPU[$a]:-0}" -v r="$rc" 'BEGIN{ print (r=="n/a" || r+0 > w+0) ? r : w }')
+		WORST_PG[$a]=$(awk -v w="${WORST_PG[$a]:-0}" -v r="$rp" 'BEGIN{ print (r=="n/a" || r+0 > w+0) ? r : w }')
+		WORST_TP[$a]=$(awk -v w="${WORST_TP[$a]:-999}" -v r="$rt" 'BEGIN{ print (r=="n/a" || r+0 < w+0) ? r : w }')
+	done
+done
+
+echo
+echo "targets (issue 23; worst pass)"
+for a in a32 a256 a500; do
+	[ -n "${WORST_CPU[$a]:-}" ] || continue
+	printf '  %-58s %6s  %s\n' "outbox ${a#a}: CPU per effect / River's  (≤ 1.5)" "${WORST_CPU[$a]}" "$(verdict "${WORST_CPU[$a]}" "<=" 1.5)"
+	printf '  %-58s %6s  %s\n' "outbox ${a#a}: PostgreSQL CPU per effect / River's  (≤ 2)" "${WORST_PG[$a]}" "$(verdict "${WORST_PG[$a]}" "<=" 2)"
+	printf '  %-58s %6s  %s\n' "outbox ${a#a}: effects/s / River's jobs/s  (≥ 0.8, shared machine)" "${WORST_TP[$a]}" "$(verdict "${WORST_TP[$a]}" ">=" 0.8)"
+done
+if [ -n "${WORST_CPU[claimshttp]:-}" ]; then
+	printf '  %-58s %6s  %s\n' "claims: CPU per claim / the raw statement's  (≤ 2)" "${WORST_CPU[claimshttp]}" "$(verdict "${WORST_CPU[claimshttp]}" "<=" 2)"
+	printf '  %-58s %6s  %s\n' "claims: claims/s / the raw statement's  (≥ 0.7, shared machine)" "${WORST_TP[claimshttp]}" "$(verdict "${WORST_TP[claimshttp]}" ">=" 0.7)"
+fi
+
+if [ "$FAILED" -ne 0 ]; then
+	log "FAILED: a run found duplicates, failed, or did not produce a result (see above)"
+	exit 1
+fi
