@@ -1,4 +1,4 @@
-package storetest_test
+package effects_test
 
 import (
 	"context"
@@ -15,12 +15,12 @@ import (
 )
 
 // BenchmarkDispatchCPU is BenchmarkDispatch's airlock_1 and raw_sql_http on SQLite
-// measured in CPU rather than wall time (issue 23): user+sys of this process — on SQLite
+// measured in CPU rather than wall time: user+sys of this process — on SQLite
 // the database runs in it — over the drain alone, per effect (cpu-µs/effect). Both sides
 // share the in-process no-op provider, so its cost is in both. Wall-clock figures on a
 // shared machine swing; CPU per effect does not.
 //
-//	go test ./internal/store/storetest -run '^$' -bench DispatchCPU -benchtime 3000x
+//	go test ./internal/effects -run '^$' -bench DispatchCPU -benchtime 3000x
 func BenchmarkDispatchCPU(b *testing.B) {
 	for _, be := range storetest.Backends {
 		if be.Name != "sqlite" {
