@@ -110,14 +110,16 @@ check the provider, then resolve it:
 
 	var outcome, providerID, note string
 	var version int64
+	var noProviderID bool
 	resolve := &cobra.Command{
-		Use:   "resolve ID --outcome sent|not_sent|abandon --note TEXT [--provider-id ID] [--version N]",
+		Use:   "resolve ID --outcome sent|not_sent|abandon --note TEXT [--provider-id ID | --no-provider-id] [--version N]",
 		Short: "Record an operator's decision on an unknown or failed effect",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withEffects(cmd, func(svc *effects.Service) error {
 				e, err := svc.Resolve(cmd.Context(), args[0],
-					effects.Resolution{Outcome: outcome, ProviderID: providerID, Note: note, Version: version}, cliActor())
+					effects.Resolution{Outcome: outcome, ProviderID: providerID, NoProviderID: noProviderID, Note: note,
+						Version: version}, cliActor())
 				if err != nil {
 					return err
 				}
@@ -128,6 +130,7 @@ check the provider, then resolve it:
 	}
 	resolve.Flags().StringVar(&outcome, "outcome", "", "sent, not_sent or abandon (required)")
 	resolve.Flags().StringVar(&providerID, "provider-id", "", "the provider's id, with --outcome sent")
+	resolve.Flags().BoolVar(&noProviderID, "no-provider-id", false, "with --outcome sent: the provider gave no id (sent needs this or --provider-id)")
 	resolve.Flags().StringVar(&note, "note", "", "what you checked (required; recorded)")
 	resolve.Flags().Int64Var(&version, "version", 0, "the effect's version you checked (effects list shows it): refused if it changed since")
 	cmd.AddCommand(list, resolve)

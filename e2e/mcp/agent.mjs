@@ -117,7 +117,7 @@ if (only(2)) {
   // (performed, no result recorded), not refused on every later call.
   const listed = execFileSync(AIRLOCK_BIN, ["effects", "list", "--key", "e2e-b", "--state", "unknown", "--database-url", AIRLOCK_DB], { encoding: "utf8" });
   const effectRow = listed.trim().split("\n")[1].split(/\s+/);
-  execFileSync(AIRLOCK_BIN, ["effects", "resolve", effectRow[0], "--outcome", "sent", "--note", "b.txt was written",
+  execFileSync(AIRLOCK_BIN, ["effects", "resolve", effectRow[0], "--outcome", "sent", "--no-provider-id", "--note", "b.txt was written",
     "--database-url", AIRLOCK_DB, "--config", MCP_POLICY2], { encoding: "utf8" });
   const third = await startAgent("e2e-b");
   for (let i = 0; i < 2; i++) {

@@ -392,8 +392,32 @@ func testResolve(t *testing.T, e *apptest.EffectsEnv) {
 	a := e.Queue(t, "k-a", "note", "default", `{"x":1}`)
 	b := e.Queue(t, "k-b", "note", "default", `{"x":2}`)
 	c := e.Queue(t, "k-c", "note", "default", `{"x":3}`)
+	d := e.Queue(t, "k-d", "note", "default", `{"x":5}`)
 	pending := e.Queue(t, "k-p", "task", "t", `{"x":4}`)
 	e.Tick(t)
+	// "sent" needs the provider's id or the explicit "it gave none": an id left empty by
+	// accident was answered as a receipt-less confirmation for good.
+	for _, r := range []effects.Resolution{
+		{Outcome: "sent", Note: "x"},
+		{Outcome: "sent", ProviderID: "p-1", NoProviderID: true, Note: "x"},
+		{Outcome: "not_sent", NoProviderID: true, Note: "x"},
+	} {
+		var fe *runs.FieldError
+		if _, err := e.Effects.Resolve(ctx, d.ID, r, "cli:ana"); !errors.As(err, &fe) {
+			t.Fatalf("resolve %+v: %v, want a field error", r, err)
+		}
+	}
+	if _, err := e.Effects.Resolve(ctx, d.ID, effects.Resolution{Outcome: "sent", NoProviderID: true, Note: "the provider shows it, without an id"}, "cli:ana"); err != nil {
+		t.Fatal(err)
+	}
+	apptest.Equal(t, "sent without an id", e.EffectState(t, d.ID), store.EffectCompleted)
+	evs, _ := e.Store.EventList(ctx, "k-d", 0, 100)
+	var resolved struct {
+		Absent bool `json:"provider_id_absent"`
+	}
+	if err := json.Unmarshal(evs[len(evs)-1].Detail, &resolved); err != nil || !resolved.Absent {
+		t.Fatalf("resolve event without an id: %s %v", evs[len(evs)-1].Detail, err)
+	}
 	if _, err := e.Effects.Resolve(ctx, a.ID, effects.Resolution{Outcome: "sent", ProviderID: "crm-77", Note: "found it in the CRM"}, "cli:ana"); err != nil {
 		t.Fatal(err)
 	}
@@ -408,16 +432,16 @@ func testResolve(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatal(err)
 	}
 	apptest.Equal(t, "abandoned", e.EffectState(t, c.ID), store.EffectCancelled)
-	if _, err := e.Effects.Resolve(ctx, pending.ID, effects.Resolution{Outcome: "sent", ProviderID: "", Note: "x"}, "cli:ana"); !errors.Is(err, effects.ErrNotResolvable) {
+	if _, err := e.Effects.Resolve(ctx, pending.ID, effects.Resolution{Outcome: "sent", NoProviderID: true, Note: "x"}, "cli:ana"); !errors.Is(err, effects.ErrNotResolvable) {
 		t.Fatalf("resolve a pending effect: %v", err)
 	}
-	if _, err := e.Effects.Resolve(ctx, c.ID, effects.Resolution{Outcome: "sent", ProviderID: "", Note: ""}, "cli:ana"); err == nil {
+	if _, err := e.Effects.Resolve(ctx, c.ID, effects.Resolution{Outcome: "sent", NoProviderID: true, Note: ""}, "cli:ana"); err == nil {
 		t.Fatal("resolve without a note")
 	}
-	if _, err := e.Effects.Resolve(ctx, "nope", effects.Resolution{Outcome: "sent", ProviderID: "", Note: "x"}, "cli:ana"); !errors.Is(err, effects.ErrNotFound) {
+	if _, err := e.Effects.Resolve(ctx, "nope", effects.Resolution{Outcome: "sent", NoProviderID: true, Note: "x"}, "cli:ana"); !errors.Is(err, effects.ErrNotFound) {
 		t.Fatalf("resolve a missing effect: %v", err)
 	}
-	evs, _ := e.Store.EventList(ctx, "k-a", 0, 100)
+	evs, _ = e.Store.EventList(ctx, "k-a", 0, 100)
 	last := evs[len(evs)-1]
 	if last.Kind != "effect_resolved" || last.Actor != "cli:ana" || !strings.Contains(string(last.Detail), "found it in the CRM") {
 		t.Fatalf("resolution not audited: %+v", last)

@@ -23,8 +23,11 @@ const (
 // Resolution is an operator's decision on an unknown or failed effect.
 type Resolution struct {
 	Outcome    string // OutcomeSent, OutcomeNotSent or OutcomeAbandon
-	ProviderID string // with OutcomeSent, the provider's id if known
-	Note       string // what the operator checked: required
+	ProviderID string // with OutcomeSent, the provider's id
+	// NoProviderID, with OutcomeSent, says the provider gave no id: "sent" needs one of
+	// the two, so a missing id is a decision the operator made, not a field left empty.
+	NoProviderID bool
+	Note         string // what the operator checked: required
 	// Version is the effect's version the operator looked at: the decision applies only
 	// if the effect is still that row (ErrEffectChanged otherwise). 0 applies it to the
 	// effect as it is now, if it is unknown or failed.
@@ -40,8 +43,14 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 	if strings.TrimSpace(r.Note) == "" {
 		return store.Effect{}, &runs.FieldError{Field: "note", Msg: "required: say what you checked"}
 	}
-	if r.ProviderID != "" && r.Outcome != OutcomeSent {
+	if r.Outcome != OutcomeSent && (r.ProviderID != "" || r.NoProviderID) {
 		return store.Effect{}, &runs.FieldError{Field: "provider_id", Msg: "only with outcome sent"}
+	}
+	if r.Outcome == OutcomeSent && r.ProviderID == "" && !r.NoProviderID {
+		return store.Effect{}, &runs.FieldError{Field: "provider_id", Msg: "required with outcome sent: the provider's id, or no_provider_id if the provider gave none"}
+	}
+	if r.ProviderID != "" && r.NoProviderID {
+		return store.Effect{}, &runs.FieldError{Field: "no_provider_id", Msg: "not with a provider_id"}
 	}
 	if r.Version < 0 {
 		return store.Effect{}, &runs.FieldError{Field: "version", Msg: "must be the version the effect had when you checked it (GET /v1/runs/{key} lists it)"}
@@ -88,10 +97,12 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 				return err
 			}
 		}
-		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectResolved, 0, actor, nil, map[string]any{
-			"effect_id": e.EffectID, "from": e.State, "outcome": r.Outcome, "provider_id": r.ProviderID, "note": r.Note,
-			"version": e.Version,
-		})
+		detail := map[string]any{"effect_id": e.EffectID, "from": e.State, "outcome": r.Outcome, "provider_id": r.ProviderID,
+			"note": r.Note, "version": e.Version}
+		if r.NoProviderID {
+			detail["provider_id_absent"] = true
+		}
+		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectResolved, 0, actor, nil, detail)
 	})
 	if err != nil {
 		return store.Effect{}, fmt.Errorf("resolve effect %s: %w", id, err)

@@ -158,6 +158,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		open("/console/effects", 200)
 		shoot("effects")
 		step("fill the resolve form", chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.CSS(`form[action="/console/effects/`+eid+`/resolve"] select[name="outcome"]`), "sent"),
 			chromedp.SendKeys(chromedp.CSS(`form[action="/console/effects/`+eid+`/resolve"] input[name="provider_id"]`), "ts-9"),
 			chromedp.SendKeys(chromedp.CSS(`form[action="/console/effects/`+eid+`/resolve"] input[name="note"]`), "seen in Slack"),
 		))

@@ -221,7 +221,7 @@ func TestConsoleRoles(t *testing.T) {
 		if e := h.lastEvent("job-1", "effect_resolved"); e.Actor != "console:ops" || !strings.Contains(string(e.Detail), "seen in Slack") {
 			t.Fatalf("resolve event: %+v %s", e, e.Detail)
 		}
-		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "note": {"again"}, "version": {seen}}, 409)
+		post(ops, "/console/effects/"+eid+"/resolve", url.Values{"csrf": {opsTok}, "outcome": {"sent"}, "provider_id": {"ts-9"}, "note": {"again"}, "version": {seen}}, 409)
 		post(ops, "/console/runs/job-2/unpark", url.Values{"csrf": {opsTok}, "to": {"failed_terminal"}, "reason": {"sent by hand"}}, 303)
 		if run := h.get("/v1/runs/job-2"); run.body["state"] != "failed_terminal" {
 			t.Fatalf("after unparking: %s", run.raw)

@@ -236,10 +236,11 @@ func (s *server) workerReport(outcome connector.Outcome) handlerFunc {
 
 func (s *server) resolveEffect(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
-		Outcome    string `json:"outcome"`
-		ProviderID string `json:"provider_id"`
-		Note       string `json:"note"`
-		Version    int64  `json:"version"`
+		Outcome      string `json:"outcome"`
+		ProviderID   string `json:"provider_id"`
+		NoProviderID bool   `json:"no_provider_id"`
+		Note         string `json:"note"`
+		Version      int64  `json:"version"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -254,7 +255,8 @@ func (s *server) resolveEffect(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	e, err := s.Effects.Resolve(r.Context(), r.PathValue("id"),
-		effects.Resolution{Outcome: body.Outcome, ProviderID: body.ProviderID, Note: body.Note, Version: body.Version}, actor(r))
+		effects.Resolution{Outcome: body.Outcome, ProviderID: body.ProviderID, NoProviderID: body.NoProviderID,
+			Note: body.Note, Version: body.Version}, actor(r))
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func TestWorkerAndOperatorRoutes(t *testing.T) {
 		expect(t, unknown, 200, "")
 
 		// An operator resolves the unknown effect.
-		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.workerKey, "application/json", `{"outcome":"sent","note":"x"}`), 403, "forbidden")
+		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.workerKey, "application/json", `{"outcome":"sent","provider_id":"p-1","note":"x"}`), 403, "forbidden")
 		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"maybe","note":"x"}`), 400, "invalid_field")
 		// A decision names the version it was taken on: one the effect has left is refused.
 		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"not_sent","note":"x","version":1}`), 409, "effect_changed")
@@ -96,8 +96,8 @@ func TestWorkerAndOperatorRoutes(t *testing.T) {
 		if r.body["state"] != "completed" || r.body["provider_id"] != "ts-1" {
 			t.Fatalf("resolve: %s", r.raw)
 		}
-		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"sent","note":"again"}`), 409, "not_resolvable")
-		expect(t, h.do("POST", "/v1/effects/nope/resolve", h.operatorKey, "application/json", `{"outcome":"sent","note":"x"}`), 404, "effect_not_found")
+		expect(t, h.do("POST", "/v1/effects/"+id+"/resolve", h.operatorKey, "application/json", `{"outcome":"sent","provider_id":"p-1","note":"again"}`), 409, "not_resolvable")
+		expect(t, h.do("POST", "/v1/effects/nope/resolve", h.operatorKey, "application/json", `{"outcome":"sent","provider_id":"p-1","note":"x"}`), 404, "effect_not_found")
 	})
 }
 

@@ -276,7 +276,7 @@ func TestResolvedSentWithoutProviderIDIsAnsweredFromTheLedger(t *testing.T) {
 					consoleResolve(t, e, eff, providerID)
 				} else {
 					op := client.New(e.srv.URL, operatorKey(t, e))
-					body := `{"outcome":"sent","note":"the note is there"}`
+					body := `{"outcome":"sent","no_provider_id":true,"note":"the note is there"}`
 					if providerID != "" {
 						body = `{"outcome":"sent","provider_id":"` + providerID + `","note":"the note is there"}`
 					}
@@ -316,7 +316,11 @@ func consoleResolve(t *testing.T, e *env, eff store.Effect, providerID string) {
 	cookie := signedIn(t, e, "oncall-1", "ops")
 	m := hmac.New(sha256.New, []byte(cookie.Value))
 	m.Write([]byte("airlock console form"))
-	form := url.Values{"csrf": {hex.EncodeToString(m.Sum(nil))}, "outcome": {"sent"}, "provider_id": {providerID},
+	outcome := "sent"
+	if providerID == "" {
+		outcome = "sent_no_id" // the form's "sent: the provider has it but gave no id"
+	}
+	form := url.Values{"csrf": {hex.EncodeToString(m.Sum(nil))}, "outcome": {outcome}, "provider_id": {providerID},
 		"note": {"the note is there"}, "version": {strconv.FormatInt(eff.Version, 10)}}
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/console/effects/"+eff.ID+"/resolve", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")

@@ -454,8 +454,12 @@ func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) 
 		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not resolved", bad+" Nothing was changed.", "/console/effects")
 	}
 	outcome, provider := r.PostFormValue("outcome"), strings.TrimSpace(r.PostFormValue("provider_id"))
-	if outcome != effects.OutcomeSent {
-		provider = "" // the field is on every form; only "sent" takes it
+	noID := outcome == "sent_no_id" // the form's "sent: the provider gave no id"
+	if noID {
+		outcome = effects.OutcomeSent
+	}
+	if outcome != effects.OutcomeSent || noID {
+		provider = "" // the field is on every form; only "sent" with an id takes it
 	}
 	// The version the page showed: a decision on a row that changed since is refused.
 	version, perr := strconv.ParseInt(r.PostFormValue("version"), 10, 64)
@@ -463,7 +467,7 @@ func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) 
 		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not resolved", "The form is missing the effect's version: reload the page. Nothing was changed.", "/console/effects")
 	}
 	_, err := w.console.Effects.Resolve(r.Context(), r.PathValue("id"),
-		effects.Resolution{Outcome: outcome, ProviderID: provider, Note: note, Version: version}, consoleActor(v))
+		effects.Resolution{Outcome: outcome, ProviderID: provider, NoProviderID: noID, Note: note, Version: version}, consoleActor(v))
 	if err != nil {
 		return &actionError{err: err, v: v, title: "Not resolved", back: "/console/effects"}
 	}
