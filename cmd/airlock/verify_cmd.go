@@ -125,7 +125,7 @@ func printVerify(w io.Writer, results []verifyResult) (failed int) {
 // verifier is what the PostgreSQL store adds for verify; SQLite has only the cleanup.
 type verifier interface {
 	TransactionIsolation(ctx context.Context) (string, error)
-	SessionsPinned(ctx context.Context) (bool, error)
+	Multiplexed(ctx context.Context) (bool, error)
 }
 
 type verifyCleaner interface {
@@ -469,14 +469,17 @@ func (v *verifyRun) pooler(ctx context.Context) verifyResult {
 	if !ok {
 		return skip("SQLite: no connection pooler")
 	}
-	pinned, err := vf.SessionsPinned(ctx)
+	pooled, err := vf.Multiplexed(ctx)
 	if err != nil {
 		return fail(fixDatabase, "%v", err)
 	}
-	if pinned {
-		return pass("statements on one connection reach one server session (no transaction pooling in between)")
+	if !pooled {
+		return pass("each connection keeps its own server session (no transaction pooler in between)")
 	}
-	return pass("a pooler multiplexes sessions (transaction pooling): airlock keeps no session state across transactions; LISTEN is checked above")
+	if err := refuseMisconfiguredPooler(ctx, v.st); err != nil {
+		return fail(err.Error(), "a pooler in transaction mode multiplexes sessions and airlock is not set up for it")
+	}
+	return pass("a pooler in transaction mode multiplexes sessions: queries use no named prepared statements and LISTEN has a direct connection")
 }
 
 // leaseMarginOf is the dispatcher's margin for a lease (effects' leaseMargin: a tenth of

@@ -24,30 +24,57 @@ func (s *Store) TransactionIsolation(ctx context.Context) (string, error) {
 	return level, nil
 }
 
-// SessionsPinned reports whether consecutive statements on one client connection reach
-// the same server session (one backend pid): false behind a pooler in transaction or
-// statement pooling mode, where session state (LISTEN, session advisory locks, named
-// prepared statements) does not survive a transaction.
-func (s *Store) SessionsPinned(ctx context.Context) (bool, error) {
-	conn, err := s.pool.Acquire(ctx)
+// Multiplexed reports whether a pooler in transaction (or statement) mode stands between
+// the pool and PostgreSQL: client connections then share server sessions, so session state
+// (LISTEN, session advisory locks, named prepared statements) does not survive a
+// transaction. The probe: connection A reads its backend pid; connection B, in a
+// transaction, reads its own; A reads again. Without a pooler A's two pids are equal and
+// B's differs (two sessions never share a pid); behind one, B is handed A's idle server
+// session, or A's second statement goes to another. The probes use the simple protocol,
+// so they work whatever the query exec mode.
+func (s *Store) Multiplexed(ctx context.Context) (bool, error) {
+	a, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("acquire: %w", classify(err))
+		return false, fmt.Errorf("pooler probe: %w", classify(err))
 	}
-	defer conn.Release()
-	var first int32
-	for i := range 4 {
-		var pid int32
-		if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-			return false, fmt.Errorf("read backend pid: %w", classify(err))
-		}
-		if i == 0 {
-			first = pid
-		} else if pid != first {
-			return false, nil
-		}
+	defer a.Release()
+	b, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("pooler probe: %w", classify(err))
 	}
-	return true, nil
+	defer b.Release()
+	pid := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) (int32, error) {
+		var p int32
+		err := q.QueryRow(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&p)
+		return p, err
+	}
+	first, err := pid(a)
+	if err != nil {
+		return false, fmt.Errorf("pooler probe: %w", classify(err))
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("pooler probe: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	other, err := pid(tx)
+	if err != nil {
+		return false, fmt.Errorf("pooler probe: %w", classify(err))
+	}
+	second, err := pid(a)
+	if err != nil {
+		return false, fmt.Errorf("pooler probe: %w", classify(err))
+	}
+	return other == first || second != first, nil
 }
+
+// ListenSeparate reports whether LISTEN uses a connection string of its own.
+func (s *Store) ListenSeparate() bool { return s.listenURL != "" }
+
+// QueryMode is the pool's query exec mode.
+func (s *Store) QueryMode() pgx.QueryExecMode { return s.pool.Config().ConnConfig.DefaultQueryExecMode }
 
 // VerifyCleanup removes what `airlock verify` wrote: the runs (and their events) whose
 // keys start with prefix, and the kill switch row of scope.
