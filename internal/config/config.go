@@ -18,7 +18,7 @@ import (
 
 // Config is the validated result.
 type Config struct {
-	DatabaseURL       string
+	DatabaseURL string
 	// ListenDatabaseURL is PostgreSQL's connection for LISTEN when DatabaseURL goes
 	// through a transaction pooler ("": a connection of the pool).
 	ListenDatabaseURL string
