@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/store"
@@ -140,5 +141,45 @@ func TestVerifyNeverCreatesADatabase(t *testing.T) {
 	}
 	if _, _, err := airlock(t, []string{"AIRLOCK_DATABASE_URL=" + path}, "verify"); err == nil {
 		t.Fatal("the second run found a database the first created")
+	}
+}
+
+// The checks in process, so -race sees their goroutines (the tests above run the binary):
+// on SQLite and PostgreSQL nothing fails, and a clock an hour ahead fails only clock-skew.
+func TestRunVerifyInProcess(t *testing.T) {
+	ctx := context.Background()
+	for backend, env := range databases(t) {
+		t.Run(backend, func(t *testing.T) {
+			cfg, err := config.Load(nil, func(k string) (string, bool) {
+				for _, e := range env {
+					if v, ok := strings.CutPrefix(e, k+"="); ok {
+						return v, true
+					}
+				}
+				return "", false
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := openStore(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if err := st.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range runVerify(ctx, st, cfg, verifyOptions{}) {
+				if r.Status == "FAIL" {
+					t.Errorf("%s: %s", r.Name, r.Detail)
+				}
+			}
+			ahead := func() time.Time { return time.Now().Add(time.Hour) }
+			for _, r := range runVerify(ctx, st, cfg, verifyOptions{Now: ahead}) {
+				if (r.Status == "FAIL") != (r.Name == "clock-skew") {
+					t.Errorf("clock an hour ahead: %s %s: %s", r.Status, r.Name, r.Detail)
+				}
+			}
+		})
 	}
 }
