@@ -132,6 +132,9 @@ type verifyCleaner interface {
 	VerifyCleanup(ctx context.Context, prefix, scope string) error
 }
 
+// verifyCheckTimeout bounds one check, beyond --wait.
+const verifyCheckTimeout = 20 * time.Second
+
 // verifyRun is one run of the checks, with its scratch namespace.
 type verifyRun struct {
 	st     store.Store
@@ -181,7 +184,15 @@ func runVerify(ctx context.Context, st store.Store, cfg config.Config, o verifyO
 	}
 	var out []verifyResult
 	for _, c := range checks {
-		r := c.fn(ctx)
+		// A check that cannot get its connections (a pool of one, a pooler out of
+		// server connections) fails instead of waiting for ever.
+		cctx, cancel := context.WithTimeout(ctx, verifyCheckTimeout+o.Wait)
+		r := c.fn(cctx)
+		if cctx.Err() != nil && r.Status != "PASS" {
+			r = fail("give the pool at least 3 connections (pool_max_conns) and check the pooler's pool size",
+				"did not finish within %s: %s", verifyCheckTimeout+o.Wait, r.Detail)
+		}
+		cancel()
 		r.Name = c.name
 		out = append(out, r)
 	}

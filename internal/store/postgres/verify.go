@@ -38,11 +38,13 @@ func (s *Store) Multiplexed(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("pooler probe: %w", classify(err))
 	}
 	defer a.Release()
-	b, err := s.pool.Acquire(ctx)
+	// The second connection is a new one, not the pool's: a pool of one connection
+	// (pool_max_conns=1) must not wait for itself.
+	b, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return false, fmt.Errorf("pooler probe: %w", classify(err))
 	}
-	defer b.Release()
+	defer func() { _ = b.Close(context.WithoutCancel(ctx)) }()
 	pid := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
 	}) (int32, error) {
