@@ -59,7 +59,7 @@ a flag wins over the environment, which wins over the default.`,
 	for _, o := range config.Options {
 		addOptionFlag(root.PersistentFlags(), o)
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd(), mcpCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), purgeCmd(), apikeyCmd(), userCmd(), runsCmd(), effectsCmd(), actionsCmd(), versionCmd(), benchCmd(), healthcheckCmd(), mcpCmd(), verifyCmd())
 	root.AddCommand(explainCmd(), reportCmd(), auditCmd())
 	return root
 }
@@ -84,7 +84,7 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
 func openStoreAt(ctx context.Context, cfg config.Config, now func() time.Time) (store.Store, error) {
 	backend, target := cfg.Backend()
 	if backend == "postgres" {
-		return postgres.Open(ctx, target)
+		return postgres.OpenWith(ctx, target, postgres.Options{ListenURL: cfg.ListenDatabaseURL, QueryMode: cfg.DatabaseQueryMode})
 	}
 	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous, Now: now})
 }
@@ -158,6 +158,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
+	if err := refuseMisconfiguredPooler(ctx, st); err != nil {
+		return err
+	}
 	if cfg.Migrate {
 		if err := st.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate: %w", err)

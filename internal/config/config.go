@@ -18,7 +18,13 @@ import (
 
 // Config is the validated result.
 type Config struct {
-	DatabaseURL       string
+	DatabaseURL string
+	// ListenDatabaseURL is PostgreSQL's connection for LISTEN when DatabaseURL goes
+	// through a transaction pooler ("": a connection of the pool).
+	ListenDatabaseURL string
+	// DatabaseQueryMode is pgx's query exec mode for PostgreSQL ("" keeps the URL's or
+	// pgx's default, cache_statement).
+	DatabaseQueryMode string
 	PolicyFile        string
 	PublicURL         string
 	Listen            string
@@ -177,6 +183,28 @@ var Options = []Option{
 			c.DatabaseURL = v
 			return nil
 		}},
+	{"listen-database-url", "AIRLOCK_LISTEN_DATABASE_URL", "",
+		"PostgreSQL behind a transaction pooler: a direct connection (past the pooler) for LISTEN; default: a connection of the pool",
+		func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") && keywordDSN(v) != nil {
+				return errors.New("must be a postgres:// URL or a PostgreSQL keyword DSN")
+			}
+			c.ListenDatabaseURL = v
+			return nil
+		}},
+	{"database-query-mode", "AIRLOCK_DATABASE_QUERY_MODE", "",
+		"PostgreSQL: pgx's query exec mode: cache_statement (pgx's default), cache_describe, describe_exec, exec or simple_protocol; behind a transaction pooler without prepared statement support use exec",
+		func(c *Config, v string) error {
+			switch v {
+			case "", "cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol":
+				c.DatabaseQueryMode = v
+				return nil
+			}
+			return errors.New("must be cache_statement, cache_describe, describe_exec, exec or simple_protocol")
+		}},
 	{"config", "AIRLOCK_CONFIG", "", "policy file (YAML) naming the action types; without one every effect is refused",
 		func(c *Config, v string) error {
 			if v != "" {
@@ -330,7 +358,7 @@ func Load(flags map[string]string, lookupEnv func(string) (string, bool)) (Confi
 		}
 		if err := o.set(&c, given); err != nil {
 			shown := strconv.Quote(v)
-			if o.Flag == "database-url" {
+			if o.Flag == "database-url" || o.Flag == "listen-database-url" {
 				shown = "(value hidden: it may hold a password)"
 			}
 			return Config{}, fmt.Errorf("invalid %s (from %s) %s: %v", o.Env, source, shown, err)

@@ -239,6 +239,9 @@ func (s *Store) ListenEffects(ctx context.Context, wake func()) {
 }
 
 func (s *Store) listen(ctx context.Context, wake func()) error {
+	if s.listenURL != "" {
+		return s.listenDirect(ctx, wake)
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -478,4 +481,27 @@ func textArg(raw []byte) *string {
 
 func sameTime(a, b *time.Time) bool {
 	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
+}
+
+// listenDirect listens on a connection of its own to the listen URL (past a transaction
+// pooler, where a pooled connection has no session to hold the LISTEN), closed on return.
+func (s *Store) listenDirect(ctx context.Context, wake func()) error {
+	conn, err := pgx.Connect(ctx, s.listenURL)
+	if err != nil {
+		return classify(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
+		return err
+	}
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		wake()
+	}
 }

@@ -29,16 +29,59 @@ const migrationLock = 0x6169726c6f636b // "airlock"
 // Store is a PostgreSQL database.
 type Store struct {
 	queries
-	pool *pgxpool.Pool
+	pool      *pgxpool.Pool
+	listenURL string // a direct connection for LISTEN ("": one of the pool's)
+}
+
+// Options are the connection settings beyond the URL.
+type Options struct {
+	// ListenURL is a connection string for LISTEN that bypasses a transaction pooler
+	// ("": LISTEN holds one of the pool's connections, which needs a session).
+	ListenURL string
+	// QueryMode is pgx's query exec mode (QueryModes; "": the URL's
+	// default_query_exec_mode, else cache_statement). Behind a pooler in transaction mode
+	// that does not track prepared statements use exec: no named prepared statements.
+	QueryMode string
+}
+
+// QueryModes are the pgx query exec modes Options.QueryMode accepts.
+var QueryModes = map[string]pgx.QueryExecMode{
+	"cache_statement": pgx.QueryExecModeCacheStatement,
+	"cache_describe":  pgx.QueryExecModeCacheDescribe,
+	"describe_exec":   pgx.QueryExecModeDescribeExec,
+	"exec":            pgx.QueryExecModeExec,
+	"simple_protocol": pgx.QueryExecModeSimpleProtocol,
 }
 
 // Open connects to url (a postgres:// URL or DSN). It does not migrate.
 func Open(ctx context.Context, url string) (*Store, error) {
+	return OpenWith(ctx, url, Options{})
+}
+
+// OpenWith connects to url with the options. It does not migrate.
+func OpenWith(ctx context.Context, url string, opt Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", redact(err))
 	}
-	return OpenConfig(ctx, cfg)
+	if opt.QueryMode != "" {
+		mode, ok := QueryModes[opt.QueryMode]
+		if !ok {
+			return nil, fmt.Errorf("unknown query exec mode %q", opt.QueryMode)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+	}
+	if opt.ListenURL != "" {
+		if _, err := pgx.ParseConfig(opt.ListenURL); err != nil {
+			return nil, fmt.Errorf("parse listen database url: %w", redact(err))
+		}
+	}
+	st, err := OpenConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	st.listenURL = opt.ListenURL
+	return st, nil
 }
 
 // OpenConfig connects with a parsed pool configuration (tests set search_path on it).
