@@ -223,6 +223,8 @@ func (w *Web) closedPage(rw http.ResponseWriter, r *http.Request, a store.Approv
 	switch {
 	case a.ConsumedAt == nil:
 		p.Title, p.Outcome = "Expired without a decision", "expired: nobody decided before it lapsed, and nothing was sent on it"
+	case a.Decision == approvals.Approve && a.Executor == store.ExecutorAgent:
+		p.Outcome = "approved: the agent may make this call once"
 	case a.Decision == approvals.Approve:
 		p.Outcome = "approved: the action was queued to be sent once"
 	case a.Decision == approvals.Reject:
@@ -453,6 +455,9 @@ func (w *Web) decideApproval(rw http.ResponseWriter, r *http.Request, tokenHash,
 		return fmt.Errorf("decide approval: %w", err)
 	}
 	msg := "Approved: the action is queued and will be sent once."
+	if a.Executor == store.ExecutorAgent {
+		msg = "Approved: the agent may now make this call, once, with exactly these arguments."
+	}
 	switch a.Decision {
 	case approvals.Reject:
 		msg = "Rejected: nothing will be sent."
