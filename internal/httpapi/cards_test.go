@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
+	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
@@ -13,7 +14,7 @@ import (
 // cardHarness serves the test policy plus SMTP actions (mail), with a lead and an intern.
 func cardHarness(t *testing.T, b storetest.Backend) *harness {
 	t.Helper()
-	var ms *storetest.MailServer
+	var ms *apptest.MailServer
 	h := newHarnessWith(t, b, smtpSetup(t, &ms))
 	h.addUser("lead", "support-lead")
 	h.addUser("intern", "support")
