@@ -204,6 +204,7 @@ func TestCardsInBrowser(t *testing.T) {
 			h.addUser("intern-2", "support")
 			resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//header//button[normalize-space()="sign out"]`))
 			step("sign out", err)
+			status(resp, 200, "/login")
 			signIn("intern-2")
 			open(mcp, 404)
 			if h1 := text(`h1`); h1 != "This link cannot be used" {
