@@ -245,6 +245,9 @@ type Meta struct {
 	Model            *Model `json:"model,omitempty"`
 	ProviderCategory string `json:"provider_category,omitempty"`
 	RequestedBy      string `json:"requested_by,omitempty"`
+	// SourceURL links the source record (an http or https URL): the approval card shows
+	// it as a link; anything else is refused with invalid_source_url.
+	SourceURL string `json:"source_url,omitempty"`
 }
 
 // Model identifies the model that produced an output.

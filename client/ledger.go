@@ -109,6 +109,8 @@ type PlanRequest struct {
 	// InputHash, else the plan is refused with invalid_field): a gated effect's approval
 	// shows it to the person who decides, as a proposed effect's payload.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Meta is recorded with the plan's events (meta.source_url on the card).
+	Meta *Meta `json:"meta,omitempty"`
 }
 
 // Plan is airlock's answer to a plan: exactly one of these holds.

@@ -113,6 +113,8 @@ export interface Meta {
 	model?: { provider?: string; name?: string; revision?: string };
 	provider_category?: string;
 	requested_by?: string;
+	/** The source record's link (http or https only; else 422 invalid_source_url), shown on the approval card. */
+	source_url?: string;
 }
 
 /** Options of every call: a pinned Idempotency-Key (mutating calls) and an abort signal. */

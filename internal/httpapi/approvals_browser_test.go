@@ -176,19 +176,28 @@ func TestApprovalInBrowser(t *testing.T) {
 			t.Fatalf("after approving in the browser: %s", run.raw)
 		}
 
-		// The same link again, still signed in: the neutral page, nothing changed.
+		// The same link again, still signed in as its approver: what was decided, by whom
+		// and when (issue 22 item 7: it said "unknown, expired or already used"); nothing
+		// changed, and no button to decide again.
 		resp, err = chromedp.Run(ctx, chromedp.NavigateResponse(link))
 		step("open the link again", err)
-		if resp.Status != 404 {
-			t.Fatalf("second visit: status %d, want 404", resp.Status)
+		if resp.Status != 200 {
+			t.Fatalf("second visit: status %d, want 200", resp.Status)
 		}
-		step("neutral page", chromedp.Do(ctx, chromedp.WaitVisible(`//h1[normalize-space()="This link cannot be used"]`)))
+		step("decided page", chromedp.Do(ctx, chromedp.WaitVisible(`//h1[starts-with(normalize-space(), "Already decided")]`)))
+		decidedBy, err := chromedp.Run(ctx, chromedp.Text(`//dt[normalize-space()="Decided by"]/following-sibling::dd[1]`))
+		step("read who decided", err)
+		outcome, err := chromedp.Run(ctx, chromedp.Text(`//dt[normalize-space()="Outcome"]/following-sibling::dd[1]`))
+		step("read the outcome", err)
+		if strings.TrimSpace(decidedBy) != "lead" || !strings.HasPrefix(strings.TrimSpace(outcome), "approved") {
+			t.Fatalf("second visit shows decided by %q, outcome %q", decidedBy, outcome)
+		}
 		body, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
-		step("read the neutral page", err)
-		if !strings.Contains(body, "cannot be used") || strings.Contains(body, "Approve and send") || strings.Contains(body, key) {
+		step("read the decided page", err)
+		if strings.Contains(body, "Approve and send") || !strings.Contains(body, key) {
 			t.Fatalf("second visit shows:\n%s", body)
 		}
-		noScripts(ctx, t, "the neutral page")
+		noScripts(ctx, t, "the decided page")
 		if effs := h.get("/v1/runs/" + key).body["effects"].([]any); len(effs) != 1 {
 			t.Fatalf("%d effects after the second visit", len(effs))
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -421,7 +422,31 @@ func validMeta(m *runs.Meta) error {
 			return err
 		}
 	}
+	if err := validSourceURL(m.SourceURL); err != nil {
+		return err
+	}
 	// Who asked is compared with who approves (separation of duties): a name that only
 	// looks like another must not pass for someone else.
 	return validIdentity("meta.requested_by", m.RequestedBy)
+}
+
+// maxSourceURL bounds meta.source_url.
+const maxSourceURL = 2000
+
+// validSourceURL checks meta.source_url, which the card makes a link: an absolute http
+// or https URL with a host and no credentials, visible characters only. javascript:,
+// data:, relative and scheme-relative URLs are refused, not dropped, so the workflow
+// learns its link will not show.
+func validSourceURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	if err := validVisible("meta.source_url", s, maxSourceURL); err != nil {
+		return err
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || strings.ContainsAny(s, " \t\r\n") {
+		return apiError(http.StatusUnprocessableEntity, "invalid_source_url", "meta.source_url must be an absolute http or https URL without credentials")
+	}
+	return nil
 }

@@ -275,6 +275,10 @@ const (
 	// again; with the same key (or none) they are the same effect, answered from the
 	// ledger. A string of 1–200 letters, digits and . _ : @ + = ~ -.
 	CallKeyMeta = "airlock/call_key"
+	// SourceURLMeta, in a tool call's _meta, links the record the call is about (a
+	// ticket, a request): a gated call's approval card shows it as a link. An http or
+	// https URL only; anything else refuses the call (invalid_source_url).
+	SourceURLMeta = "airlock/source_url"
 	// ReplayedMeta, in a result's _meta, marks an answer from the ledger: the upstream
 	// was not called. Its value: {"effect_id", "receipt" (when one was recorded),
 	// "result_recorded" (false when no result is kept)}.
@@ -441,6 +445,15 @@ func identity(tool string, t *policy.Tool, args json.RawMessage, callKey string)
 	return "mcp." + safe + "." + inputHash[:32], inputHash, b, nil
 }
 
+// callMeta is what a call's _meta tells the plan: the source record's link
+// (SourceURLMeta), which airlock checks and the approval card shows. nil without one.
+func callMeta(req *mcp.CallToolRequest) *client.Meta {
+	if s, ok := req.Params.Meta[SourceURLMeta].(string); ok && s != "" {
+		return &client.Meta{SourceURL: s}
+	}
+	return nil
+}
+
 // callKey reads CallKeyMeta from the call's _meta ("" when absent).
 func callKey(req *mcp.CallToolRequest) (string, error) {
 	v, ok := req.Params.Meta[CallKeyMeta]
@@ -552,7 +565,7 @@ func (g *Gateway) effectSteps(ctx context.Context, req *mcp.CallToolRequest, nam
 func (g *Gateway) attempt(ctx context.Context, req *mcp.CallToolRequest, runID, owner, effectID, inputHash string, input json.RawMessage, name string, r route, args json.RawMessage, call *client.ToolCall) (res *mcp.CallToolResult, again bool, err error) {
 	t := r.tool
 	plan, err := g.opts.Client.Plan(ctx, runID, effectID, client.PlanRequest{LeaseOwner: owner, Action: t.Effect,
-		Target: r.upstream, InputHash: inputHash, Input: input})
+		Target: r.upstream, InputHash: inputHash, Input: input, Meta: callMeta(req)})
 	var ae *client.APIError
 	switch {
 	case client.IsCode(err, "lease_lost") || client.IsCode(err, "version_conflict"):

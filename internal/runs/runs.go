@@ -99,6 +99,9 @@ type Meta struct {
 	Model            *Model `json:"model,omitempty"`
 	ProviderCategory string `json:"provider_category,omitempty"`
 	RequestedBy      string `json:"requested_by,omitempty"`
+	// SourceURL links the source record (an http or https URL, checked at the API): the
+	// approval card shows it as a link.
+	SourceURL string `json:"source_url,omitempty"`
 }
 
 // Model identifies the model that produced an output.

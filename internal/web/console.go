@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -133,6 +134,7 @@ var consoleFuncs = template.FuncMap{
 		return "in " + ago(t.Sub(now))
 	},
 	"cursor": formatCursor,
+	"answer": answerHTML,
 	"shown":  input.Shown,
 	"pct": func(f *float64) string {
 		if f == nil {
@@ -156,6 +158,21 @@ var consoleFuncs = template.FuncMap{
 }
 
 var consolePages = template.Must(template.New("").Funcs(consoleFuncs).ParseFS(templateFS, "templates/console_*.html"))
+
+// answerHTML is an explanation's answer for the page: the text is escaped, and a
+// command the CLI writes between backticks (`airlock effects resolve`) shows as code,
+// without the backticks.
+func answerHTML(s string) template.HTML {
+	var b strings.Builder
+	for i, part := range strings.Split(s, "`") {
+		if i%2 == 1 && part != "" {
+			b.WriteString("<code>" + template.HTMLEscapeString(input.Shown(part)) + "</code>")
+			continue
+		}
+		b.WriteString(template.HTMLEscapeString(input.Shown(part)))
+	}
+	return template.HTML(b.String())
+}
 
 // ago is a short, readable duration: 45s, 12m, 3h 5m, 2d 4h.
 func ago(d time.Duration) string {
@@ -479,9 +496,18 @@ func (w *Web) consoleResolve(rw http.ResponseWriter, r *http.Request, v viewer) 
 
 type parkedPage struct {
 	consoleFrame
-	Runs  []store.Run
+	Runs  []parkedRun
 	Next  string
 	After string
+}
+
+// parkedRun is a parked run with what parked it: the failure or the mismatch event's
+// summary, and the detail its client gave.
+type parkedRun struct {
+	store.Run
+	Failure  string
+	Detail   string
+	FailedAt *time.Time
 }
 
 func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) error {
@@ -495,8 +521,42 @@ func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) e
 		last := rs[len(rs)-1]
 		p.Next = formatCursor(last.UpdatedAt, last.Key)
 	}
-	p.Runs = rs
+	for _, run := range rs {
+		pr, err := w.parkedDetail(r.Context(), run)
+		if err != nil {
+			return fmt.Errorf("parked runs: %w", err)
+		}
+		p.Runs = append(p.Runs, pr)
+	}
 	return w.renderConsole(rw, http.StatusOK, "console_parked.html", p)
+}
+
+// parkedDetail finds the last event that parked the run: a failure (unknown_commit) or
+// an input_mismatch. A run's events are read in pages, at most ten.
+func (w *Web) parkedDetail(ctx context.Context, run store.Run) (parkedRun, error) {
+	pr := parkedRun{Run: run}
+	for after, pages := int64(0), 0; pages < 10; pages++ {
+		evs, err := w.store.EventList(ctx, run.Key, after, 1000)
+		if err != nil {
+			return pr, fmt.Errorf("events of %q: %w", run.Key, err)
+		}
+		for _, e := range evs {
+			if e.Kind != string(store.EventInputMismatch) && e.Kind != string(store.EventFailure) {
+				continue
+			}
+			var d struct {
+				Detail string `json:"detail"`
+			}
+			_ = json.Unmarshal(e.Detail, &d)
+			at := e.At
+			pr.Failure, pr.Detail, pr.FailedAt = audit.Summary(e), d.Detail, &at
+		}
+		if len(evs) < 1000 {
+			break
+		}
+		after = evs[len(evs)-1].ID
+	}
+	return pr, nil
 }
 
 func (w *Web) consoleUnpark(rw http.ResponseWriter, r *http.Request, v viewer) error {
@@ -602,6 +662,10 @@ type weekPage struct {
 	consoleFrame
 	R      audit.Report
 	Charts []template.HTML
+	// StoppedAll: nothing is sent (the global setting, or AI_ACTIONS_ENABLED=false in
+	// this process); StoppedTypes are the action types stopped on their own.
+	StoppedAll   bool
+	StoppedTypes []string
 }
 
 // weeks is how many past weeks the charts show.
@@ -620,5 +684,15 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) err
 	}
 	p.R = cumulative[1]
 	p.Charts = weekCharts(cumulative, p.Now)
+	_, env, err := w.console.Effects.KillSwitch(r.Context())
+	if err != nil {
+		return fmt.Errorf("kill switch: %w", err)
+	}
+	p.StoppedAll = env || !p.R.KillSwitch.Enabled
+	for _, scope := range p.R.KillSwitch.DisabledScopes {
+		if t, ok := strings.CutPrefix(scope, "action:"); ok {
+			p.StoppedTypes = append(p.StoppedTypes, t)
+		}
+	}
 	return w.renderConsole(rw, http.StatusOK, "console_week.html", p)
 }

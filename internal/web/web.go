@@ -9,19 +9,15 @@ package web
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"embed"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +32,7 @@ import (
 var templateFS embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{"shown": input.Shown}).
-	ParseFS(templateFS, "templates/layout.html", "templates/login.html", "templates/neutral.html", "templates/approval.html"))
+	ParseFS(templateFS, "templates/layout.html", "templates/login.html", "templates/neutral.html", "templates/approval.html", "templates/closed.html"))
 
 const (
 	sessionCookie  = "airlock_session"
@@ -166,7 +162,11 @@ type page struct {
 	Title, Message, Error string
 	Link                  string // a console link on the signed-in page
 	Person                *approvals.Person
+	// Onward are where to go from here (the console, the run): no page is a dead end.
+	Onward []pageLink
 }
+
+type pageLink struct{ Href, Label string }
 
 // render writes the page name with status; when the template fails nothing is written
 // and the error is returned (a 500 by writeError).
@@ -186,10 +186,55 @@ func writeTemplate(rw http.ResponseWriter, t *template.Template, status int, nam
 	return nil
 }
 
-// neutral is the one page for unknown, expired and used links: no hint which.
+// neutral is the one page for unknown, expired and used links: no hint which. (An
+// approver of a used or expired link sees its outcome instead: closedPage.)
 func neutral(who *approvals.Person) error {
-	return refuse(http.StatusNotFound, "neutral.html", page{Title: "This link cannot be used",
-		Message: "The approval link is unknown, has expired, or has already been used. Nothing was changed.", Person: who})
+	msg := "The approval link is unknown, has expired, or has already been used. Nothing was changed."
+	if who == nil {
+		msg += " If you are one of its approvers, sign in and open the link again to see what was decided."
+	}
+	return refuse(http.StatusNotFound, "neutral.html", page{Title: "This link cannot be used", Message: msg, Person: who})
+}
+
+// onward are the links after a decision or on a closed link: the console (and the
+// run, for its operators), when the console is on.
+func (w *Web) onward(r *http.Request, who *approvals.Person, runKey string) []pageLink {
+	if w.console == nil || who == nil {
+		return nil
+	}
+	links := []pageLink{{Href: "/console", Label: "Waiting for me"}}
+	c := w.console.Policy.Console
+	if runKey != "" && (c.Operators.Has(who.Subject, who.Roles) || c.Admins.Has(who.Subject, who.Roles)) {
+		links = append(links, pageLink{Href: "/console/runs?key=" + url.QueryEscape(runKey), Label: "The run's status"})
+	}
+	return links
+}
+
+type closedPage struct {
+	page
+	Approval store.Approval
+	Outcome  string
+}
+
+// closedPage is a used or expired link opened by one of its approvers: what was
+// decided, by whom and when, and nothing else changes.
+func (w *Web) closedPage(rw http.ResponseWriter, r *http.Request, a store.Approval, who *approvals.Person) error {
+	p := closedPage{page: page{Title: "Already decided", Person: who, Onward: w.onward(r, who, a.RunKey)}, Approval: a}
+	switch {
+	case a.ConsumedAt == nil:
+		p.Title, p.Outcome = "Expired without a decision", "expired: nobody decided before it lapsed, and nothing was sent on it"
+	case a.Decision == approvals.Approve && a.Executor == store.ExecutorAgent:
+		p.Outcome = "approved: the agent may make this call once"
+	case a.Decision == approvals.Approve:
+		p.Outcome = "approved: the action was queued to be sent once"
+	case a.Decision == approvals.Reject:
+		p.Outcome = "rejected: nothing was sent"
+	case a.Decision == approvals.Cancel:
+		p.Outcome = "cancelled before it was sent"
+	default:
+		p.Outcome = a.Decision
+	}
+	return w.render(rw, http.StatusOK, "closed.html", p)
 }
 
 type loginPage struct {
@@ -268,7 +313,6 @@ type approvalPage struct {
 	Approval  store.Approval
 	Run       store.Run
 	Payload   string
-	Model     string
 	Action    string
 	CanDecide bool
 	Why       string
@@ -277,46 +321,9 @@ type approvalPage struct {
 	Recipients []string
 	// CSRF is the console's form token (console cards only).
 	CSRF string
-	// Call is an MCP tool call's input (tool and arguments), when the payload is one.
-	Call *toolCall
-}
-
-// toolCall is an MCP tool call as an approval holds it: {"tool", "arguments"}.
-type toolCall struct {
-	Tool      string
-	Arguments []namedArg
-}
-
-type namedArg struct{ Name, Value string }
-
-// asToolCall reads an agent effect's payload as an MCP tool call, each argument's value
-// as indented JSON (a string as itself); nil when it is not one.
-func asToolCall(a store.Approval) *toolCall {
-	if a.Executor != store.ExecutorAgent || len(a.Payload) == 0 {
-		return nil
-	}
-	var in struct {
-		Tool      string                     `json:"tool"`
-		Arguments map[string]json.RawMessage `json:"arguments"`
-	}
-	if json.Unmarshal(a.Payload, &in) != nil || in.Tool == "" || in.Arguments == nil {
-		return nil
-	}
-	c := &toolCall{Tool: in.Tool}
-	for _, k := range slices.Sorted(maps.Keys(in.Arguments)) {
-		v := in.Arguments[k]
-		var str string
-		if json.Unmarshal(v, &str) != nil {
-			var pretty bytes.Buffer
-			if json.Indent(&pretty, v, "", "  ") != nil {
-				pretty.Reset()
-				pretty.Write(v)
-			}
-			str = pretty.String()
-		}
-		c.Arguments = append(c.Arguments, namedArg{Name: k, Value: str})
-	}
-	return c
+	// Card is the payload as its connector carries it (card.go); nil: the JSON only.
+	Card *effectCard
+	cardContext
 }
 
 // notApprover tells a signed-in person that this approval is not theirs to decide, and
@@ -336,45 +343,32 @@ func (w *Web) showCard(rw http.ResponseWriter, r *http.Request, tokenHash, actio
 	if err != nil {
 		if !errors.Is(err, approvals.ErrNotFound) {
 			w.log.Error("approval page", "err", err)
+			return neutral(who)
 		}
-		return neutral(who)
+		closed, err := w.approvals.Closed(r.Context(), tokenHash, *who)
+		if errors.Is(err, store.ErrUnavailable) {
+			return fmt.Errorf("approval page: %w", err)
+		}
+		if err != nil {
+			return neutral(who)
+		}
+		return w.closedPage(rw, r, closed, who)
 	}
 	// The card, and the draft in it, is for the people who may decide it.
 	if err := approvals.May(a, *who); err != nil {
 		return notApprover(who, err)
 	}
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, a.Payload, "", "  "); err != nil {
-		pretty.Write(a.Payload)
+	cc, err := w.cardContext(r.Context(), a)
+	if err != nil {
+		return fmt.Errorf("approval page: %w", err)
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
-		Payload: pretty.String(), Model: w.model(r.Context(), a), Action: action, Protocol: runs.RerunProtocol,
-		Recipients: w.approvals.Recipients(a), CanDecide: true, Call: asToolCall(a)}
+		Payload: prettyJSON(a.Payload), Action: action, Protocol: runs.RerunProtocol,
+		Recipients: w.approvals.Recipients(a), CanDecide: true, Card: renderCard(a, w.approvals.Action(a.ActionType)), cardContext: cc}
 	if strings.HasPrefix(action, "/console/") {
 		p.CSRF = csrfToken(r)
 	}
 	return w.render(rw, status, "approval.html", p)
-}
-
-// model reads the model that drafted the effect from the request's event.
-func (w *Web) model(ctx context.Context, a store.Approval) string {
-	for after := int64(0); ; {
-		evs, err := w.store.EventList(ctx, a.RunKey, after, 1000)
-		if err != nil || len(evs) == 0 {
-			return ""
-		}
-		for _, e := range evs {
-			if e.Kind != "approval_requested" || !strings.Contains(string(e.Detail), a.ID) {
-				continue
-			}
-			var m runs.Meta
-			if json.Unmarshal(e.Meta, &m) == nil && m.Model != nil {
-				return strings.TrimSpace(m.Model.Provider + " " + m.Model.Name + " " + m.Model.Revision)
-			}
-			return ""
-		}
-		after = evs[len(evs)-1].ID
-	}
 }
 
 func (w *Web) approvalPage(rw http.ResponseWriter, r *http.Request) error {
@@ -461,11 +455,14 @@ func (w *Web) decideApproval(rw http.ResponseWriter, r *http.Request, tokenHash,
 		return fmt.Errorf("decide approval: %w", err)
 	}
 	msg := "Approved: the action is queued and will be sent once."
+	if a.Executor == store.ExecutorAgent {
+		msg = "Approved: the agent may now make this call, once, with exactly these arguments."
+	}
 	switch a.Decision {
 	case approvals.Reject:
 		msg = "Rejected: nothing will be sent."
 	case approvals.Cancel:
 		msg = "Cancelled: nothing will be sent."
 	}
-	return w.render(rw, http.StatusOK, "neutral.html", page{Title: "Decision recorded", Message: msg, Person: who})
+	return w.render(rw, http.StatusOK, "neutral.html", page{Title: "Decision recorded", Message: msg, Person: who, Onward: w.onward(r, who, a.RunKey)})
 }
