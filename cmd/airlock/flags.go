@@ -38,6 +38,8 @@ var flagKinds = map[string]string{
 	"memory-limit":        "size",
 	"tracing":             "off|stdout|otlp",
 	"ai-actions-enabled":  "true|false",
+	"listen-database-url": "dsn",
+	"database-query-mode": "mode",
 }
 
 // addOptionFlag adds o as a flag whose help names its value's kind, its environment

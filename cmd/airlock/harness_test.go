@@ -992,11 +992,11 @@ func (h *harness) operator(performed *sync.Map, all bool) {
 			if e.ActionType == "task" {
 				_, sent = performed.Load(e.ID)
 			}
-			outcome := "not_sent"
-			if sent {
-				outcome = "sent"
+			body := fmt.Sprintf(`{"outcome":"not_sent","note":"harness oracle","version":%d}`, e.Version)
+			if sent { // the oracle saw the record, not the provider's id for it
+				body = fmt.Sprintf(`{"outcome":"sent","no_provider_id":true,"note":"harness oracle","version":%d}`, e.Version)
 			}
-			st := h.call("POST", "/v1/effects/"+e.ID+"/resolve", fmt.Sprintf(`{"outcome":%q,"note":"harness oracle","version":%d}`, outcome, e.Version), nil)
+			st := h.call("POST", "/v1/effects/"+e.ID+"/resolve", body, nil)
 			if st == 409 {
 				h.count("operator_decision_on_a_moved_effect")
 			}
