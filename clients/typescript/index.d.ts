@@ -39,6 +39,7 @@ export class InvalidIdentityError extends APIError { static readonly code: 'inva
 export class UnsendablePayloadError extends APIError { static readonly code: 'unsendable_payload'; readonly code: 'unsendable_payload'; }
 export class MissingFieldError extends APIError { static readonly code: 'missing_field'; readonly code: 'missing_field'; }
 export class InvalidFieldError extends APIError { static readonly code: 'invalid_field'; readonly code: 'invalid_field'; }
+export class InvalidSourceUrlError extends APIError { static readonly code: 'invalid_source_url'; readonly code: 'invalid_source_url'; }
 export class BodyTooLargeError extends APIError { static readonly code: 'body_too_large'; readonly code: 'body_too_large'; }
 export class UnsupportedMediaTypeError extends APIError { static readonly code: 'unsupported_media_type'; readonly code: 'unsupported_media_type'; }
 export class InvalidIdempotencyKeyError extends APIError { static readonly code: 'invalid_idempotency_key'; readonly code: 'invalid_idempotency_key'; }

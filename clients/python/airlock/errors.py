@@ -107,6 +107,10 @@ class InvalidFieldError(APIError):
     code = "invalid_field"
 
 
+class InvalidSourceUrlError(APIError):
+    code = "invalid_source_url"
+
+
 class BodyTooLargeError(APIError):
     code = "body_too_large"
 
