@@ -39,28 +39,8 @@ if [ -z "${AIRLOCK_TEST_DATABASE_URL:-}" ]; then
 fi
 
 log() { printf 'bench-cpu: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# wait_ready PORT PID LOG: until GET /readyz answers 200, or the process died.
-wait_ready() {
-	local i
-	for i in $(seq 1 300); do
-		curl -fsS -o /dev/null "http://127.0.0.1:$1/readyz" 2>/dev/null && return 0
-		kill -0 "$2" 2>/dev/null || {
-			tail -n 20 "$3" >&2
-			die "airlock on port $1 exited"
-		}
-		sleep 0.1
-	done
-	die "airlock on port $1 not ready after 30s"
-}
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
 
 # start_instance NAME PORT POLICY DBURL [POOL]: airlock serve in the background; its pid
 # is appended to $BENCH_TMP/pids (stopped by stop_instances) and written to $BENCH_TMP/NAME.pid.
@@ -105,30 +85,12 @@ export BENCH_TMP
 PROVIDER_PID=""
 FAILED=0
 
-stop_instances() {
-	local pid pids
-	pids=$(cat "$BENCH_TMP/pids" 2>/dev/null || true)
-	[ -n "$pids" ] || return 0
-	for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
-	for _ in $(seq 1 150); do
-		local alive=0
-		for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
-		[ "$alive" -eq 1 ] || break
-		sleep 0.1
-	done
-	for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
-	: >"$BENCH_TMP/pids"
-}
-
 cleanup() {
 	local rc=$?
 	trap '' INT TERM HUP
 	stop_instances
 	[ -z "$PROVIDER_PID" ] || kill -TERM "$PROVIDER_PID" 2>/dev/null || true
-	local db
-	for db in $(cat "$BENCH_TMP/dbs" 2>/dev/null || true); do
-		psql "$ADMIN_URL" -qAtX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	done
+	drop_bench_dbs
 	rm -rf "$BENCH_TMP"
 	exit "$rc"
 }
@@ -136,20 +98,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
-
-# newdb NAME [POOL]: create database NAME and print its URL (pool_max_conns=POOL).
-newdb() {
-	local name="${RUN_ID}_$1"
-	psql "$ADMIN_URL" -qAtX -v ON_ERROR_STOP=1 -c "CREATE DATABASE $name" >/dev/null
-	echo "$name" >>"$BENCH_TMP/dbs"
-	local base=${ADMIN_URL%%\?*} query=""
-	[ "$base" = "$ADMIN_URL" ] || query=${ADMIN_URL#*\?}
-	echo "${base%/*}/$name?${query:+$query&}pool_max_conns=${2:-$POOL}"
-}
-
-dropdb_() {
-	psql "$ADMIN_URL" -qAtX -c "DROP DATABASE IF EXISTS ${RUN_ID}_$1 WITH (FORCE)" >/dev/null 2>&1 || true
-}
 
 # write_policy FILE DISABLED PROVIDER_PORT CONCURRENCY
 write_policy() {
@@ -180,8 +128,6 @@ parse_result() {
 		RES["$1 ${kv%%=*}"]=${kv#*=}
 	done
 }
-
-want() { [[ $1 =~ $ONLY ]]; }
 
 # --- build ------------------------------------------------------------------
 log "building airlock and bench/river"
@@ -369,7 +315,6 @@ done
 
 # --- report -----------------------------------------------------------------
 get() { echo "${RES["$1 $2"]:-}"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="" || b=="" || b+0==0) print "n/a"; else printf "%.2f", a/b }'; }
 ms() { awk -v u="$1" 'BEGIN{ if (u=="") print "n/a"; else printf "%.2f", u/1000 }'; }
 # cell SCENARIO: "total ms (PG x, process y), rate/s"
 cell() {
@@ -380,7 +325,6 @@ cell() {
 	printf '%s ms (PG %s, proc %s), %.0f/s' "$(ms "$(get "$1" cpu_us_per_op)")" "$(ms "$(get "$1" cpu_pg_us_per_op)")" \
 		"$(ms "$(get "$1" cpu_process_us_per_op)")" "$(get "$1" rate)"
 }
-verdict() { awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{ if (v=="n/a" || v=="") { print "n/a"; exit } ok = (op==">=") ? (v+0 >= t+0) : (v+0 <= t+0); print ok ? "met" : "NOT met" }'; }
 
 echo
 echo "== CPU per operation: $(date -u '+%Y-%m-%d %H:%M') UTC, $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(($(date +%s) - STARTED))s =="

@@ -31,27 +31,8 @@ if [ -z "${AIRLOCK_TEST_DATABASE_URL:-}" ]; then
 fi
 
 log() { printf 'bench-outbox: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
-
-# wait_ready PORT PID LOG: until GET /readyz answers 200, or the process died.
-wait_ready() {
-	local i
-	for i in $(seq 1 300); do
-		if curl -fsS -o /dev/null "http://127.0.0.1:$1/readyz" 2>/dev/null; then
-			return 0
-		fi
-		kill -0 "$2" 2>/dev/null || {
-			tail -n 20 "$3" >&2
-			die "airlock on port $1 exited"
-		}
-		[ "$i" -lt 300 ] || break
-		sleep 0.1
-	done
-	die "airlock on port $1 not ready after 30s"
-}
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
 
 # start_instance NAME PORT POLICY DBURL: airlock serve in the background, its pid recorded.
 start_instance() {
@@ -60,19 +41,6 @@ start_instance() {
 	local pid=$!
 	echo "$pid" >>"$BENCH_TMP/pids"
 	wait_ready "$2" "$pid" "$BENCH_TMP/$1.log"
-}
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null && return
-	local p
-	for _ in $(seq 1 50); do
-		p=$((20000 + RANDOM % 12000))
-		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || {
-			echo "$p"
-			return
-		}
-	done
-	return 1
 }
 
 # Called by `airlock bench effects --then` once the queue is full: start N dispatching
@@ -106,30 +74,11 @@ export BENCH_TMP
 : >"$BENCH_TMP/dbs"
 FAILED=0
 
-# stop_instances: SIGTERM every airlock we started, SIGKILL what is left after 15 s.
-stop_instances() {
-	local pid pids
-	pids=$(cat "$BENCH_TMP/pids" 2>/dev/null || true)
-	[ -n "$pids" ] || return 0
-	for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
-	for _ in $(seq 1 150); do
-		local alive=0
-		for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
-		[ "$alive" -eq 1 ] || break
-		sleep 0.1
-	done
-	for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
-	: >"$BENCH_TMP/pids"
-}
-
 cleanup() {
 	local rc=$?
 	trap '' INT TERM HUP
 	stop_instances
-	local db
-	for db in $(cat "$BENCH_TMP/dbs" 2>/dev/null || true); do
-		psql "$ADMIN_URL" -qAtX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	done
+	drop_bench_dbs
 	rm -rf "$BENCH_TMP"
 	exit "$rc"
 }
@@ -137,20 +86,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
-
-# newdb NAME: create database NAME and print its URL (with the pool size).
-newdb() {
-	local name="${RUN_ID}_$1"
-	psql "$ADMIN_URL" -qAtX -v ON_ERROR_STOP=1 -c "CREATE DATABASE $name" >/dev/null
-	echo "$name" >>"$BENCH_TMP/dbs"
-	local base=${ADMIN_URL%%\?*} query=""
-	[ "$base" = "$ADMIN_URL" ] || query=${ADMIN_URL#*\?}
-	echo "${base%/*}/$name?${query:+$query&}pool_max_conns=$POOL"
-}
-
-dropdb_() {
-	psql "$ADMIN_URL" -qAtX -c "DROP DATABASE IF EXISTS ${RUN_ID}_$1 WITH (FORCE)" >/dev/null 2>&1 || true
-}
 
 # write_policy FILE DISABLED PROVIDER_PORT [CONCURRENCY]
 write_policy() {
@@ -179,8 +114,6 @@ parse_result() {
 		RES["$1 ${kv%%=*}"]=${kv#*=}
 	done
 }
-
-want() { [[ $1 =~ $ONLY ]]; }
 
 # --- build ------------------------------------------------------------------
 log "building airlock and bench/river"
@@ -294,9 +227,7 @@ tp() {
 row() { printf '  %-44s %8s  %-38s %s\n' "$1" "$(get "$2" count)" "$(tp "$2")" "$(get "$2" duplicates)"; }
 
 # ratio A B → A/B with 2 decimals ("n/a" if either is missing or B is 0).
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="" || b=="" || b+0==0) print "n/a"; else printf "%.2f", a/b }'; }
 # verdict VALUE OP TARGET
-verdict() { awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{ if (v=="n/a" || v=="") { print "n/a"; exit } ok = (op==">=") ? (v+0 >= t+0) : (v+0 <= t+0); print ok ? "met" : "NOT met" }'; }
 
 # Rates of runs that did not finish are what they achieved until the timeout.
 rate_of() { [ "$(get "$1" finished)" = "true" ] && get "$1" rate || get "$1" from_start_rate; }
