@@ -101,7 +101,7 @@ func TestCitusPlan(t *testing.T) {
 		analyzed bool
 	}
 	cache := map[string]result{}
-	reported := map[string]bool{}     // a statement's text, once reported
+	reported := map[string]bool{}       // a statement's text, once reported
 	txnShards := map[int]map[int]bool{} // transaction → shards its one-shard statements touched
 	txnMethods := map[int]map[string]bool{}
 	for _, s := range rec.stmts {
