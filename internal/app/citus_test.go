@@ -392,7 +392,7 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 			})
 		}()
 		defer func() { cancel(); <-done }()
-		for range 500 { // the LISTEN may start after the first NOTIFYs: send until one arrives
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); { // the LISTEN may start after the first NOTIFYs: send until one arrives
 			if err := st.EffectNotify(ctx); err != nil {
 				return err
 			}
