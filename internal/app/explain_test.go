@@ -88,6 +88,23 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
+	hotOperations(e, st, op)
+	rec.mu.Lock()
+	rec.on = false
+	stmts := rec.stmts
+	rec.mu.Unlock()
+
+	explained := explainNoSeqScan(t, st, stmts)
+	if explained < 20 {
+		t.Fatalf("only %d statements explained: the recorder missed the operations", explained)
+	}
+	t.Logf("%d statements explained", explained)
+}
+
+// hotOperations runs every hot operation once through op (which names it and fails the
+// test on an error): TestHotQueriesUseIndexes EXPLAINs the statements they send, and
+// TestCitusPlan checks each against the scale-out plan.
+func hotOperations(e *apptest.EffectsEnv, st *postgres.Store, op func(name string, fn func(ctx context.Context) error)) {
 	var claimed store.Run
 	op("claim", func(ctx context.Context) error {
 		res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "hot-1", PayloadHash: "h", Actor: "test"})
@@ -159,16 +176,6 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 	for _, l := range consoleLists(&now) {
 		op("console: "+l.name, func(ctx context.Context) error { _, err := l.run(ctx, st); return err })
 	}
-	rec.mu.Lock()
-	rec.on = false
-	stmts := rec.stmts
-	rec.mu.Unlock()
-
-	explained := explainNoSeqScan(t, st, stmts)
-	if explained < 20 {
-		t.Fatalf("only %d statements explained: the recorder missed the operations", explained)
-	}
-	t.Logf("%d statements explained", explained)
 }
 
 var dml = regexp.MustCompile(`(?is)^\s*(select|insert|update|delete|with)\b`)
