@@ -143,7 +143,6 @@ func approverNames(a store.Approval) string {
 	return strings.Join(who, ", ")
 }
 
-
 // ---- Outstanding now, on This week ----
 
 // outstandingCap bounds what This week counts of pending approvals and parked runs (no
