@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var runLink = regexp.MustCompile(`<td><a href="/console/runs\?key=([^"]+)">`)
+var runLink = regexp.MustCompile(`<td[^>]*><a href="/console/runs\?key=([^"]+)">`)
 
 // TestConsoleRunsList is the console's runs page on both stores: GET /v1/runs's
 // filters and keyset pages as a form and links, each run linking to its Run page, bad
