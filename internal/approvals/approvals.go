@@ -703,33 +703,34 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 }
 
 // Notify posts the approval's card to the policy's webhook: the key, the action, the
-// payload's log_fields only (never the full model output) and the link. It runs after the
-// commit; a failure is logged (without the URL) and changes nothing.
+// payload's log_fields only (never the full model output), the source record's link
+// when the workflow gave one, and the link. It runs after the commit; a failure is
+// logged (without the URL) and changes nothing.
 func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
 	hook := s.policy.Notify.WebhookURL
 	a := s.policy.Action(r.Approval.ActionType)
-	if a == nil {
+	if a == nil || (hook == "" && len(a.Notify) == 0) {
 		return
 	}
-	s.notifyWebhooks(ctx, r, a, log)
+	c := s.card(ctx, r, a, log)
+	s.notifyWebhooks(ctx, c, a, log)
 	if hook == "" {
 		return
 	}
-	var payload map[string]any
-	_ = json.Unmarshal(r.Approval.Payload, &payload)
 	var fields []string
-	for _, f := range a.LogFields {
-		if v, ok := payload[f]; ok {
-			fields = append(fields, fmt.Sprintf("%s: %v", f, v))
-		}
+	for _, f := range c.Fields {
+		fields = append(fields, f[0]+": "+f[1])
 	}
 	text := fmt.Sprintf("Approval needed: %s for %s (expires %s)", r.Approval.ActionType, r.Approval.RunKey,
 		r.Approval.ExpiresAt.UTC().Format(time.RFC3339))
-	if rcpt := a.Recipients(r.Approval.Target); len(rcpt) > 0 {
-		text += "\nrecipients: " + strings.Join(rcpt, ", ")
+	if len(c.Recipients) > 0 {
+		text += "\nrecipients: " + strings.Join(c.Recipients, ", ")
 	}
 	if len(fields) > 0 {
 		text += "\n" + strings.Join(fields, "\n")
+	}
+	if c.SourceURL != "" {
+		text += "\nsource record: " + c.SourceURL
 	}
 	text += "\n" + r.URL
 	body, _ := json.Marshal(map[string]string{"text": text})

@@ -36,10 +36,14 @@ type Card struct {
 	Approvers  string
 	Expires    time.Time
 	Link       string // the console page of the approval: no token
+	// SourceURL links the source record, as on the card (http or https, checked); "" for none.
+	SourceURL string
 }
 
-// card builds r's summary. Only the payload's log_fields appear, never the model's output.
-func (s *Service) card(r Requested, a *policy.Action) Card {
+// card builds r's summary. Only the payload's log_fields appear, never the model's
+// output. The source link is the card's (SourceURL); if the events cannot be read the
+// notification goes without it, and the log says so.
+func (s *Service) card(ctx context.Context, r Requested, a *policy.Action, log *slog.Logger) Card {
 	c := Card{Title: "Approval needed: " + r.Approval.ActionType, Key: r.Approval.RunKey, Action: r.Approval.ActionType,
 		Target: r.Approval.Target, Recipients: a.Recipients(r.Approval.Target), Expires: r.Approval.ExpiresAt.UTC(),
 		Link: s.publicURL + "/console/approvals/" + url.PathEscape(r.Approval.ID)}
@@ -56,6 +60,11 @@ func (s *Service) card(r Requested, a *policy.Action) Card {
 	}
 	who = append(who, r.Approval.ApproverSubjects...)
 	c.Approvers = strings.Join(who, ", ")
+	src, err := s.SourceURL(ctx, r.Approval)
+	if err != nil {
+		log.Warn("approval notification without its source link", "key", r.Approval.RunKey, "error", err)
+	}
+	c.SourceURL = src
 	return c
 }
 
@@ -68,7 +77,11 @@ func (c Card) facts() [][2]string {
 	if c.Approvers != "" {
 		f = append(f, [2]string{"Who may approve", c.Approvers})
 	}
-	return append(f, [2]string{"Expires", c.Expires.Format(time.RFC3339)})
+	f = append(f, [2]string{"Expires", c.Expires.Format(time.RFC3339)})
+	if c.SourceURL != "" {
+		f = append(f, [2]string{"Source record", c.SourceURL})
+	}
+	return f
 }
 
 // slackEscape escapes what Slack's mrkdwn treats as control characters.
@@ -88,12 +101,14 @@ func SlackPayload(c Card) ([]byte, error) {
 		blocks = append(blocks, map[string]any{"type": "section", "fields": fields[:n]})
 		fields = fields[n:]
 	}
-	blocks = append(blocks, map[string]any{"type": "actions", "elements": []any{map[string]any{
-		"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the approval"}, "url": c.Link}}})
-	return json.Marshal(map[string]any{
-		"text":   slackEscape.Replace(c.Title+" for "+c.Key) + " <" + c.Link + "|open>",
-		"blocks": blocks,
-	})
+	buttons := []any{map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the approval"}, "url": c.Link}}
+	text := slackEscape.Replace(c.Title+" for "+c.Key) + " <" + c.Link + "|open>"
+	if c.SourceURL != "" {
+		buttons = append(buttons, map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the source record"}, "url": c.SourceURL})
+		text += " · source: " + slackEscape.Replace(c.SourceURL)
+	}
+	blocks = append(blocks, map[string]any{"type": "actions", "elements": buttons})
+	return json.Marshal(map[string]any{"text": text, "blocks": blocks})
 }
 
 // TeamsPayload is a Microsoft Teams incoming-webhook message (Workflows' "post to a
@@ -104,6 +119,10 @@ func TeamsPayload(c Card) ([]byte, error) {
 	for _, f := range c.facts() {
 		facts = append(facts, map[string]string{"title": f[0], "value": f[1]})
 	}
+	actions := []any{map[string]any{"type": "Action.OpenUrl", "title": "Open the approval", "url": c.Link}}
+	if c.SourceURL != "" {
+		actions = append(actions, map[string]any{"type": "Action.OpenUrl", "title": "Open the source record", "url": c.SourceURL})
+	}
 	card := map[string]any{
 		"$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
 		"type":    "AdaptiveCard",
@@ -112,7 +131,7 @@ func TeamsPayload(c Card) ([]byte, error) {
 			map[string]any{"type": "TextBlock", "text": c.Title, "weight": "Bolder", "size": "Medium", "wrap": true},
 			map[string]any{"type": "FactSet", "facts": facts},
 		},
-		"actions": []any{map[string]any{"type": "Action.OpenUrl", "title": "Open the approval", "url": c.Link}},
+		"actions": actions,
 	}
 	return json.Marshal(map[string]any{
 		"type": "message",
@@ -121,13 +140,9 @@ func TeamsPayload(c Card) ([]byte, error) {
 	})
 }
 
-// notifyWebhooks posts r's card to each webhook its action type names, each in its own
+// notifyWebhooks posts the card c to each webhook its action type names, each in its own
 // goroutine (retries wait; the request that opened the approval does not).
-func (s *Service) notifyWebhooks(ctx context.Context, r Requested, a *policy.Action, log *slog.Logger) {
-	if len(a.Notify) == 0 {
-		return
-	}
-	c := s.card(r, a)
+func (s *Service) notifyWebhooks(ctx context.Context, c Card, a *policy.Action, log *slog.Logger) {
 	for _, name := range a.Notify {
 		w := s.policy.Notify.Webhooks[name]
 		if w == nil || w.URL == "" {

@@ -23,7 +23,9 @@ import (
 // arguments, the source record as a safe link; the decision page leads onward; a used
 // link shows its decision to an approver and the neutral page to anyone else; the Run
 // page prints commands without backticks; parked runs say what happened; This week says
-// that everything is stopped, and which types. AIRLOCK_SCREENSHOTS=DIR keeps the PNGs.
+// that everything is stopped, and which types, and what is outstanding, each linked; the
+// runs page lists, filters and pages runs and links each to its Run page, and a bad
+// filter is its 400 page. AIRLOCK_SCREENSHOTS=DIR keeps the PNGs.
 func TestCardsInBrowser(t *testing.T) {
 	requireChromium(t)
 	for _, b := range storetest.Backends {
@@ -199,6 +201,90 @@ func TestCardsInBrowser(t *testing.T) {
 				t.Fatalf("the sending tile says %q", s)
 			}
 			shoot("week")
+
+			// Outstanding now: the pending approvals and the parked run, each a link to its list.
+			if s := text(`#outstanding`); !strings.Contains(s, "2 pending approvals") || !strings.Contains(s, "1 parked run") || !strings.Contains(s, "1 unknown") {
+				t.Fatalf("Outstanding now says %q", s)
+			}
+			resp, err = chromedp.RunResponse(ctx, chromedp.Click(`#outstanding-approvals`))
+			step("open the pending approvals", err)
+			status(resp, 200, "/console/approvals")
+			if n := count(`table#approvals tr`); n != 3 || !strings.Contains(text(`#approvals`), "ticket-4711") || !strings.Contains(text(`#approvals`), "crm-note-9") {
+				t.Fatalf("pending approvals: %d rows: %s", n, text(`#approvals`))
+			}
+			shoot("approvals")
+			open(h.url+"/console/week", 200)
+			resp, err = chromedp.RunResponse(ctx, chromedp.Click(`#outstanding-parked`))
+			step("open the parked runs", err)
+			status(resp, 200, "/console/parked")
+			open(h.url+"/console/week", 200)
+			resp, err = chromedp.RunResponse(ctx, chromedp.Click(`#outstanding-waiting`))
+			step("open the runs waiting for a person", err)
+			status(resp, 200, "/console/runs")
+			listed := func(key string) int {
+				t.Helper()
+				return count(`table#runs a[href="/console/runs?key=` + key + `"]`)
+			}
+			if n := count(`table#runs tr`); n != 4 || listed("job-parked")+listed("ticket-4711")+listed("crm-note-9") != 3 || listed("job-unknown") != 0 {
+				t.Fatalf("runs waiting for a person: %d rows", n)
+			}
+
+			// The runs page: from the nav, every run; the filter form; a run's link; pages.
+			open(h.url+"/console", 200)
+			resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//header//a[normalize-space()="Runs"]`))
+			step("open the runs from the nav", err)
+			status(resp, 200, "/console/runs")
+			if n := count(`table#runs tr`); n != 6 {
+				t.Fatalf("the runs page lists %d rows, want 5 runs and the header", n)
+			}
+			shoot("runs")
+			step("fill the filters", chromedp.Do(ctx,
+				chromedp.SetValue(chromedp.CSS(`#filters select[name="state"]`), "awaiting_human"),
+				chromedp.SendKeys(chromedp.CSS(`#filters input[name="key_prefix"]`), "job-"),
+			))
+			resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//form[@id="filters"]//button[normalize-space()="Filter"]`))
+			step("filter", err)
+			status(resp, 200, "/console/runs")
+			if u, _ := url.Parse(resp.URL); u.Query().Get("state") != "awaiting_human" || u.Query().Get("key_prefix") != "job-" {
+				t.Fatalf("the filter form sent %s", resp.URL)
+			}
+			if n := count(`table#runs tr`); n != 2 || listed("job-parked") != 1 {
+				t.Fatalf("filtered runs: %d rows", n)
+			}
+			if v := attr(`#filters input[name="key_prefix"]`, "value"); v != "job-" {
+				t.Fatalf("the form forgot the key prefix: %q", v)
+			}
+			resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//table[@id="runs"]//a[normalize-space()="job-parked"]`))
+			step("open a run from the list", err)
+			status(resp, 200, "/console/runs")
+			if h1 := text(`h1`); h1 != "Run job-parked" {
+				t.Fatalf("the run's link opens %q", h1)
+			}
+			// Keyset pages of two: every run once.
+			open(h.url+"/console/runs?limit=2", 200)
+			seen := map[string]int{}
+			keys := []string{"ticket-4711", "crm-note-9", "agent-run-3", "job-unknown", "job-parked"}
+			for range 5 {
+				for _, k := range keys {
+					seen[k] += listed(k)
+				}
+				if count(`#next-page`) == 0 {
+					break
+				}
+				resp, err = chromedp.RunResponse(ctx, chromedp.Click(`#next-page`))
+				step("next page", err)
+				status(resp, 200, "/console/runs")
+			}
+			for _, k := range keys {
+				if seen[k] != 1 {
+					t.Fatalf("the pages of two show the runs %v times, want each once", seen)
+				}
+			}
+			// A bad filter: the 400 page says which and why.
+			open(h.url+"/console/runs?older_than=soon", 400)
+			if h1, msg := text(`h1`), text(`main p`); h1 != "Not shown" || !strings.Contains(msg, "The older_than filter must be a Go duration (36h) or days (7d)") {
+				t.Fatalf("a bad filter shows %q: %q", h1, msg)
+			}
 
 			// Someone signed in without the role: the used link is the neutral page.
 			h.addUser("intern-2", "support")

@@ -31,6 +31,7 @@ func TestConsoleRefusesBadTextBeforeAnyLookup(t *testing.T) {
 			"/console?after=-1_%00", "/console/runs?key=%00", "/console/runs?key=job%FF1", "/console/effects?unknown_after=1_%1b",
 			"/console/effects?failed_after=%00", "/console/parked?after=1_a%00", "/console/week?x%00=1", "/console/approvals/%00",
 			"/console/kill-switch?done=%C0%AF", "/console/runs?key=%zz",
+			"/console/runs?key_prefix=%00", "/console/runs?action_type=t%FF", "/console/runs?state=%1b", "/console/approvals?after=1_%00",
 		} {
 			if code, body, _ := ops.do("GET", h.url+p, nil, nil); code != 400 || !isPage(body) || !strings.Contains(body, "Nothing was looked up") {
 				t.Errorf("GET %s: %d; want a 400 page", p, code)

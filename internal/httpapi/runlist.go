@@ -2,9 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
@@ -25,45 +22,12 @@ type runListItem struct {
 }
 
 // listRuns is GET /v1/runs: runs newest first, filtered by state, action type, age
-// (older_than: created at least that long ago) and key prefix, in keyset pages.
+// (older_than: created at least that long ago) and key prefix, in keyset pages. The
+// filters are read by audit.RunFilter, as the console's runs page reads them.
 func (s *server) listRuns(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	p := store.RunListParams{Limit: 50, ActionType: q.Get("action_type"), KeyPrefix: q.Get("key_prefix")}
-	if v := q.Get("state"); v != "" {
-		if !slices.Contains(store.States, store.State(v)) {
-			return invalid("state", "must be one of "+joinStates())
-		}
-		p.State = store.State(v)
-	}
-	if len(p.KeyPrefix) > maxKeyLen {
-		return invalid("key_prefix", "must be at most 200 bytes")
-	}
-	if v := q.Get("older_than"); v != "" {
-		d, err := audit.ParseWindow(v)
-		if err != nil {
-			return invalid("older_than", "must be a Go duration (36h) or days (7d)")
-		}
-		now, err := s.Runs.Read(r.Context(), s.Store)
-		if err != nil {
-			return err
-		}
-		cutoff := now.Add(-d)
-		p.OlderThan = &cutoff
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			return invalid("limit", "must be from 1 to 500")
-		}
-		p.Limit = n
-	}
-	if v := q.Get("after"); v != "" {
-		at, key, ok := strings.Cut(v, "_")
-		us, err := strconv.ParseInt(at, 10, 64)
-		if !ok || err != nil || key == "" {
-			return invalid("after", "must be the next_after of the previous page")
-		}
-		p.After = store.Cursor{At: time.UnixMicro(us).UTC(), ID: key}
+	p, err := audit.RunFilter(r.URL.Query(), func() (time.Time, error) { return s.Runs.Read(r.Context(), s.Store) })
+	if err != nil {
+		return err
 	}
 	runs, err := s.Store.RunList(r.Context(), p)
 	if err != nil {
@@ -78,17 +42,8 @@ func (s *server) listRuns(w http.ResponseWriter, r *http.Request) error {
 			TriggerSource: run.TriggerSource, WorkflowVersion: run.WorkflowVersion, CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt})
 	}
 	if len(runs) == p.Limit {
-		last := runs[len(runs)-1]
-		out.NextAfter = strconv.FormatInt(last.CreatedAt.UnixMicro(), 10) + "_" + last.Key
+		out.NextAfter = audit.RunCursor(runs[len(runs)-1])
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-func joinStates() string {
-	var s []string
-	for _, st := range store.States {
-		s = append(s, string(st))
-	}
-	return strings.Join(s, ", ")
 }

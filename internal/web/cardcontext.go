@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -106,12 +106,5 @@ func readValidation(detail json.RawMessage) cardValidation {
 	return v
 }
 
-// linkable: an absolute http or https URL with a host and no credentials, the only
-// links a card makes (javascript:, data: and the rest are never links).
-func linkable(s string) bool {
-	if s == "" {
-		return false
-	}
-	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil
-}
+// linkable is approvals.Linkable: the one rule for the links a card makes.
+func linkable(s string) bool { return approvals.Linkable(s) }

@@ -45,7 +45,7 @@ func (w *Web) EnableConsole(c Console) {
 // ConsolePatterns lists the console's routes (the OpenAPI test documents them).
 var ConsolePatterns = []string{"GET /console", "GET /console/approvals/{id}", "POST /console/approvals/{id}", "POST /console/approvals/{id}/reissue",
 	"GET /console/effects", "POST /console/effects/{id}/resolve", "GET /console/parked", "POST /console/runs/{key}/unpark",
-	"GET /console/runs", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
+	"GET /console/runs", "GET /console/approvals", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
 
 // consolePageSize is the rows of one page of a console list.
 const consolePageSize = 50
@@ -58,7 +58,7 @@ type level int
 
 const (
 	levelPerson   level = iota // anyone signed in: their own approvals
-	levelOperator              // console.operators (or admins): effects, parked runs, runs, the week
+	levelOperator              // console.operators (or admins): effects, parked runs, runs, pending approvals, the week
 	levelAdmin                 // console.admins: the kill switch
 )
 
@@ -302,6 +302,7 @@ func (w *Web) registerConsole(mux *http.ServeMux) {
 	mux.Handle("GET /console/parked", w.consoleView(levelOperator, w.consoleParked))
 	mux.Handle("POST /console/runs/{key}/unpark", w.consoleAction(levelOperator, w.consoleUnpark))
 	mux.Handle("GET /console/runs", w.consoleView(levelOperator, w.consoleRun))
+	mux.Handle("GET /console/approvals", w.consoleView(levelOperator, w.consoleApprovals))
 	mux.Handle("GET /console/kill-switch", w.consoleView(levelOperator, w.consoleKillSwitch))
 	mux.Handle("POST /console/kill-switch", w.consoleAction(levelAdmin, w.consoleSetKillSwitch))
 	mux.Handle("GET /console/week", w.consoleView(levelOperator, w.consoleWeek))
@@ -585,20 +586,21 @@ type runPage struct {
 
 func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	p := runPage{consoleFrame: w.frame(r, v, "Run", "runs"), Key: strings.TrimSpace(r.URL.Query().Get("key"))}
-	if p.Key != "" {
-		x, err := w.console.Audit.Explain(r.Context(), p.Key)
-		switch {
-		case errors.Is(err, runs.ErrNotFound):
-			p.Err = "No run has the key " + strconv.Quote(p.Key) + "."
-		case err != nil:
-			return fmt.Errorf("explain: %w", err)
-		default:
-			p.Found, p.X, p.Title = true, x, "Run "+p.Key
-			p.Parked = x.Processed.State == store.StateAwaitingHuman && slices.Contains(store.ParkReasons, x.Processed.ParkReason)
-		}
+	if p.Key == "" {
+		return w.consoleRuns(rw, r, v) // no key: the list of runs, to pick one
+	}
+	x, err := w.console.Audit.Explain(r.Context(), p.Key)
+	switch {
+	case errors.Is(err, runs.ErrNotFound):
+		p.Err = "No run has the key " + strconv.Quote(p.Key) + "."
+	case err != nil:
+		return fmt.Errorf("explain: %w", err)
+	default:
+		p.Found, p.X, p.Title = true, x, "Run "+p.Key
+		p.Parked = x.Processed.State == store.StateAwaitingHuman && slices.Contains(store.ParkReasons, x.Processed.ParkReason)
 	}
 	status := http.StatusOK
-	if p.Key != "" && !p.Found {
+	if !p.Found {
 		status = http.StatusNotFound
 	}
 	return w.renderConsole(rw, status, "console_run.html", p)
@@ -666,6 +668,11 @@ type weekPage struct {
 	// this process); StoppedTypes are the action types stopped on their own.
 	StoppedAll   bool
 	StoppedTypes []string
+	// Outstanding now, besides the effects: pending approvals and parked runs, each
+	// counted up to outstandingCap. Undecidable is the approvals nobody can decide, when
+	// that count is known (nil: not counted in this build; it joins the tile then).
+	Pending, Parked count
+	Undecidable     *count
 }
 
 // weeks is how many past weeks the charts show.
@@ -687,6 +694,9 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) err
 	_, env, err := w.console.Effects.KillSwitch(r.Context())
 	if err != nil {
 		return fmt.Errorf("kill switch: %w", err)
+	}
+	if p.Pending, p.Parked, err = w.outstanding(r.Context(), p.Now); err != nil {
+		return err
 	}
 	p.StoppedAll = env || !p.R.KillSwitch.Enabled
 	for _, scope := range p.R.KillSwitch.DisabledScopes {
