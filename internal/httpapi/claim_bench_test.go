@@ -19,9 +19,9 @@ import (
 )
 
 // BenchmarkClaimServe claims new keys over real HTTP, one client with keep-alive, against
-// the handler wired as `airlock serve` wires it (the API-key cache, logs at warn), and
-// reports allocs/op for the whole round trip (the client's share is the same in every
-// build). CPU per claim beside the raw statement is scripts/bench-cpu.sh's job; this one
+// the handler wired as `airlock serve` wires it (the API-key cache; logs at warn, as
+// scripts/bench-cpu.sh runs serve), and reports allocs/op for the whole round trip (the
+// client's share is the same in every build). CPU per claim beside the raw statement is scripts/bench-cpu.sh's job; this one
 // makes the process's per-request allocations visible to -benchmem and -cpuprofile:
 //
 //	go test ./internal/httpapi -run '^$' -bench ClaimServe -benchtime 2000x -benchmem
