@@ -114,6 +114,7 @@ EOF
 }
 
 declare -A RES # "scenario field" → value
+get() { echo "${RES["$1 $2"]:-}"; }
 
 # parse_result SCENARIO FILE: keep the fields of its last "result k=v…" line.
 parse_result() {
@@ -206,11 +207,45 @@ pg_cpu() {
 	awk -v t="$total" 'BEGIN { printf "%.2f", t / 100 }'
 }
 
+# pg_children: how many processes the postmaster has now.
+pg_children() { wc -w </proc/"$PGPID"/task/"$PGPID"/children; }
+
+# pg_wait_children N: wait (up to 10 s) until the postmaster has at most N children (an
+# autovacuum worker may hold it above N for a while).
+pg_wait_children() {
+	for _ in $(seq 1 100); do
+		[ "$(pg_children)" -le "$1" ] && return 0
+		sleep 0.1
+	done
+	log "backends still exiting after 10 s: the cluster's CPU may miss some"
+}
+
+# pg_work: the cluster's WAL records and the claims database's buffer accesses so far,
+# "records blocks". Unlike CPU time these do not swing with the machine's load: they
+# count the work PostgreSQL does per claim (rows and index entries written, pages read).
+# Backends report them when they exit, so sample once the clients have disconnected.
+pg_work() {
+	sleep 0.5
+	psql "$ADMIN_URL" -qAtX -F ' ' -c "SELECT (SELECT wal_records FROM pg_stat_wal),
+		(SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = '${CLAIMS_DB_NAME}')"
+}
+
+# work_per_op NAME BEFORE AFTER N: WAL records and buffer accesses per operation.
+work_per_op() {
+	local -a a b
+	read -r -a a <<<"$2"
+	read -r -a b <<<"$3"
+	RES["$1 wal_per_op"]=$(awk -v x="${a[0]}" -v y="${b[0]}" -v n="$4" 'BEGIN { if (n > 0) printf "%.1f", (y - x) / n }')
+	RES["$1 blks_per_op"]=$(awk -v x="${a[1]}" -v y="${b[1]}" -v n="$4" 'BEGIN { if (n > 0) printf "%.1f", (y - x) / n }')
+}
+
 # claims_raw NAME: pgbench with the seed's claim statement; CPU = pgbench (times) + cluster.
 claims_raw() {
 	want claims || return 0
 	log "$1: pgbench, raw claim statement, $CLIENTS clients, ${SECS}s"
-	local pg0 pg1 t
+	local pg0 pg1 t w0 w1
+	w0=$(pg_work)
+	pg_wait_children "$PG_IDLE"
 	pg0=$(pg_cpu)
 	(
 		pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" -f "$BENCH_TMP/claim.sql" "$CLAIMS_DB" >"$BENCH_TMP/$1.out" 2>&1
@@ -219,7 +254,12 @@ claims_raw() {
 		cat "$BENCH_TMP/$1.out" >&2
 		die "pgbench failed"
 	}
+	# pgbench's backends exit after it does: sampled while one is exiting, a backend is
+	# neither a live child nor yet in the postmaster's reaped time, and its CPU is lost
+	# (a pass once read 0.00 ms per claim). Wait for them to be reaped.
+	pg_wait_children "$PG_IDLE"
 	pg1=$(pg_cpu)
+	w1=$(pg_work)
 	# times: line 2 is the children's user and sys time, e.g. "0m1.230s 0m0.450s".
 	t=$(sed -n 2p "$BENCH_TMP/$1.times" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%.2f", n }')
 	local tps n
@@ -231,13 +271,15 @@ claims_raw() {
 	RES["$1 cpu_us_per_op"]=$(awk -v a="$pg0" -v b="$pg1" -v t="$t" -v n="$n" 'BEGIN { printf "%.0f", (b - a + t) * 1e6 / n }')
 	RES["$1 cpu_pg_us_per_op"]=$(awk -v a="$pg0" -v b="$pg1" -v n="$n" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')
 	RES["$1 cpu_process_us_per_op"]=$(awk -v t="$t" -v n="$n" 'BEGIN { printf "%.0f", t * 1e6 / n }')
+	work_per_op "$1" "$w0" "$w1" "$n"
 }
 
 # claims_http NAME: airlock serve (CLIENTS pool connections) under `airlock bench claims`.
 claims_http() {
 	want claims || return 0
 	log "$1: airlock serve, HTTP claims, $CLIENTS clients, ${SECS}s"
-	local port pid
+	local port pid w0 w1
+	w0=$(pg_work)
 	port=$(free_port)
 	AIRLOCK_DATABASE_URL="$CLAIMS_DB&pool_max_conns=$CLIENTS" AIRLOCK_LISTEN="127.0.0.1:$port" AIRLOCK_LOG_LEVEL=warn \
 		"$AIRLOCK" serve >"$BENCH_TMP/$1.log" 2>&1 </dev/null &
@@ -251,7 +293,9 @@ claims_http() {
 		FAILED=1
 	}
 	stop_instances
+	w1=$(pg_work)
 	parse_result "$1" "$BENCH_TMP/$1.out"
+	work_per_op "$1" "$w0" "$w1" "$(get "$1" requests)"
 }
 
 # An idle instance's startup CPU (included in each airlock outbox figure above): start,
@@ -271,6 +315,7 @@ startup_cpu() {
 
 if want claims; then
 	CLAIMS_DB=$(newdb claims "$CLIENTS")
+	CLAIMS_DB_NAME="${RUN_ID}_claims"
 	CLAIMS_DB=${CLAIMS_DB%&pool_max_conns=*}
 	CLAIMS_DB=${CLAIMS_DB%\?pool_max_conns=*}
 	AIRLOCK_DATABASE_URL=$CLAIMS_DB "$AIRLOCK" migrate >/dev/null 2>&1
@@ -300,6 +345,8 @@ SQL
 fi
 
 STARTED=$(date +%s)
+sleep 1 # the connections of the setup above exit
+PG_IDLE=$(pg_children) # the cluster's own processes, no client connected
 STARTUP=""
 startup_cpu
 for pass in $(seq 1 "$PASSES"); do
@@ -314,7 +361,6 @@ for pass in $(seq 1 "$PASSES"); do
 done
 
 # --- report -----------------------------------------------------------------
-get() { echo "${RES["$1 $2"]:-}"; }
 ms() { awk -v u="$1" 'BEGIN{ if (u=="") print "n/a"; else printf "%.2f", u/1000 }'; }
 # cell SCENARIO: "total ms (PG x, process y), rate/s"
 cell() {
@@ -350,6 +396,16 @@ for spec in "a32 r32 outbox, concurrency 32 / 32 workers" "a256 r256 outbox, con
 		WORST_TP[$a]=$(awk -v w="${WORST_TP[$a]:-999}" -v r="$rt" 'BEGIN{ print (r=="n/a" || r+0 < w+0) ? r : w }')
 	done
 done
+
+if [ -n "$(get claimshttp_1 wal_per_op)" ]; then
+	echo
+	echo "PostgreSQL work per claim (counts, not times: they do not move with the machine's load)"
+	for pass in $(seq 1 "$PASSES"); do
+		printf '  pass %s: airlock %s WAL records, %s buffer accesses; raw statement %s WAL records, %s buffer accesses\n' "$pass" \
+			"$(get "claimshttp_$pass" wal_per_op)" "$(get "claimshttp_$pass" blks_per_op)" \
+			"$(get "claimsraw_$pass" wal_per_op)" "$(get "claimsraw_$pass" blks_per_op)"
+	done
+fi
 
 echo
 echo "targets (issue 23; worst pass)"

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/input"
@@ -110,6 +111,21 @@ func jsonFields(t reflect.Type, out map[string]reflect.Type) {
 	}
 }
 
+// fieldsByType caches jsonFields per struct type: every request of a route walks the
+// same types, and building the map by reflection per object showed in the claim's
+// profile. The maps are only read once stored.
+var fieldsByType sync.Map // reflect.Type → map[string]reflect.Type
+
+func structFields(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldsByType.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
+	f := map[string]reflect.Type{}
+	jsonFields(t, f)
+	fieldsByType.Store(t, f)
+	return f
+}
+
 // maxDepth bounds how deeply a body nests objects and arrays, the body's own object
 // being the first level. Deeper bodies are refused before anything else reads them.
 const maxDepth = validation.MaxDepth
@@ -192,8 +208,7 @@ func (w *walker) value(t reflect.Type, depth int) error {
 func (w *walker) object(t reflect.Type, depth int) error {
 	var fields map[string]reflect.Type
 	if t != nil && t.Kind() == reflect.Struct {
-		fields = map[string]reflect.Type{}
-		jsonFields(t, fields)
+		fields = structFields(t)
 	}
 	seen := map[string]bool{}
 	w.path = append(w.path, pathElem{})

@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 	"github.com/airlockhq/airlock/internal/web"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // syncBuffer collects log output from concurrent handlers.
@@ -479,6 +480,39 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		"nul_character", "invalid_idempotency_key", "idempotency_key_reused", "request_in_progress"} {
 		if !strings.Contains(codes[1], `"`+c+`"`) {
 			t.Errorf("error code %s missing from openapi.json", c)
+		}
+	}
+}
+
+// TestAccessLogFollowsLevel: the access log line is written at info and above and only
+// there; below info the request is still counted in the metrics.
+func TestAccessLogFollowsLevel(t *testing.T) {
+	h := newHarness(t, storetest.Backends[0])
+	for _, tc := range []struct {
+		level slog.Level
+		want  bool
+	}{{slog.LevelInfo, true}, {slog.LevelWarn, false}} {
+		var logs syncBuffer
+		m := metrics.New()
+		srv := httptest.NewServer(h.handler(func(d *httpapi.Deps) {
+			d.Log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: tc.level}))
+			d.Metrics = m
+		}))
+		t.Cleanup(srv.Close)
+		r, err := h.send(srv.URL, "POST", "/v1/runs/claim", h.runsKey, "", fmt.Sprintf(`{"key":"lvl-%s","payload":1}`, tc.level))
+		if err != nil || r.status != http.StatusCreated {
+			t.Fatalf("%v: claim: %v %d %s", tc.level, err, r.status, r.raw)
+		}
+		got := strings.Contains(logs.String(), `"msg":"http"`) && strings.Contains(logs.String(), `"route":"POST /v1/runs/claim"`)
+		if got != tc.want {
+			t.Errorf("level %v: access log written %v, want %v:\n%s", tc.level, got, tc.want, logs.String())
+		}
+		var pm dto.Metric
+		if err := m.HTTPRequests.WithLabelValues("POST /v1/runs/claim", "201").Write(&pm); err != nil {
+			t.Fatal(err)
+		}
+		if n := pm.GetCounter().GetValue(); n != 1 {
+			t.Errorf("level %v: %v claims counted, want 1", tc.level, n)
 		}
 	}
 }

@@ -283,6 +283,11 @@ func (s *server) observe(next http.Handler) http.Handler {
 			end(code)
 			s.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 			s.Metrics.HTTPDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			// The access log is at info: below that level (AIRLOCK_LOG_LEVEL=warn, as the
+			// benchmarks run) its attributes are not built at all.
+			if !s.Log.Enabled(r.Context(), slog.LevelInfo) {
+				return
+			}
 			attrs := []any{"method", r.Method, "route", route, "status", code,
 				"duration_ms", float64(time.Since(start).Microseconds()) / 1000, "request_id", id}
 			if k := r.PathValue("key"); k != "" {
