@@ -112,6 +112,7 @@ func New(o Options) (*App, error) {
 	m.Registry.MustRegister(gauges(st, a.Effects))
 	a.Approvals = approvals.NewService(st, pol, o.Alerts, o.PublicURL, o.Now)
 	a.Approvals.Observer = m
+	a.Approvals.Log = o.Log
 	a.Approvals.Settle = a.Effects.Settle
 	a.Approvals.Queued = a.Effects.Wake
 	a.Ledger = ledger.NewService(st, pol, a.Effects, a.Approvals, o.Alerts, a.Failures.Budget, o.Now)
@@ -137,7 +138,8 @@ func gauges(st store.Store, eff *effects.Service) metrics.Gauges {
 			}
 			return out, err
 		},
-		Enabled: func(ctx context.Context) bool { ok, _ := eff.Enabled(ctx, ""); return ok },
+		Enabled:     func(ctx context.Context) bool { ok, _ := eff.Enabled(ctx, ""); return ok },
+		Undecidable: func(ctx context.Context) (int, error) { return st.ApprovalsUndecidableCount(ctx, nil) },
 	}
 }
 
