@@ -110,7 +110,8 @@ type Service struct {
 	webhooks       sync.WaitGroup
 	// Log receives the sweep's notification failures (default slog.Default()).
 	Log *slog.Logger
-	// Hook, when set, is called at named points between statements (approval_consumed):
+	// Hook, when set, is called at named points between statements (approval_consumed,
+	// approval_steps_listed, undecidable_listed):
 	// tests force interleavings with it. Never set in production.
 	Hook func(point string)
 }

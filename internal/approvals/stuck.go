@@ -133,6 +133,7 @@ func (s *Service) stepDue(ctx context.Context, step store.ApprovalStep, kind sto
 	if err != nil {
 		return err
 	}
+	s.hook("approval_steps_listed")
 	for _, a := range due {
 		var claimed store.Approval
 		err := s.store.Transact(ctx, func(q store.Queries) error {
@@ -217,6 +218,7 @@ func (s *Service) CheckUndecidable(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		s.hook("undecidable_listed")
 		for _, a := range page {
 			if !gated(a) {
 				continue

@@ -56,14 +56,17 @@ func (q queries) ApprovalClaimStep(ctx context.Context, id string, step store.Ap
 }
 
 func (q queries) ApprovalSetUndecidable(ctx context.Context, id string, undecidable bool, now *time.Time) (store.Approval, error) {
-	row := q.db.QueryRow(ctx, `UPDATE approvals SET undecidable_since = NULL
-		WHERE id = $1 AND undecidable_since IS NOT NULL RETURNING `+approvalColumns, id)
+	// Each statement runs when it is queried: choose one, never query both.
+	var a store.Approval
+	var err error
 	if undecidable {
-		row = q.db.QueryRow(ctx, `UPDATE approvals SET undecidable_since = coalesce($2::timestamptz, now())
+		a, err = scanApproval(q.db.QueryRow(ctx, `UPDATE approvals SET undecidable_since = coalesce($2::timestamptz, now())
 		WHERE id = $1 AND undecidable_since IS NULL AND consumed_at IS NULL AND expires_at > coalesce($2::timestamptz, now())
-		RETURNING `+approvalColumns, id, now)
+		RETURNING `+approvalColumns, id, now))
+	} else {
+		a, err = scanApproval(q.db.QueryRow(ctx, `UPDATE approvals SET undecidable_since = NULL
+		WHERE id = $1 AND undecidable_since IS NOT NULL RETURNING `+approvalColumns, id))
 	}
-	a, err := scanApproval(row)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Approval{}, store.ErrNoMatch
 	}
