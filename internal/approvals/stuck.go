@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"time"
 
@@ -267,4 +268,9 @@ func (s *Service) markUndecidable(ctx context.Context, a store.Approval) error {
 // Undecidable lists the pending approvals nobody known can decide, newest first.
 func (s *Service) Undecidable(ctx context.Context, after store.Cursor, limit int) ([]store.Approval, error) {
 	return s.store.ApprovalsUndecidable(ctx, after, s.At(), limit)
+}
+
+// ConsoleURL is the console page of an approval (no token: the person signs in).
+func (s *Service) ConsoleURL(id string) string {
+	return s.publicURL + "/console/approvals/" + url.PathEscape(id)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -52,7 +51,7 @@ func (s *Service) card(ctx context.Context, r Requested, a *policy.Action, log *
 func (s *Service) cardOf(ctx context.Context, ap store.Approval, a *policy.Action, log *slog.Logger) Card {
 	c := Card{Title: "Approval needed: " + ap.ActionType, Key: ap.RunKey, Action: ap.ActionType,
 		Target: ap.Target, Recipients: a.Recipients(ap.Target), Expires: ap.ExpiresAt.UTC(),
-		Link: s.publicURL + "/console/approvals/" + url.PathEscape(ap.ID)}
+		Link: s.ConsoleURL(ap.ID)}
 	var payload map[string]any
 	_ = json.Unmarshal(ap.Payload, &payload)
 	for _, f := range a.LogFields {
