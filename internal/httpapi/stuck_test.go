@@ -115,6 +115,15 @@ func TestStuckApprovalsOverHTTP(t *testing.T) {
 			t.Fatalf("stuck page: %d\n%s", code, page)
 		}
 
+		week := func(want string) {
+			t.Helper()
+			code, page, _ := ops.do("GET", h.url+"/console/week", nil, nil)
+			if code != 200 || !strings.Contains(page, `<a href="/console/stuck" id="outstanding-undecidable">`) || !strings.Contains(page, want) {
+				t.Fatalf("This week's Outstanding now lacks %q: %d\n%s", want, code, grepLines(page, "outstanding"))
+			}
+		}
+		week(">3</b> nobody can decide")
+
 		// Someone gets the role: nothing is stuck any more.
 		h.addUser("lea", "support-lead")
 		if err := h.env.Approvals.Sweep(ctx); err != nil {
@@ -124,6 +133,7 @@ func TestStuckApprovalsOverHTTP(t *testing.T) {
 			t.Fatalf("undecidable after lea = %v", got)
 		}
 		metric("airlock_approvals_undecidable 0")
+		week(">0</b> nobody can decide")
 		if _, page, _ := ops.do("GET", h.url+"/console/stuck", nil, nil); !strings.Contains(page, "No stuck approvals.") {
 			t.Fatalf("stuck page after lea:\n%s", page)
 		}

@@ -692,8 +692,8 @@ type weekPage struct {
 	StoppedAll   bool
 	StoppedTypes []string
 	// Outstanding now, besides the effects: pending approvals and parked runs, each
-	// counted up to outstandingCap. Undecidable is the approvals nobody can decide, when
-	// that count is known (nil: not counted in this build; it joins the tile then).
+	// counted up to outstandingCap. Undecidable is the approvals nobody can decide
+	// (counted exactly, on the approvals_undecidable partial index).
 	Pending, Parked count
 	Undecidable     *count
 }
@@ -721,6 +721,11 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) err
 	if p.Pending, p.Parked, err = w.outstanding(r.Context(), p.Now); err != nil {
 		return err
 	}
+	n, err := w.store.ApprovalsUndecidableCount(r.Context(), &p.Now)
+	if err != nil {
+		return fmt.Errorf("undecidable approvals: %w", err)
+	}
+	p.Undecidable = &count{N: n}
 	p.StoppedAll = env || !p.R.KillSwitch.Enabled
 	for _, scope := range p.R.KillSwitch.DisabledScopes {
 		if t, ok := strings.CutPrefix(scope, "action:"); ok {
