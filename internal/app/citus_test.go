@@ -500,10 +500,15 @@ func citusRest(ctx context.Context, e *apptest.EffectsEnv, st *postgres.Store, a
 		func() error { _, err := st.RunRefuse(ctx, "cit-e", "h"); return err },
 		func() error { _, err := st.ApprovalRekey(ctx, approvalID, "cit-rekeyed", nil); return noMatchOK(err) },
 		func() error { _, err := st.ApprovalsOpen(ctx, "review", 10); return err },
-		func() error { return st.PersonSeenPut(ctx, store.PersonSeen{Subject: "cit-sso", Roles: []string{"support-lead"}, SeenAt: now}) },
+		func() error {
+			return st.PersonSeenPut(ctx, store.PersonSeen{Subject: "cit-sso", Roles: []string{"support-lead"}, SeenAt: now})
+		},
 		func() error { _, err := st.PeopleSeen(ctx, now.Add(-time.Hour)); return err },
 		func() error { _, err := st.ApprovalsDue(ctx, store.StepWarn, nil, 10); return err },
-		func() error { _, err := st.ApprovalClaimStep(ctx, approvalID, store.StepWarn, nil); return noMatchOK(err) },
+		func() error {
+			_, err := st.ApprovalClaimStep(ctx, approvalID, store.StepWarn, nil)
+			return noMatchOK(err)
+		},
 		func() error { _, err := st.ApprovalSetUndecidable(ctx, approvalID, true, nil); return noMatchOK(err) },
 		func() error { _, err := st.ApprovalSetUndecidable(ctx, approvalID, false, nil); return noMatchOK(err) },
 		func() error { _, err := st.ApprovalsUndecidable(ctx, store.Cursor{}, nil, 10); return err },
