@@ -231,7 +231,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	sweep := min(pol.Dispatch.Interval.D()*10, 5*time.Second)
 	wg.Add(3)
 	go func() { defer wg.Done(); every(bg, sweep, eff.SweepExpired, log) }()
-	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.ExpireDue, log) }()
+	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.Sweep, log) }()
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()

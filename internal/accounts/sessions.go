@@ -42,8 +42,19 @@ func (s Sessions) Start(ctx context.Context, previous string, who approvals.Pers
 	if err != nil {
 		return "", err
 	}
-	if err := s.Store.SessionInsert(ctx, store.Session{IDHash: hashOf(id), UserID: userID, Subject: who.Subject, Roles: who.Roles,
-		CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
+	err = s.Store.Transact(ctx, func(q store.Queries) error {
+		if err := q.SessionInsert(ctx, store.Session{IDHash: hashOf(id), UserID: userID, Subject: who.Subject, Roles: who.Roles,
+			CreatedAt: now, ExpiresAt: now.Add(SessionLifetime)}); err != nil {
+			return err
+		}
+		if userID != "" {
+			return nil
+		}
+		// Single sign-on keeps no account: remember who signed in with which roles, so
+		// that an approval nobody known can decide is found (approvals.Holders).
+		return q.PersonSeenPut(ctx, store.PersonSeen{Subject: who.Subject, Roles: who.Roles, SeenAt: now})
+	})
+	if err != nil {
 		return "", err
 	}
 	return id, nil

@@ -109,9 +109,10 @@ func New(o Options) (*App, error) {
 		Alerts: o.Alerts, Now: o.Now, Budgets: a.Failures.Budget,
 		AIActionsEnabled: o.AIActionsEnabled, AIActionsEnabledSet: o.AIActionsEnabledSet})
 	a.Effects.Observe = func(outcome string, d time.Duration) { m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds()) }
-	m.Registry.MustRegister(gauges(st, a.Effects))
+	m.Registry.MustRegister(gauges(st, a.Effects, runs.Clock{Now: o.Now}))
 	a.Approvals = approvals.NewService(st, pol, o.Alerts, o.PublicURL, o.Now)
 	a.Approvals.Observer = m
+	a.Approvals.Log = o.Log
 	a.Approvals.Settle = a.Effects.Settle
 	a.Approvals.Queued = a.Effects.Wake
 	a.Ledger = ledger.NewService(st, pol, a.Effects, a.Approvals, o.Alerts, a.Failures.Budget, o.Now)
@@ -126,8 +127,9 @@ func New(o Options) (*App, error) {
 	return a, nil
 }
 
-// gauges reads the outbox's state counts and the kill switch when metrics are scraped.
-func gauges(st store.Store, eff *effects.Service) metrics.Gauges {
+// gauges reads the outbox's state counts, the kill switch and the approvals nobody can
+// decide (on airlock's clock: the database's, or a test's) when metrics are scraped.
+func gauges(st store.Store, eff *effects.Service, clock runs.Clock) metrics.Gauges {
 	return metrics.Gauges{
 		Effects: func(ctx context.Context) (map[string]int, error) {
 			counts, err := st.EffectCountByState(ctx)
@@ -137,7 +139,8 @@ func gauges(st store.Store, eff *effects.Service) metrics.Gauges {
 			}
 			return out, err
 		},
-		Enabled: func(ctx context.Context) bool { ok, _ := eff.Enabled(ctx, ""); return ok },
+		Enabled:     func(ctx context.Context) bool { ok, _ := eff.Enabled(ctx, ""); return ok },
+		Undecidable: func(ctx context.Context) (int, error) { return st.ApprovalsUndecidableCount(ctx, clock.At()) },
 	}
 }
 

@@ -332,7 +332,7 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 		if err := e.Effects.Reconcile(ctx); err != nil {
 			return err
 		}
-		return e.Approvals.ExpireDue(ctx)
+		return e.Approvals.Sweep(ctx) // expiry, warnings, escalations, approvals nobody can decide
 	})
 	// gen-5 and cit-new-5 hash to different partitions of eight, as most pairs of keys do.
 	op("replacement", func(ctx context.Context) error {
@@ -500,6 +500,19 @@ func citusRest(ctx context.Context, e *apptest.EffectsEnv, st *postgres.Store, a
 		func() error { _, err := st.RunRefuse(ctx, "cit-e", "h"); return err },
 		func() error { _, err := st.ApprovalRekey(ctx, approvalID, "cit-rekeyed", nil); return noMatchOK(err) },
 		func() error { _, err := st.ApprovalsOpen(ctx, "review", 10); return err },
+		func() error {
+			return st.PersonSeenPut(ctx, store.PersonSeen{Subject: "cit-sso", Roles: []string{"support-lead"}, SeenAt: now})
+		},
+		func() error { _, err := st.PeopleSeen(ctx, now.Add(-time.Hour)); return err },
+		func() error { _, err := st.ApprovalsDue(ctx, store.StepWarn, nil, 10); return err },
+		func() error {
+			_, err := st.ApprovalClaimStep(ctx, approvalID, store.StepWarn, nil)
+			return noMatchOK(err)
+		},
+		func() error { _, err := st.ApprovalSetUndecidable(ctx, approvalID, true, nil); return noMatchOK(err) },
+		func() error { _, err := st.ApprovalSetUndecidable(ctx, approvalID, false, nil); return noMatchOK(err) },
+		func() error { _, err := st.ApprovalsUndecidable(ctx, store.Cursor{}, nil, 10); return err },
+		func() error { _, err := st.ApprovalsUndecidableCount(ctx, nil); return err },
 		func() error { _, err := st.TransactionIsolation(ctx); return err },
 		func() error { _, err := st.Multiplexed(ctx); return err },
 		func() error { return st.VerifyCleanup(ctx, "verify-none-", "action:verify-none") },

@@ -108,7 +108,10 @@ type Service struct {
 	WebhookBackoff time.Duration
 	WebhookClient  *http.Client
 	webhooks       sync.WaitGroup
-	// Hook, when set, is called at named points between statements (approval_consumed):
+	// Log receives the sweep's notification failures (default slog.Default()).
+	Log *slog.Logger
+	// Hook, when set, is called at named points between statements (approval_consumed,
+	// approval_steps_listed, undecidable_listed):
 	// tests force interleavings with it. Never set in production.
 	Hook func(point string)
 }
@@ -188,10 +191,14 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 		ApproverRoles: a.Approvers.Roles, ApproverSubjects: a.Approvers.Subjects, SeparationOfDuties: *a.Approvers.SeparationOfDuties,
 		ActionType: p.ActionType, Target: p.Target, EffectID: p.EffectID, Executor: p.Executor, Payload: p.Payload,
 		PayloadHash: p.PayloadHash, CreatedAt: s.AtOrZero()}
+	steps(&ap, a, now)
 	moved, err := q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
 		From: store.StateProcessing, To: store.StateAwaitingHuman, ParkReason: "approval", Now: s.At()})
 	if err != nil {
 		return Requested{}, fmt.Errorf("park run for approval: %w", err)
+	}
+	if err := s.undecidableAtRequest(ctx, q, &ap, now); err != nil {
+		return Requested{}, err
 	}
 	if err := q.ApprovalInsert(ctx, ap); err != nil {
 		return Requested{}, err
@@ -202,6 +209,11 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 		"approver_roles": ap.ApproverRoles, "approver_subjects": ap.ApproverSubjects,
 	}); err != nil {
 		return Requested{}, err
+	}
+	if ap.UndecidableSince != nil {
+		if err := s.undecidableEvents(ctx, q, ap, moved.Version); err != nil {
+			return Requested{}, err
+		}
 	}
 	return Requested{Approval: ap, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: moved}, nil
 }
@@ -313,7 +325,8 @@ func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor stri
 	return Requested{Approval: a, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: run, Reissued: true}, nil
 }
 
-// May reports whether who may decide a: by role or subject, and never their own request
+// May reports whether who may decide a: by role or subject (or by an escalation role
+// once the approval was escalated), and never their own request
 // under separation of duties — compared by skeleton (input.Skeleton: case, width,
 // invisible characters and look-alike letters do not tell two names apart), against every
 // identity of the requester (the API key, the person it acts for, the declared
@@ -321,7 +334,7 @@ func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor stri
 func May(a store.Approval, who Person) error {
 	allowed := slices.Contains(a.ApproverSubjects, who.Subject)
 	for _, r := range who.Roles {
-		allowed = allowed || slices.Contains(a.ApproverRoles, r)
+		allowed = allowed || slices.Contains(a.ApproverRoles, r) || (a.EscalatedAt != nil && slices.Contains(a.EscalationRoles, r))
 	}
 	if !allowed {
 		return ErrForbidden
@@ -709,6 +722,10 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
 	hook := s.policy.Notify.WebhookURL
 	a := s.policy.Action(r.Approval.ActionType)
+	if r.Approval.UndecidableSince != nil && !r.Reissued {
+		// Marked, with its event, in the transaction that opened it.
+		s.alerts.Alert(ctx, AlertUndecidable, r.Approval.RunKey, slog.String("approval_id", r.Approval.ID))
+	}
 	if a == nil || (hook == "" && len(a.Notify) == 0) {
 		return
 	}

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // Chat webhooks (policy notify.webhooks, named per action type by its notify list)
@@ -44,25 +44,35 @@ type Card struct {
 // output. The source link is the card's (SourceURL); if the events cannot be read the
 // notification goes without it, and the log says so.
 func (s *Service) card(ctx context.Context, r Requested, a *policy.Action, log *slog.Logger) Card {
-	c := Card{Title: "Approval needed: " + r.Approval.ActionType, Key: r.Approval.RunKey, Action: r.Approval.ActionType,
-		Target: r.Approval.Target, Recipients: a.Recipients(r.Approval.Target), Expires: r.Approval.ExpiresAt.UTC(),
-		Link: s.publicURL + "/console/approvals/" + url.PathEscape(r.Approval.ID)}
+	return s.cardOf(ctx, r.Approval, a, log)
+}
+
+// cardOf builds an approval's summary (see card).
+func (s *Service) cardOf(ctx context.Context, ap store.Approval, a *policy.Action, log *slog.Logger) Card {
+	c := Card{Title: "Approval needed: " + ap.ActionType, Key: ap.RunKey, Action: ap.ActionType,
+		Target: ap.Target, Recipients: a.Recipients(ap.Target), Expires: ap.ExpiresAt.UTC(),
+		Link: s.ConsoleURL(ap.ID)}
 	var payload map[string]any
-	_ = json.Unmarshal(r.Approval.Payload, &payload)
+	_ = json.Unmarshal(ap.Payload, &payload)
 	for _, f := range a.LogFields {
 		if v, ok := payload[f]; ok {
 			c.Fields = append(c.Fields, [2]string{f, fmt.Sprint(v)})
 		}
 	}
 	var who []string
-	for _, role := range r.Approval.ApproverRoles {
+	for _, role := range ap.ApproverRoles {
 		who = append(who, "role "+role)
 	}
-	who = append(who, r.Approval.ApproverSubjects...)
+	who = append(who, ap.ApproverSubjects...)
+	if ap.EscalatedAt != nil {
+		for _, role := range ap.EscalationRoles {
+			who = append(who, "role "+role+" (escalated)")
+		}
+	}
 	c.Approvers = strings.Join(who, ", ")
-	src, err := s.SourceURL(ctx, r.Approval)
+	src, err := s.SourceURL(ctx, ap)
 	if err != nil {
-		log.Warn("approval notification without its source link", "key", r.Approval.RunKey, "error", err)
+		log.Warn("approval notification without its source link", "key", ap.RunKey, "error", err)
 	}
 	c.SourceURL = src
 	return c

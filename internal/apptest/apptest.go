@@ -566,3 +566,13 @@ func VerifyChains(t testing.TB, st store.Store) int {
 const maxVerified = 500
 
 var errStop = errors.New("enough runs checked")
+
+// AddApprover adds an enabled local account (no usable password) holding roles, so that
+// the approvals it may decide are not undecidable (approvals.Holders).
+func (e *Env) AddApprover(t testing.TB, name string, roles ...string) {
+	t.Helper()
+	if err := e.Store.UserInsert(context.Background(), store.User{ID: "user-" + name, Name: name, PasswordHash: "!",
+		Roles: roles, CreatedAt: e.Clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -116,6 +116,7 @@ func TestReport(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := apptest.NewEffectsEnv(t, b, "")
+			e.AddApprover(t, "lee", "support-lead")
 			s := scenario{t, e}
 			e.Provider.Reply = replies(map[string]int{"r2": http.StatusServiceUnavailable, "r4": http.StatusInternalServerError})
 
@@ -259,6 +260,7 @@ func TestExplain(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := apptest.NewEffectsEnv(t, b, "")
+			e.AddApprover(t, "lee", "support-lead")
 			s := scenario{t, e}
 			e.Provider.Reply = replies(map[string]int{}) // the note's first send is answered 500 below
 			t0 := e.Clock.Now()

@@ -122,6 +122,13 @@ func Summary(se store.Event) string {
 		return with(fmt.Sprintf("auto-approval of %s reviewed: %s", id, e.str("decision")), "note", "; note: ")
 	case "approval_link_reissued":
 		return fmt.Sprintf("a fresh %s link for effect %s (the old link no longer works); expires %s", e.str("mode"), id, at("expires_at"))
+	case "approval_undecidable":
+		return fmt.Sprintf("nobody known can decide approval %s: approvers %s %s hold no enabled account or recent sign-in (or only the requester does)",
+			e.str("approval_id"), e.str("approver_roles"), e.str("approver_subjects"))
+	case "approval_expiry_warning":
+		return fmt.Sprintf("approval %s expires at %s unanswered: approvers warned", e.str("approval_id"), at("expires_at"))
+	case "approval_escalated":
+		return fmt.Sprintf("approval %s escalated: roles %s may also decide", e.str("approval_id"), e.str("roles"))
 	case "cancel_window_closed":
 		return "the cancel window of effect " + id + " closed unused"
 	case "auto_approval_review_expired":

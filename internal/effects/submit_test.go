@@ -149,6 +149,7 @@ func (s submitEnv) want(key string, start time.Time, want string) {
 func TestSubmitPerGateMode(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
 		e := apptest.NewEffectsEnv(t, b, "")
+		e.AddApprover(t, "lee", "support-lead")
 		obs := &decisions{}
 		e.Approvals.Observer = obs
 		s := submitEnv{t: t, e: e, obs: obs}

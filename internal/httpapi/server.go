@@ -109,6 +109,7 @@ var Routes = []Route{
 	{"POST", "/v1/effects/{id}/fail", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Refused) }},
 	{"POST", "/v1/effects/{id}/unknown", apikeys.ScopeWorker, func(s *server) handlerFunc { return s.workerReport(connector.Ambiguous) }},
 	{"POST", "/v1/effects/{id}/resolve", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.resolveEffect }},
+	{"GET", "/v1/approvals", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.listApprovals }},
 	{"POST", "/v1/approvals/{id}/reissue", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.reissueApproval }},
 	{"GET", "/v1/reviews", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.reviews }},
 	{"POST", "/v1/reviews/{id}", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.review }},

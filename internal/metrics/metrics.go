@@ -93,7 +93,7 @@ func New() *Metrics {
 var AlertKinds = []string{
 	"lease_reclaims", "budget_exhausted", "validation_failed", "retry_cap", "deadline", "unknown_commit",
 	"effect_unknown", "effect_failed", "reconcile_several", "approval_expired", "auto_approval_flagged",
-	"input_mismatch", "agent_effect_unknown",
+	"input_mismatch", "agent_effect_unknown", "approval_undecidable", "approval_expiry_warning",
 }
 
 // Alerter raises an alert, which means one thing everywhere: a warn-level structured log
@@ -116,14 +116,21 @@ func (a Alerter) Alert(ctx context.Context, kind, key string, attrs ...slog.Attr
 type Gauges struct {
 	Effects func(ctx context.Context) (map[string]int, error)
 	Enabled func(ctx context.Context) bool
+	// Undecidable counts the pending approvals nobody known can decide.
+	Undecidable func(ctx context.Context) (int, error)
 }
 
 var (
 	effectsDesc = prometheus.NewDesc("airlock_effects", "Effects by state, from the database.", []string{"state"}, nil)
 	killDesc    = prometheus.NewDesc("airlock_kill_switch_enabled", "1 when sends are allowed globally (database and AI_ACTIONS_ENABLED), else 0.", nil, nil)
+	stuckDesc   = prometheus.NewDesc("airlock_approvals_undecidable", "Pending approvals that no enabled account or recent single sign-on may decide, from the database.", nil, nil)
 )
 
-func (g Gauges) Describe(ch chan<- *prometheus.Desc) { ch <- effectsDesc; ch <- killDesc }
+func (g Gauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- effectsDesc
+	ch <- killDesc
+	ch <- stuckDesc
+}
 
 func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -138,6 +145,11 @@ func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 		v = 1
 	}
 	ch <- prometheus.MustNewConstMetric(killDesc, prometheus.GaugeValue, v)
+	if g.Undecidable != nil {
+		if n, err := g.Undecidable(ctx); err == nil {
+			ch <- prometheus.MustNewConstMetric(stuckDesc, prometheus.GaugeValue, float64(n))
+		}
+	}
 }
 
 // Observer receives the domain's countable moments after they commit. Metrics implements

@@ -268,6 +268,9 @@ type Action struct {
 	Notify []string `yaml:"notify"`
 	// ApprovalTTL is how long an approval stays open (default 24h).
 	ApprovalTTL Duration `yaml:"approval_ttl"`
+	// Approval configures what happens to a pending approval nobody answers: a warning
+	// before it lapses, and an optional escalation to a second role.
+	Approval ApprovalSteps `yaml:"approval"`
 	// Reversible is required for act_with_window and approve_by_exception.
 	Reversible bool `yaml:"reversible"`
 	// LogFields are the payload fields that may appear in notifications (and, later, in
@@ -323,6 +326,21 @@ type Webhook struct {
 	URLEnv  string `yaml:"url_env"`
 	URLFile string `yaml:"url_file"`
 	URL     string `yaml:"-"`
+}
+
+// ApprovalSteps are the one-time steps of a pending approval.
+type ApprovalSteps struct {
+	// WarnBefore is how long before the approval lapses its approvers are warned (default:
+	// a quarter of approval_ttl, at most 1h; 0s: no warning).
+	WarnBefore Duration `yaml:"warn_before"`
+	// Escalate, when set, lets Roles also decide after After, and announces it.
+	Escalate *Escalate `yaml:"escalate"`
+}
+
+// Escalate is the escalation of a pending approval to a second role.
+type Escalate struct {
+	After Duration `yaml:"after"`
+	Roles []string `yaml:"roles"`
 }
 
 // Approvers are the people who may decide an approval.
@@ -521,6 +539,9 @@ func (p *Policy) defaults(set func(path ...string) bool) {
 		}
 		if a.ApprovalTTL == 0 && !set("actions", name, "approval_ttl") {
 			a.ApprovalTTL = Duration(24 * time.Hour)
+		}
+		if a.Approval.WarnBefore == 0 && !set("actions", name, "approval", "warn_before") {
+			a.Approval.WarnBefore = min(a.ApprovalTTL/4, Duration(time.Hour))
 		}
 		if a.Approvers.SeparationOfDuties == nil {
 			yes := true

@@ -247,6 +247,36 @@ func (a *Action) validateGate(f string, e *errs) {
 	if a.ApprovalTTL.D() < time.Minute || a.ApprovalTTL.D() > 30*24*time.Hour {
 		e.add(f+".approval_ttl", "must be from 1m to 720h")
 	}
+	a.validateSteps(f+".approval", e)
+}
+
+// validateSteps checks the expiry warning and the escalation: both must fall inside the
+// approval's lifetime, and an escalation names valid roles other than the approvers'.
+func (a *Action) validateSteps(f string, e *errs) {
+	if a.Approval.WarnBefore >= a.ApprovalTTL && a.ApprovalTTL > 0 {
+		e.add(f+".warn_before", "must be shorter than approval_ttl (%s): the warning comes before the approval lapses (0s: no warning)", a.ApprovalTTL.D())
+	}
+	x := a.Approval.Escalate
+	if x == nil {
+		return
+	}
+	if a.Gate == GateNone || a.Gate == GateActWithWindow {
+		e.add(f+".escalate", "gate %s has no approval to escalate", a.Gate)
+	}
+	if x.After <= 0 || x.After >= a.ApprovalTTL {
+		e.add(f+".escalate.after", "must be more than 0s and shorter than approval_ttl (%s)", a.ApprovalTTL.D())
+	}
+	if len(x.Roles) == 0 {
+		e.add(f+".escalate.roles", "name at least one role that may also decide after the wait")
+	}
+	for _, r := range x.Roles {
+		switch {
+		case !ValidRole(r):
+			e.add(f+".escalate.roles", "%q is not a role: give one role, without commas", r)
+		case slices.Contains(a.Approvers.Roles, r):
+			e.add(f+".escalate.roles", "%q already approves this type: escalate to another role", r)
+		}
+	}
 }
 
 func (a *Action) validateWindow(f string, e *errs) {

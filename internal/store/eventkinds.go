@@ -50,6 +50,9 @@ const (
 	EventCancelWindowOpened        EventKind = "cancel_window_opened"
 	EventCancelWindowClosed        EventKind = "cancel_window_closed"
 	EventEvidenceRecorded          EventKind = "evidence_recorded"
+	EventApprovalUndecidable       EventKind = "approval_undecidable"
+	EventApprovalExpiryWarning     EventKind = "approval_expiry_warning"
+	EventApprovalEscalated         EventKind = "approval_escalated"
 
 	// The agent ledger and the MCP gateway.
 	EventLedgerSaved     EventKind = "ledger_saved"
@@ -74,6 +77,7 @@ var EventKinds = []EventKind{
 	EventApprovalRequested, EventApprovalDecided, EventApprovalLinkReissued, EventAutoApproved,
 	EventAutoApprovalDeclined, EventAutoApprovalReviewed, EventAutoApprovalReviewExpired,
 	EventCancelWindowOpened, EventCancelWindowClosed, EventEvidenceRecorded,
+	EventApprovalUndecidable, EventApprovalExpiryWarning, EventApprovalEscalated,
 	EventLedgerSaved, EventEffectPlanned, EventEffectConfirmed, EventInputMismatch, EventToolCall,
 	EventSigninThrottled, EventUserChanged,
 }

@@ -224,6 +224,7 @@ type Queries interface {
 	ConsoleQueries
 	ChainQueries
 	RunListQueries
+	StuckQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -611,6 +612,17 @@ type Approval struct {
 	Payload            json.RawMessage
 	PayloadHash        string
 	CreatedAt          time.Time
+	// WarnAt is when the expiry warning is due (nil: none); WarnedAt when an instance
+	// claimed it (once, by compare-and-set).
+	WarnAt, WarnedAt *time.Time
+	// EscalateAt is when EscalationRoles may also decide (nil: no escalation);
+	// EscalatedAt when an instance claimed the escalation. May honours EscalationRoles
+	// only once EscalatedAt is set.
+	EscalateAt, EscalatedAt *time.Time
+	EscalationRoles         []string
+	// UndecidableSince is the start of the current episode in which no known person could
+	// decide the approval (nil: someone can, or it was never checked).
+	UndecidableSince *time.Time
 }
 
 // ApprovalConsumeParams is an atomic consume (one UPDATE … RETURNING): it applies only

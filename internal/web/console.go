@@ -45,7 +45,7 @@ func (w *Web) EnableConsole(c Console) {
 // ConsolePatterns lists the console's routes (the OpenAPI test documents them).
 var ConsolePatterns = []string{"GET /console", "GET /console/approvals/{id}", "POST /console/approvals/{id}", "POST /console/approvals/{id}/reissue",
 	"GET /console/effects", "POST /console/effects/{id}/resolve", "GET /console/parked", "POST /console/runs/{key}/unpark",
-	"GET /console/runs", "GET /console/approvals", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
+	"GET /console/runs", "GET /console/approvals", "GET /console/stuck", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
 
 // consolePageSize is the rows of one page of a console list.
 const consolePageSize = 50
@@ -300,6 +300,7 @@ func (w *Web) registerConsole(mux *http.ServeMux) {
 	mux.Handle("GET /console/effects", w.consoleView(levelOperator, w.consoleEffects))
 	mux.Handle("POST /console/effects/{id}/resolve", w.consoleAction(levelOperator, w.consoleResolve))
 	mux.Handle("GET /console/parked", w.consoleView(levelOperator, w.consoleParked))
+	mux.Handle("GET /console/stuck", w.consoleView(levelOperator, w.consoleStuck))
 	mux.Handle("POST /console/runs/{key}/unpark", w.consoleAction(levelOperator, w.consoleUnpark))
 	mux.Handle("GET /console/runs", w.consoleView(levelOperator, w.consoleRun))
 	mux.Handle("GET /console/approvals", w.consoleView(levelOperator, w.consoleApprovals))
@@ -532,6 +533,28 @@ func (w *Web) consoleParked(rw http.ResponseWriter, r *http.Request, v viewer) e
 	return w.renderConsole(rw, http.StatusOK, "console_parked.html", p)
 }
 
+type stuckPage struct {
+	consoleFrame
+	Approvals []store.Approval
+	Next      string
+}
+
+// consoleStuck lists the pending approvals nobody known can decide, newest first.
+func (w *Web) consoleStuck(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := stuckPage{consoleFrame: w.frame(r, v, "Stuck approvals", "stuck")}
+	aps, err := w.approvals.Undecidable(r.Context(), parseCursor(r.URL.Query().Get("after")), consolePageSize+1)
+	if err != nil {
+		return fmt.Errorf("stuck approvals: %w", err)
+	}
+	if len(aps) > consolePageSize {
+		aps = aps[:consolePageSize]
+		last := aps[len(aps)-1]
+		p.Next = formatCursor(last.CreatedAt, last.ID)
+	}
+	p.Approvals = aps
+	return w.renderConsole(rw, http.StatusOK, "console_stuck.html", p)
+}
+
 // parkedDetail finds the last event that parked the run: a failure (unknown_commit) or
 // an input_mismatch. A run's events are read in pages, at most ten.
 func (w *Web) parkedDetail(ctx context.Context, run store.Run) (parkedRun, error) {
@@ -669,8 +692,8 @@ type weekPage struct {
 	StoppedAll   bool
 	StoppedTypes []string
 	// Outstanding now, besides the effects: pending approvals and parked runs, each
-	// counted up to outstandingCap. Undecidable is the approvals nobody can decide, when
-	// that count is known (nil: not counted in this build; it joins the tile then).
+	// counted up to outstandingCap. Undecidable is the approvals nobody can decide
+	// (counted exactly, on the approvals_undecidable partial index).
 	Pending, Parked count
 	Undecidable     *count
 }
@@ -698,6 +721,11 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) err
 	if p.Pending, p.Parked, err = w.outstanding(r.Context(), p.Now); err != nil {
 		return err
 	}
+	n, err := w.store.ApprovalsUndecidableCount(r.Context(), &p.Now)
+	if err != nil {
+		return fmt.Errorf("undecidable approvals: %w", err)
+	}
+	p.Undecidable = &count{N: n}
 	p.StoppedAll = env || !p.R.KillSwitch.Enabled
 	for _, scope := range p.R.KillSwitch.DisabledScopes {
 		if t, ok := strings.CutPrefix(scope, "action:"); ok {

@@ -72,19 +72,22 @@ func (q queries) SessionDelete(ctx context.Context, idHash string) error {
 
 const approvalColumns = `id, idempotency_key, token_hash, mode, allowed_decisions, expires_at, consumed_at,
 	coalesce(decision, ''), coalesce(approver_subject, ''), coalesce(reason, ''), requested_by, approver_roles,
-	approver_subjects, separation_of_duties, action_type, target, effect_id, executor, payload, payload_hash, created_at, requesters`
+	approver_subjects, separation_of_duties, action_type, target, effect_id, executor, payload, payload_hash, created_at, requesters,
+	warn_at, warned_at, escalate_at, escalated_at, escalation_roles, undecidable_since`
 
 func scanApproval(row pgx.Row) (store.Approval, error) {
 	var a store.Approval
-	var allowed, roles, subjects, requesters string
+	var allowed, roles, subjects, requesters, escalation string
 	var payload []byte
 	err := row.Scan(&a.ID, &a.RunKey, &a.TokenHash, &a.Mode, &allowed, &a.ExpiresAt, &a.ConsumedAt, &a.Decision,
 		&a.ApproverSubject, &a.Reason, &a.RequestedBy, &roles, &subjects, &a.SeparationOfDuties, &a.ActionType,
-		&a.Target, &a.EffectID, &a.Executor, &payload, &a.PayloadHash, &a.CreatedAt, &requesters)
+		&a.Target, &a.EffectID, &a.Executor, &payload, &a.PayloadHash, &a.CreatedAt, &requesters,
+		&a.WarnAt, &a.WarnedAt, &a.EscalateAt, &a.EscalatedAt, &escalation, &a.UndecidableSince)
 	if err != nil {
 		return store.Approval{}, interpret(err)
 	}
 	a.AllowedDecisions, a.ApproverRoles, a.ApproverSubjects = splitList(allowed), splitList(roles), splitList(subjects)
+	a.EscalationRoles = splitList(escalation)
 	if a.Requesters, err = store.DecodeList(requesters); err != nil {
 		return store.Approval{}, err
 	}
@@ -95,11 +98,13 @@ func scanApproval(row pgx.Row) (store.Approval, error) {
 func (q queries) ApprovalInsert(ctx context.Context, a store.Approval) error {
 	_, err := q.db.Exec(ctx, `INSERT INTO approvals (id, idempotency_key, token_hash, mode, allowed_decisions, expires_at,
 		  requested_by, approver_roles, approver_subjects, separation_of_duties, action_type, target, effect_id, executor,
-		  payload, payload_hash, created_at, requesters)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb, $16, coalesce($17, now()), $18)`,
+		  payload, payload_hash, created_at, requesters, warn_at, escalate_at, escalation_roles, undecidable_since)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb, $16, coalesce($17, now()), $18,
+		  $19, $20, $21, $22)`,
 		a.ID, a.RunKey, a.TokenHash, a.Mode, strings.Join(a.AllowedDecisions, ","), a.ExpiresAt, a.RequestedBy,
 		strings.Join(a.ApproverRoles, ","), strings.Join(a.ApproverSubjects, ","), a.SeparationOfDuties, a.ActionType,
-		a.Target, a.EffectID, a.Executor, jsonArg(a.Payload), a.PayloadHash, timeArg(a.CreatedAt), store.EncodeList(a.Requesters))
+		a.Target, a.EffectID, a.Executor, jsonArg(a.Payload), a.PayloadHash, timeArg(a.CreatedAt), store.EncodeList(a.Requesters),
+		a.WarnAt, a.EscalateAt, strings.Join(a.EscalationRoles, ","), a.UndecidableSince)
 	if err != nil {
 		return fmt.Errorf("insert approval: %w", err)
 	}

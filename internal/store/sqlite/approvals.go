@@ -73,21 +73,25 @@ func (q queries) SessionDelete(ctx context.Context, idHash string) error {
 
 const approvalColumns = `id, idempotency_key, token_hash, mode, allowed_decisions, expires_at, consumed_at,
 	coalesce(decision, ''), coalesce(approver_subject, ''), coalesce(reason, ''), requested_by, approver_roles,
-	approver_subjects, separation_of_duties, action_type, target, effect_id, executor, payload, payload_hash, created_at, requesters`
+	approver_subjects, separation_of_duties, action_type, target, effect_id, executor, payload, payload_hash, created_at, requesters,
+	warn_at, warned_at, escalate_at, escalated_at, escalation_roles, undecidable_since`
 
 func scanApproval(row scanner) (store.Approval, error) {
 	var a store.Approval
-	var allowed, roles, subjects, requesters string
+	var allowed, roles, subjects, requesters, escalation string
 	var payload sql.NullString
 	var expires, created int64
-	var consumed sql.NullInt64
+	var consumed, warnAt, warned, escalateAt, escalated, undecidable sql.NullInt64
 	err := row.Scan(&a.ID, &a.RunKey, &a.TokenHash, &a.Mode, &allowed, &expires, &consumed, &a.Decision,
 		&a.ApproverSubject, &a.Reason, &a.RequestedBy, &roles, &subjects, &a.SeparationOfDuties, &a.ActionType,
-		&a.Target, &a.EffectID, &a.Executor, &payload, &a.PayloadHash, &created, &requesters)
+		&a.Target, &a.EffectID, &a.Executor, &payload, &a.PayloadHash, &created, &requesters,
+		&warnAt, &warned, &escalateAt, &escalated, &escalation, &undecidable)
 	if err != nil {
 		return store.Approval{}, interpret(err)
 	}
 	a.AllowedDecisions, a.ApproverRoles, a.ApproverSubjects = splitList(allowed), splitList(roles), splitList(subjects)
+	a.WarnAt, a.WarnedAt, a.EscalateAt, a.EscalatedAt = optTime(warnAt), optTime(warned), optTime(escalateAt), optTime(escalated)
+	a.EscalationRoles, a.UndecidableSince = splitList(escalation), optTime(undecidable)
 	if a.Requesters, err = store.DecodeList(requesters); err != nil {
 		return store.Approval{}, err
 	}
@@ -98,11 +102,12 @@ func scanApproval(row scanner) (store.Approval, error) {
 func (q queries) ApprovalInsert(ctx context.Context, a store.Approval) error {
 	_, err := q.db.ExecContext(ctx, `INSERT INTO approvals (id, idempotency_key, token_hash, mode, allowed_decisions, expires_at,
 		  requested_by, approver_roles, approver_subjects, separation_of_duties, action_type, target, effect_id, executor,
-		  payload, payload_hash, created_at, requesters)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		  payload, payload_hash, created_at, requesters, warn_at, escalate_at, escalation_roles, undecidable_since)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.RunKey, a.TokenHash, a.Mode, strings.Join(a.AllowedDecisions, ","), a.ExpiresAt.UnixMicro(), a.RequestedBy,
 		strings.Join(a.ApproverRoles, ","), strings.Join(a.ApproverSubjects, ","), a.SeparationOfDuties, a.ActionType,
-		a.Target, a.EffectID, a.Executor, jsonArg(a.Payload), a.PayloadHash, q.orNow(a.CreatedAt), store.EncodeList(a.Requesters))
+		a.Target, a.EffectID, a.Executor, jsonArg(a.Payload), a.PayloadHash, q.orNow(a.CreatedAt), store.EncodeList(a.Requesters),
+		microsOrNil(a.WarnAt), microsOrNil(a.EscalateAt), strings.Join(a.EscalationRoles, ","), microsOrNil(a.UndecidableSince))
 	if err != nil {
 		return fmt.Errorf("insert approval: %w", err)
 	}
