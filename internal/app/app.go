@@ -128,7 +128,7 @@ func New(o Options) (*App, error) {
 
 // gauges reads the outbox's state counts and the kill switch when metrics are scraped.
 func gauges(st store.Store, eff *effects.Service) metrics.Gauges {
-	return metrics.Gauges{
+	g := metrics.Gauges{
 		Effects: func(ctx context.Context) (map[string]int, error) {
 			counts, err := st.EffectCountByState(ctx)
 			out := map[string]int{}
@@ -139,6 +139,10 @@ func gauges(st store.Store, eff *effects.Service) metrics.Gauges {
 		},
 		Enabled: func(ctx context.Context) bool { ok, _ := eff.Enabled(ctx, ""); return ok },
 	}
+	if l, ok := st.(store.ListenReporter); ok {
+		g.Listen = l.ListenState
+	}
+	return g
 }
 
 // Connectors builds one connector per action type that airlock sends itself (worker

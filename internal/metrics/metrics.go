@@ -116,14 +116,24 @@ func (a Alerter) Alert(ctx context.Context, kind, key string, attrs ...slog.Attr
 type Gauges struct {
 	Effects func(ctx context.Context) (map[string]int, error)
 	Enabled func(ctx context.Context) bool
+	// Listen is this instance's LISTEN connection (nil: the store has none, as on SQLite):
+	// whether it is up now and how many notifications it has received.
+	Listen func() (listening bool, notifications uint64)
 }
 
 var (
 	effectsDesc = prometheus.NewDesc("airlock_effects", "Effects by state, from the database.", []string{"state"}, nil)
 	killDesc    = prometheus.NewDesc("airlock_kill_switch_enabled", "1 when sends are allowed globally (database and AI_ACTIONS_ENABLED), else 0.", nil, nil)
+	listenDesc  = prometheus.NewDesc("airlock_effects_listening", "1 while this instance holds its LISTEN connection for effect wake-ups (PostgreSQL), else 0.", nil, nil)
+	notifyDesc  = prometheus.NewDesc("airlock_effects_notifications_total", "NOTIFY wake-ups this instance's LISTEN connection received (PostgreSQL).", nil, nil)
 )
 
-func (g Gauges) Describe(ch chan<- *prometheus.Desc) { ch <- effectsDesc; ch <- killDesc }
+func (g Gauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- effectsDesc
+	ch <- killDesc
+	ch <- listenDesc
+	ch <- notifyDesc
+}
 
 func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -138,6 +148,15 @@ func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 		v = 1
 	}
 	ch <- prometheus.MustNewConstMetric(killDesc, prometheus.GaugeValue, v)
+	if g.Listen != nil {
+		up, n := g.Listen()
+		l := 0.0
+		if up {
+			l = 1
+		}
+		ch <- prometheus.MustNewConstMetric(listenDesc, prometheus.GaugeValue, l)
+		ch <- prometheus.MustNewConstMetric(notifyDesc, prometheus.CounterValue, float64(n))
+	}
 }
 
 // Observer receives the domain's countable moments after they commit. Metrics implements

@@ -238,6 +238,13 @@ func (s *Store) ListenEffects(ctx context.Context, wake func()) {
 	}
 }
 
+// ListenState reports whether a LISTEN connection is up now and how many notifications
+// this store's listeners have received (the metrics airlock_effects_listening and
+// airlock_effects_notifications_total).
+func (s *Store) ListenState() (listening bool, notifications uint64) {
+	return s.listening.Load(), s.notifications.Load()
+}
+
 func (s *Store) listen(ctx context.Context, wake func()) error {
 	if s.listenURL != "" {
 		return s.listenDirect(ctx, wake)
@@ -250,6 +257,8 @@ func (s *Store) listen(ctx context.Context, wake func()) error {
 	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
 		return err
 	}
+	s.listening.Store(true)
+	defer s.listening.Store(false)
 	defer func() {
 		// The connection goes back to the pool: stop listening on it (or drop it).
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -262,6 +271,7 @@ func (s *Store) listen(ctx context.Context, wake func()) error {
 		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
 			return err
 		}
+		s.notifications.Add(1)
 		wake()
 	}
 }
@@ -498,10 +508,13 @@ func (s *Store) listenDirect(ctx context.Context, wake func()) error {
 	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
 		return err
 	}
+	s.listening.Store(true)
+	defer s.listening.Store(false)
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err
 		}
+		s.notifications.Add(1)
 		wake()
 	}
 }

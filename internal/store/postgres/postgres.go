@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,10 @@ type Store struct {
 	queries
 	pool      *pgxpool.Pool
 	listenURL string // a direct connection for LISTEN ("": one of the pool's)
+	// listening is true while a LISTEN connection is up; notifications counts those it
+	// received (ListenState).
+	listening     atomic.Bool
+	notifications atomic.Uint64
 }
 
 // Options are the connection settings beyond the URL.
