@@ -35,12 +35,12 @@ WORKERS=${2:-4}
 # the smallest that keeps loop_wait + 2 × retry_timeout within it.
 TTL=10 RETRY=4 PAUSE=5 SETTLE=120s
 if [ -n "$SHORT" ]; then
-	ROUNDS=1 WORKERS=2 TTL=6 RETRY=2 PAUSE=2 SETTLE=60s
+	ROUNDS=1 WORKERS=2 TTL=6 RETRY=2 PAUSE=1 SETTLE=60s
 fi
 cd "$(dirname "$0")/.."
-log() { printf 'drill: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 T0=$SECONDS
+log() { printf 'drill: [%3d s] %s\n' "$((SECONDS - T0))" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
 
 for b in etcd patroni curl psql; do command -v "$b" >/dev/null || { log "$b not found (apt-get install -y patroni etcd-server python3-etcd)"; exit 2; }; done
 /usr/bin/python3 -c 'import etcd' 2>/dev/null || { log "python3-etcd not found (apt-get install -y python3-etcd)"; exit 2; }
@@ -98,6 +98,7 @@ postgresql:
   connect_address: 127.0.0.1:$2
   data_dir: $W/pg$1
   bin_dir: $BINDIR
+  basebackup: [{checkpoint: fast}]
   pgpass: $W/pgpass$1
   authentication:
     superuser: {username: postgres, password: x}
@@ -135,13 +136,15 @@ wait_for() { # seconds cmd...
 (GOTOOLCHAIN=local go build -o "$W/airlock" ./cmd/airlock && GOTOOLCHAIN=local go build -o "$W/failover-load" ./scripts/failover-load) >"$W/build.log" 2>&1 &
 BUILD=$!
 PIDS+=($BUILD)
+# Both agents at once: one wins the initialize key and bootstraps, the other waits for
+# it and clones it (pg_basebackup, fast checkpoint).
 start_agent 1
-wait_for 60 is_leader 1 || die "n1 did not bootstrap: $(cluster)"
 start_agent 2
 wait_for 90 healthy || die "the cluster did not come up: $(cluster)"
 log "cluster up: leader n$(leader), synchronous standby streaming"
 
 wait "$BUILD" || die "build failed: $(cat "$W/build.log")"
+log "built"
 DSN="host=127.0.0.1,127.0.0.1 port=$P1,$P2 user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=2"
 export AIRLOCK_DATABASE_URL="$DSN"
 "$W/airlock" migrate >/dev/null 2>&1
@@ -177,7 +180,7 @@ for i in 1 2; do
 done
 wait_for 60 curl -sf "http://127.0.0.1:$H1/readyz" -o /dev/null || die "airlock 1 not ready"
 wait_for 60 curl -sf "http://127.0.0.1:$H2/readyz" -o /dev/null || die "airlock 2 not ready"
-log "airlock up on :$H1 and :$H2; load running ($WORKERS workers) after $((SECONDS - T0)) s"
+log "airlock up on :$H1 and :$H2; load running ($WORKERS workers)"
 
 sleep "$PAUSE"
 for r in $(seq 1 "$ROUNDS"); do

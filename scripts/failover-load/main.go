@@ -49,7 +49,7 @@ func main() {
 	)
 	flag.Parse()
 	d := &drill{dir: *dir, urls: strings.Split(*urls, ","), key: *key, user: *user, password: *password,
-		dsn: *dsn, records: map[string]int{}, statuses: map[string]map[int]int{}}
+		dsn: *dsn, records: map[string]int{}, statuses: map[string]map[int]int{}, replayed: map[string]int{}}
 	ln, err := net.Listen("tcp", *provAddr)
 	if err != nil {
 		log.Fatal(err)
@@ -96,6 +96,7 @@ type drill struct {
 	records  map[string]int // provider: records stored per Idempotency-Key
 	requests int
 	statuses map[string]map[int]int // route → status → count (0: no answer)
+	replayed map[string]int         // route → answers replayed from an Idempotency-Key record
 	acked    []ack
 	gated    []*gate
 	reqLog   *os.File
@@ -207,6 +208,9 @@ func (d *drill) count(route string, st int, t0 time.Time, replayed bool, code st
 		d.statuses[route] = map[int]int{}
 	}
 	d.statuses[route][st]++
+	if replayed {
+		d.replayed[route]++
+	}
 	fmt.Fprintf(d.reqLog, "%d %d %s %d %v %s\n", t0.UnixMilli(), time.Now().UnixMilli(), route, st, replayed, cmpOr(code, "-"))
 }
 
@@ -594,7 +598,11 @@ func (d *drill) report(settle time.Duration) int {
 				other += d.statuses[r][c]
 			}
 		}
-		fmt.Printf("statuses %-7s %s\n", r, strings.Join(parts, " "))
+		rep := ""
+		if d.replayed[r] > 0 {
+			rep = fmt.Sprintf(" (%d answered from the Idempotency-Key record: a retry after a lost reply)", d.replayed[r])
+		}
+		fmt.Printf("statuses %-7s %s%s\n", r, strings.Join(parts, " "), rep)
 	}
 	d.mu.Unlock()
 	fmt.Printf("5xx other than 503: %d\n", other)
