@@ -545,12 +545,12 @@ func (d *drill) report(settle time.Duration) int {
 	var completed, cancelled, failed int
 	_ = db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state='completed'), count(*) FILTER (WHERE state='cancelled'), count(*) FILTER (WHERE state='failed')
 		FROM effects WHERE idempotency_key LIKE 'drill-%'`).Scan(&completed, &cancelled, &failed)
-	fmt.Printf("provider: %d requests, %d records; effects completed %d, cancelled %d (rejected), failed %d\n", requests, totalRecords, completed, cancelled, failed)
+	fmt.Printf("provider: %d requests, %d records; effects completed %d, cancelled %d, failed %d\n", requests, totalRecords, completed, cancelled, failed)
 	fmt.Printf("effects stored twice by the provider: %d\n", twice)
 	if twice > 0 {
 		bad("effects stored twice")
 	}
-	var approvedSent, rejectedSent, approvedUnsent int
+	var approvedSent, rejectedSent, approvedUnsent, rejected int
 	for k, dec := range decided {
 		d.mu.Lock()
 		c := d.records[k+"/g1"]
@@ -558,13 +558,15 @@ func (d *drill) report(settle time.Duration) int {
 		switch {
 		case dec == "reject" && c > 0:
 			rejectedSent++
+		case dec == "reject":
+			rejected++
 		case dec == "approve" && c == 1:
 			approvedSent++
 		case dec == "approve":
 			approvedUnsent++
 		}
 	}
-	fmt.Printf("gated: %d approved and sent once, %d approved but not sent, %d rejected and sent\n", approvedSent, approvedUnsent, rejectedSent)
+	fmt.Printf("gated: %d approved and sent once, %d approved but not sent; %d rejected and not sent, %d rejected but sent\n", approvedSent, approvedUnsent, rejected, rejectedSent)
 	if rejectedSent+approvedUnsent > 0 {
 		bad("a gated effect went against its decision")
 	}
@@ -627,20 +629,15 @@ func (d *drill) rounds() {
 		kill, _ := strconv.ParseInt(f[1], 10, 64)
 		prom, _ := strconv.ParseInt(f[3], 10, 64)
 		// Writes are out from the kill until the first write (claim, effect, decision)
-		// acknowledged fresh after the first refused one.
+		// acknowledged fresh (not replayed) by the new primary: one that started after
+		// the kill and was answered after the promotion.
 		write := func(r []string) bool { return r[2] == "claim" || r[2] == "effect" || r[2] == "decide" }
 		ok := func(r []string) bool { return r[3] == "200" || r[3] == "201" || r[3] == "202" }
-		var firstRefused, back int64
+		var back int64
 		for _, r := range reqs { // "start end route status replayed code"
 			start, _ := strconv.ParseInt(r[0], 10, 64)
-			if start > kill && write(r) && !ok(r) && (firstRefused == 0 || start < firstRefused) {
-				firstRefused = start
-			}
-		}
-		for _, r := range reqs {
-			start, _ := strconv.ParseInt(r[0], 10, 64)
 			end, _ := strconv.ParseInt(r[1], 10, 64)
-			if firstRefused > 0 && start >= firstRefused && write(r) && ok(r) && r[4] == "false" && (back == 0 || end < back) {
+			if start > kill && end > prom && write(r) && ok(r) && r[4] == "false" && (back == 0 || end < back) {
 				back = end
 			}
 		}
