@@ -136,6 +136,17 @@ func (g Gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g Gauges) Collect(ch chan<- prometheus.Metric) {
+	// The LISTEN state first, as of the scrape's start: the database reads below may wait
+	// (up to 2 s) while the database is away.
+	if g.Listen != nil {
+		up, n := g.Listen()
+		l := 0.0
+		if up {
+			l = 1
+		}
+		ch <- prometheus.MustNewConstMetric(listenDesc, prometheus.GaugeValue, l)
+		ch <- prometheus.MustNewConstMetric(notifyDesc, prometheus.CounterValue, float64(n))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if counts, err := g.Effects(ctx); err == nil {
@@ -148,15 +159,6 @@ func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 		v = 1
 	}
 	ch <- prometheus.MustNewConstMetric(killDesc, prometheus.GaugeValue, v)
-	if g.Listen != nil {
-		up, n := g.Listen()
-		l := 0.0
-		if up {
-			l = 1
-		}
-		ch <- prometheus.MustNewConstMetric(listenDesc, prometheus.GaugeValue, l)
-		ch <- prometheus.MustNewConstMetric(notifyDesc, prometheus.CounterValue, float64(n))
-	}
 }
 
 // Observer receives the domain's countable moments after they commit. Metrics implements

@@ -349,27 +349,33 @@ func (d *drill) form(base, path string, v url.Values, route string) int {
 // watchListen scrapes each instance's /metrics every 100 ms and logs each change of its
 // LISTEN state and notification count.
 func (d *drill) watchListen(ctx context.Context) {
-	last := make([]string, len(d.urls))
-	for ctx.Err() == nil {
-		for i, u := range d.urls {
-			up, n, ok := scrape(u)
-			if !ok {
-				continue
+	var wg sync.WaitGroup
+	for i, u := range d.urls {
+		wg.Add(1)
+		go func() { // one watcher per instance: a slow scrape of one does not delay the other
+			defer wg.Done()
+			last := ""
+			for ctx.Err() == nil {
+				// The LISTEN metrics are read as the scrape starts (the rest of /metrics
+				// may wait for the database): the change is logged at the scrape's start.
+				t0 := time.Now()
+				if up, n, ok := scrape(u); ok {
+					if s := fmt.Sprintf("%d %d", up, n); s != last {
+						last = s
+						d.mu.Lock()
+						fmt.Fprintf(d.listenLog, "%d %d %s\n", t0.UnixMilli(), i+1, s)
+						d.mu.Unlock()
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			s := fmt.Sprintf("%d %d", up, n)
-			if s != last[i] {
-				last[i] = s
-				d.mu.Lock()
-				fmt.Fprintf(d.listenLog, "%d %d %s\n", time.Now().UnixMilli(), i+1, s)
-				d.mu.Unlock()
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+		}()
 	}
+	wg.Wait()
 }
 
 func scrape(u string) (up, n int64, ok bool) {
-	c := &http.Client{Timeout: 2 * time.Second}
+	c := &http.Client{Timeout: 6 * time.Second}
 	resp, err := c.Get(u + "/metrics")
 	if err != nil {
 		return 0, 0, false

@@ -237,7 +237,9 @@ func (s *Store) ListenEffects(ctx context.Context, wake func()) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		// At most a second between attempts: after a failover the LISTEN is back within
+		// about a second of the promotion (each attempt is one connect: cheap).
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
