@@ -103,12 +103,16 @@ type drill struct {
 	// listenLog lines: "ms instance listening notifications".
 	listenLog *os.File
 	lookups   atomic.Int64
+	// lostReplies are decisions whose answer never arrived and whose retry found the link
+	// used.
+	lostReplies int
 }
 
 type ack struct{ key, what string } // what: claim, effect
 type gate struct {
 	key, token, decision string
 	decided              bool
+	unanswered           bool // an attempt got no answer or a 5xx: it may have applied
 }
 
 // provide is the recording provider: every POST is a record stored under its
@@ -324,6 +328,19 @@ func (d *drill) decideOpen(ctx context.Context) int {
 			d.mu.Unlock()
 			d.ackd(g.key, "decision:"+g.decision)
 			continue
+		}
+		if st == 404 && g.unanswered {
+			// A used link answers like an unknown one: an earlier attempt whose answer
+			// was lost applied it. Not acknowledged to this client; the report shows
+			// what the database holds.
+			d.mu.Lock()
+			g.decided = true
+			d.lostReplies++
+			d.mu.Unlock()
+			continue
+		}
+		if st == 0 || st >= 500 {
+			g.unanswered = true
 		}
 		left++
 	}
@@ -571,6 +588,16 @@ func (d *drill) report(settle time.Duration) int {
 		case dec == "approve":
 			approvedUnsent++
 		}
+	}
+	wrong := 0
+	for _, g := range d.gated {
+		if g.unanswered && g.decided && decided[g.key] != g.decision {
+			wrong++
+		}
+	}
+	fmt.Printf("decisions whose answer was lost and whose retry found the link used: %d (%d stored otherwise than asked)\n", d.lostReplies, wrong)
+	if wrong > 0 {
+		bad("a decision whose answer was lost was stored otherwise")
 	}
 	fmt.Printf("gated: %d approved and sent once, %d approved but not sent; %d rejected and not sent, %d rejected but sent\n", approvedSent, approvedUnsent, rejected, rejectedSent)
 	if rejectedSent+approvedUnsent > 0 {
