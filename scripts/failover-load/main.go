@@ -422,6 +422,7 @@ func scrape(u string) (up, n int64, ok bool) {
 // first commit (which, under synchronous_mode_strict, waits for the standby).
 func (d *drill) notifier(ctx context.Context) {
 	var conn *pgx.Conn
+	failed := false
 	defer func() {
 		if conn != nil {
 			_ = conn.Close(context.Background())
@@ -436,11 +437,22 @@ func (d *drill) notifier(ctx context.Context) {
 		}
 		if conn != nil {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			t0 := time.Now()
 			if _, err := conn.Exec(qctx, `NOTIFY airlock_effects`); err != nil {
 				_ = conn.Close(context.Background())
 				conn = nil
+				failed = true
+			} else if failed {
+				// The first NOTIFY through a new session: a primary accepts sessions again
+				// (logged as instance 0, sent at t0).
+				failed = false
+				d.mu.Lock()
+				fmt.Fprintf(d.listenLog, "%d 0 1 0\n", t0.UnixMilli())
+				d.mu.Unlock()
 			}
 			cancel()
+		} else {
+			failed = true
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -721,7 +733,18 @@ func (d *drill) rounds() {
 		}
 		fmt.Printf("round %s (%s killed): promoted %.1f s after the kill; writes back %s after the kill (%d write attempts refused meanwhile)\n",
 			f[0], f[2], float64(prom-kill)/1000, wb, refused)
-		fmt.Printf("round %s relative to the promotion: %s\n", f[0], strings.Join(relisten, "; "))
+		var sender int64
+		for _, l := range lis {
+			if ms, _ := strconv.ParseInt(l[0], 10, 64); l[1] == "0" && ms > kill {
+				sender = ms
+				break
+			}
+		}
+		snd := "never"
+		if sender > 0 {
+			snd = fmt.Sprintf("%+.1f s", float64(sender-prom)/1000)
+		}
+		fmt.Printf("round %s relative to the promotion: the drill's NOTIFY sender had a session on the new primary %s; %s\n", f[0], snd, strings.Join(relisten, "; "))
 	}
 }
 
