@@ -26,6 +26,20 @@ fi
 if [ $# -eq 0 ]; then
 	scripts/test-clients.sh
 fi
+# The short PostgreSQL failover drill (scripts/failover-drill.sh --short: Patroni + etcd,
+# one SIGKILLed primary under load; about a minute). Skipped, like the client tests, when
+# arguments narrow the run; without patroni/etcd-server/python3-etcd it says so and goes
+# on, except under CI=true, where that fails (.ci/run installs them).
+if [ $# -eq 0 ]; then
+	rc=0
+	bash scripts/failover-drill.sh --short || rc=$?
+	if [ "$rc" -eq 2 ] && [ "${CI:-}" != true ]; then
+		echo "test.sh: patroni/etcd not installed: the failover drill did not run (apt-get install -y patroni etcd-server python3-etcd)" >&2
+	elif [ "$rc" -ne 0 ]; then
+		echo "test.sh: the failover drill failed (exit $rc)" >&2
+		exit "$rc"
+	fi
+fi
 # airlock mcp end to end: real MCP servers from npm and a TypeScript SDK client (15–35 s;
 # skips without node/npm, fails under CI=true).
 scripts/test-mcp-e2e.sh

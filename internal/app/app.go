@@ -128,9 +128,10 @@ func New(o Options) (*App, error) {
 }
 
 // gauges reads the outbox's state counts, the kill switch and the approvals nobody can
-// decide (on airlock's clock: the database's, or a test's) when metrics are scraped.
+// decide (on airlock's clock: the database's, or a test's) when metrics are scraped, and
+// the LISTEN connection's state where the store has one.
 func gauges(st store.Store, eff *effects.Service, clock runs.Clock) metrics.Gauges {
-	return metrics.Gauges{
+	g := metrics.Gauges{
 		Effects: func(ctx context.Context) (map[string]int, error) {
 			counts, err := st.EffectCountByState(ctx)
 			out := map[string]int{}
@@ -142,6 +143,10 @@ func gauges(st store.Store, eff *effects.Service, clock runs.Clock) metrics.Gaug
 		Enabled:     func(ctx context.Context) bool { ok, _ := eff.Enabled(ctx, ""); return ok },
 		Undecidable: func(ctx context.Context) (int, error) { return st.ApprovalsUndecidableCount(ctx, clock.At()) },
 	}
+	if l, ok := st.(store.ListenReporter); ok {
+		g.Listen = l.ListenState
+	}
+	return g
 }
 
 // Connectors builds one connector per action type that airlock sends itself (worker

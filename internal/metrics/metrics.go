@@ -118,21 +118,39 @@ type Gauges struct {
 	Enabled func(ctx context.Context) bool
 	// Undecidable counts the pending approvals nobody known can decide.
 	Undecidable func(ctx context.Context) (int, error)
+	// Listen is this instance's LISTEN connection (nil: the store has none, as on SQLite):
+	// whether it is up now and how many notifications it has received.
+	Listen func() (listening bool, notifications uint64)
 }
 
 var (
 	effectsDesc = prometheus.NewDesc("airlock_effects", "Effects by state, from the database.", []string{"state"}, nil)
 	killDesc    = prometheus.NewDesc("airlock_kill_switch_enabled", "1 when sends are allowed globally (database and AI_ACTIONS_ENABLED), else 0.", nil, nil)
 	stuckDesc   = prometheus.NewDesc("airlock_approvals_undecidable", "Pending approvals that no enabled account or recent single sign-on may decide, from the database.", nil, nil)
+	listenDesc  = prometheus.NewDesc("airlock_effects_listening", "1 while this instance holds its LISTEN connection for effect wake-ups (PostgreSQL), else 0.", nil, nil)
+	notifyDesc  = prometheus.NewDesc("airlock_effects_notifications_total", "NOTIFY wake-ups this instance's LISTEN connection received (PostgreSQL).", nil, nil)
 )
 
 func (g Gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- effectsDesc
 	ch <- killDesc
 	ch <- stuckDesc
+	ch <- listenDesc
+	ch <- notifyDesc
 }
 
 func (g Gauges) Collect(ch chan<- prometheus.Metric) {
+	// The LISTEN state first, as of the scrape's start: the database reads below may wait
+	// (up to 2 s) while the database is away.
+	if g.Listen != nil {
+		up, n := g.Listen()
+		l := 0.0
+		if up {
+			l = 1
+		}
+		ch <- prometheus.MustNewConstMetric(listenDesc, prometheus.GaugeValue, l)
+		ch <- prometheus.MustNewConstMetric(notifyDesc, prometheus.CounterValue, float64(n))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if counts, err := g.Effects(ctx); err == nil {

@@ -144,6 +144,12 @@ type EffectListener interface {
 	ListenEffects(ctx context.Context, wake func())
 }
 
+// ListenReporter is an EffectListener that reports, for metrics, whether its LISTEN
+// connection is up and how many notifications it has received.
+type ListenReporter interface {
+	ListenState() (listening bool, notifications uint64)
+}
+
 // BatchQueries are statements a backend may offer for a group of rows at once
 // (PostgreSQL): one statement where Queries has one per row. A caller type-asserts its
 // Queries and otherwise does the same row by row; the results are the same either way.

@@ -217,16 +217,19 @@ func (q queries) RunLockKeys(ctx context.Context, keys []string) (map[string]sto
 }
 
 // ListenEffects holds one connection in LISTEN and calls wake for each notification,
-// reconnecting with backoff until ctx ends.
+// reconnecting with backoff until ctx ends. The connection is its own, never one of the
+// pool's: a pool whose connections are all busy (writers waiting for a synchronous
+// standby after a failover, a burst of load) must not keep the LISTEN from coming back,
+// and the LISTEN must not take a slot from the writers.
 func (s *Store) ListenEffects(ctx context.Context, wake func()) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := s.listen(ctx, wake)
+		established, _ := s.listen(ctx, wake)
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil {
-			backoff = 100 * time.Millisecond
+		if established {
+			backoff = 100 * time.Millisecond // it was up: the next outage starts from the shortest wait
 		}
 		wake() // notifications may have been missed while disconnected
 		select {
@@ -234,34 +237,49 @@ func (s *Store) ListenEffects(ctx context.Context, wake func()) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		// At most a second between attempts: after a failover the LISTEN is back within
+		// about a second of the promotion (each attempt is one connect: cheap).
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
-func (s *Store) listen(ctx context.Context, wake func()) error {
+// ListenState reports whether a LISTEN connection is up now and how many notifications
+// this store's listeners have received (the metrics airlock_effects_listening and
+// airlock_effects_notifications_total).
+func (s *Store) ListenState() (listening bool, notifications uint64) {
+	return s.listening.Load(), s.notifications.Load()
+}
+
+// listen opens a connection of its own — to the listen URL when one is set (past a
+// transaction pooler, where a pooled connection has no session to hold the LISTEN), else
+// with the pool's settings (a multi-host URL's target_session_attrs included, so it finds
+// the primary) — and waits for notifications on it until an error, closing it on return.
+// established reports whether the LISTEN was in place.
+func (s *Store) listen(ctx context.Context, wake func()) (established bool, err error) {
+	var conn *pgx.Conn
 	if s.listenURL != "" {
-		return s.listenDirect(ctx, wake)
+		conn, err = pgx.Connect(ctx, s.listenURL)
+	} else {
+		conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	}
-	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
-		return err
+		return false, classify(err)
 	}
 	defer func() {
-		// The connection goes back to the pool: stop listening on it (or drop it).
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `UNLISTEN *`); err != nil {
-			_ = conn.Conn().Close(uctx)
-		}
+		_ = conn.Close(cctx)
 	}()
+	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
+		return false, err
+	}
+	s.listening.Store(true)
+	defer s.listening.Store(false)
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-			return err
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return true, err
 		}
+		s.notifications.Add(1)
 		wake()
 	}
 }
@@ -481,27 +499,4 @@ func textArg(raw []byte) *string {
 
 func sameTime(a, b *time.Time) bool {
 	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
-}
-
-// listenDirect listens on a connection of its own to the listen URL (past a transaction
-// pooler, where a pooled connection has no session to hold the LISTEN), closed on return.
-func (s *Store) listenDirect(ctx context.Context, wake func()) error {
-	conn, err := pgx.Connect(ctx, s.listenURL)
-	if err != nil {
-		return classify(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
-		return err
-	}
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		wake()
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,13 +31,18 @@ const migrationLock = 0x6169726c6f636b // "airlock"
 type Store struct {
 	queries
 	pool      *pgxpool.Pool
-	listenURL string // a direct connection for LISTEN ("": one of the pool's)
+	listenURL string // where LISTEN connects ("": with the pool's settings, on a connection of its own)
+	// listening is true while a LISTEN connection is up; notifications counts those it
+	// received (ListenState).
+	listening     atomic.Bool
+	notifications atomic.Uint64
 }
 
 // Options are the connection settings beyond the URL.
 type Options struct {
 	// ListenURL is a connection string for LISTEN that bypasses a transaction pooler
-	// ("": LISTEN holds one of the pool's connections, which needs a session).
+	// ("": LISTEN connects with the pool's settings, on a connection of its own, which
+	// needs a session: not through a transaction pooler).
 	ListenURL string
 	// QueryMode is pgx's query exec mode (QueryModes; "": the URL's
 	// default_query_exec_mode, else cache_statement). Behind a pooler in transaction mode
