@@ -64,23 +64,13 @@ say "npm install of the tarball in $N8N_USER_FOLDER/.n8n/nodes"
 	{ cat "$WORK/nodes-install.log"; echo "e2e: npm install <tarball> failed"; exit 1; }
 echo "installed in .n8n/nodes/node_modules: $(ls "$N8N_USER_FOLDER/.n8n/nodes/node_modules" | tr '\n' ' ')"
 
-# 3. airlock: SQLite, a policy that gates ticket_reply (a worker type: nothing is sent
-# unless a worker claims it), and a runs key.
+# 3. airlock: SQLite, the shipped policy (workflows/airlock.yaml: ticket_reply gated,
+# sent by a worker: nothing is sent unless a worker claims it) plus an ungated copy of
+# the type, and a runs key.
 say "starting airlock"
 go build -o "$WORK/airlock" ./cmd/airlock
-cat >"$WORK/airlock.yaml" <<'YAML'
-actions:
-  ticket_reply:
-    connector: worker
-    gate: approve_before_act
-    approvers: {roles: [support-lead]}
-    schema:
-      type: object
-      required: [label, text]
-      additionalProperties: false
-      properties:
-        label: {enum: [refund, shipping, other]}
-        text: {type: string, maxLength: 2000}
+cp integrations/n8n/workflows/airlock.yaml "$WORK/airlock.yaml"
+cat >>"$WORK/airlock.yaml" <<'YAML'
   ticket_reply_auto:          # the same reply without a gate: the queued branch
     connector: worker
     gate: none
