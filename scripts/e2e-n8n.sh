@@ -392,7 +392,7 @@ if [ "$(echo "$runs_by_state" | head -1)" != "$want_runs" ]; then
 let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => console.log(JSON.parse(s).runs.map((r) => r.key).join(" ")));'); do
 		echo "--- $key left processing; its events:"
 		curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/$key/events?limit=1000" | node -e '
-let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => { for (const e of JSON.parse(s).events) console.log("  " + e.at + " " + e.kind + " v" + e.version + " " + JSON.stringify(e.detail || {})); });'
+let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => { for (const e of JSON.parse(s).events) console.log("  " + e.at + " " + e.kind + (e.version ? " v" + e.version : "") + " " + (e.actor || "") + " " + JSON.stringify(e.detail || {})); });'
 	done
 	echo "--- n8n executions that did not succeed (id workflow status: last node, error)"
 	(cd "$DIR" && node -e '
