@@ -64,23 +64,13 @@ say "npm install of the tarball in $N8N_USER_FOLDER/.n8n/nodes"
 	{ cat "$WORK/nodes-install.log"; echo "e2e: npm install <tarball> failed"; exit 1; }
 echo "installed in .n8n/nodes/node_modules: $(ls "$N8N_USER_FOLDER/.n8n/nodes/node_modules" | tr '\n' ' ')"
 
-# 3. airlock: SQLite, a policy that gates ticket_reply (a worker type: nothing is sent
-# unless a worker claims it), and a runs key.
+# 3. airlock: SQLite, the shipped policy (workflows/airlock.yaml: ticket_reply gated,
+# sent by a worker: nothing is sent unless a worker claims it) plus an ungated copy of
+# the type, and a runs key.
 say "starting airlock"
 go build -o "$WORK/airlock" ./cmd/airlock
-cat >"$WORK/airlock.yaml" <<'YAML'
-actions:
-  ticket_reply:
-    connector: worker
-    gate: approve_before_act
-    approvers: {roles: [support-lead]}
-    schema:
-      type: object
-      required: [label, text]
-      additionalProperties: false
-      properties:
-        label: {enum: [refund, shipping, other]}
-        text: {type: string, maxLength: 2000}
+cp integrations/n8n/workflows/airlock.yaml "$WORK/airlock.yaml"
+cat >>"$WORK/airlock.yaml" <<'YAML'
   ticket_reply_auto:          # the same reply without a gate: the queued branch
     connector: worker
     gate: none
@@ -157,8 +147,8 @@ AIRLOCK_USER_PASSWORD="$APPROVER_PASSWORD" "$WORK/airlock" user add ana --role s
 PIDS+=($!)
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$APORT/readyz" >/dev/null && break; sleep 0.1; done
 
-# 4. n8n: import the credential and the workflow (its Model node swapped for a Code
-# node that answers like an OpenAI-compatible API), activate, start.
+# 4. n8n: import the credential and the workflow (its Model node pointed at the stand-in
+# model, with a 2 s timeout), activate, start.
 NPORT=$(free_port)
 export N8N_PORT=$NPORT N8N_LISTEN_ADDRESS=127.0.0.1 N8N_EXPRESSION_ENGINE=legacy N8N_RUNNERS_ENABLED=false \
 	N8N_DIAGNOSTICS_ENABLED=false N8N_SECURE_COOKIE=false N8N_PERSONALIZATION_ENABLED=false \
@@ -339,10 +329,7 @@ echo "e2e: OK: after approval, each reply sent once by the worker sub-workflow (
 # workflow: Report Failure (class Auto) names each failure's class, airlock decides, n8n's
 # Wait node waits it out and calls the model again; the reply is queued without a gate,
 # the worker sends it, and the queued branch completes the run.
-# ticket-path-http.json's queued branch ends at the send (a No Op): there the run stays
-# processing, and the phase checks the send instead of the completion.
 DONE_STATE=completed
-[ "$WF_ID" = airlockTicket001 ] || DONE_STATE=processing
 say "the model fails on purpose: tickets 101-105 (500, 429, timeout, not JSON, 400)"
 AURL="http://127.0.0.1:$NPORT/webhook/airlock-ticket-auto"
 for t in 101 102 103 104 105; do
@@ -388,7 +375,36 @@ console.log((ok ? "ok  " : "FAIL") + " ticket-" + t + ": state=" + run.state + "
 process.exit(ok ? 0 : 1);
  ' "$run" "$events" "$t" "$WORK/model.jsonl" "$WORK/sent.jsonl" "$DONE_STATE") && echo "$summary" || { echo "$summary"; fail=1; }
 done
+# 9. No run is left behind: every run this e2e made ended (completed, failed_terminal);
+# none is still processing (a lease nobody holds to the end: no delivery would finish it).
+say "checking that no run is left processing"
+runs_by_state=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs?limit=500" | node -e '
+let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => { const runs = JSON.parse(s).runs, by = {};
+for (const r of runs) by[r.state] = (by[r.state] || []).concat(r.key);
+console.log(Object.keys(by).sort().map((k) => k + "=" + by[k].length).join(" "));
+for (const k of Object.keys(by).sort()) if (k !== "completed") console.log("  " + k + ": " + by[k].sort().join(" ")); });')
+echo "runs by state: $runs_by_state"
+want_runs="completed=14 failed_terminal=1"
+if [ "$(echo "$runs_by_state" | head -1)" != "$want_runs" ]; then
+	echo "FAIL runs by state: want $want_runs"
+	fail=1
+	for key in $(curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs?state=processing&limit=500" | node -e '
+let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => console.log(JSON.parse(s).runs.map((r) => r.key).join(" ")));'); do
+		echo "--- $key left processing; its events:"
+		curl -s "${AUTH[@]}" "http://127.0.0.1:$APORT/v1/runs/$key/events?limit=1000" | node -e '
+let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => { for (const e of JSON.parse(s).events) console.log("  " + e.at + " " + e.kind + (e.version ? " v" + e.version : "") + " " + (e.actor || "") + " " + JSON.stringify(e.detail || {})); });'
+	done
+	echo "--- n8n executions that did not succeed (id workflow status: last node, error)"
+	(cd "$DIR" && node -e '
+const db = new (require("sqlite3").Database)(process.argv[1]), { parse } = require("flatted");
+db.all("select e.id, e.workflowId, e.status, e.startedAt, e.stoppedAt, d.data from execution_entity e left join execution_data d on d.executionId = e.id where e.status != \"success\" order by e.id", (err, rows) => {
+  if (err) throw err;
+  for (const r of rows) { let last = "", msg = "";
+    try { const d = parse(r.data); last = d.resultData.lastNodeExecuted || ""; msg = (d.resultData.error || {}).message || ""; } catch (e) { msg = "(no data: " + e.message + ")"; }
+    console.log("  " + r.id + " " + r.workflowId + " " + r.status + " " + r.startedAt + " .. " + r.stoppedAt + ": " + last + (msg ? ", " + msg : "")); } });
+' "$N8N_USER_FOLDER/.n8n/database.sqlite") || true
+fi
 if [ "$fail" != 0 ]; then
 	echo "e2e: FAILED"; echo "--- n8n log"; tail -60 "$WORK/n8n.log"; echo "--- airlock log"; tail -20 "$WORK/airlock.log"; exit 1
 fi
-echo "e2e: OK: a failing model is reported by class (server_error, rate_limited, transport_timeout, parse_failure: waited out and retried in n8n, then sent once and completed; client_error: failed_terminal, nothing sent)"
+echo "e2e: OK: a failing model is reported by class (server_error, rate_limited, transport_timeout, parse_failure: waited out and retried in n8n, then sent once and completed; client_error: failed_terminal, nothing sent); no run left processing"

@@ -12,11 +12,16 @@ if [ ! -d node_modules ]; then
 fi
 npx tsc
 node scripts/copy-static.mjs
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# n8n's community-node lint (`npm run lint`, a step of docs/n8n.md) in its strict mode:
+# the default eslint config and n8n's rules (the peer range "*", option order, defaults).
+npx n8n-node lint >"$tmp/lint.log" 2>&1 ||
+	{ sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' "$tmp/lint.log" | tr '\r' '\n' | grep -v '^\s*$\|Linting' >&2; echo "test-n8n-node: n8n-node lint failed" >&2; exit 1; }
+echo "test-n8n-node: n8n-node lint passes"
 # n8n's manual install (`npm install <tarball>` in ~/.n8n/nodes) must add nothing but the
 # package: its n8n-workflow peer is optional (n8n provides it), so no registry, no
 # native build (issue 24, 3).
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 npm pack --silent --pack-destination "$tmp" >/dev/null
 mkdir -p "$tmp/nodes"
 (cd "$tmp/nodes" && npm install --offline --no-audit --no-fund "$tmp"/n8n-nodes-airlock-*.tgz >"$tmp/install.log" 2>&1) ||

@@ -267,6 +267,7 @@ describe('report failure: classes from the model call\'s error', () => {
 			[{ message: '502 - "bad gateway"', name: 'AxiosError', code: 'ERR_BAD_RESPONSE' }, 'server_error', 0],
 			[{ message: 'Request failed with status code 404' }, 'client_error', 0],
 			['Response body is not valid JSON. Change "Response Format" to "Text"', 'parse_failure', 0],
+			['Invalid JSON in response body', 'parse_failure', 0], // HTTP Request 4.2's autodetect, a JSON content type
 			[{ message: 'something odd' }, 'transport_timeout', 0],
 			[undefined, 'transport_timeout', 0],
 		]) {

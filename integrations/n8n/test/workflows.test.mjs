@@ -4,6 +4,7 @@
 // docs/n8n.md's one table of what to set after import.
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
 const dir = new URL('../workflows/', import.meta.url);
@@ -44,4 +45,58 @@ test('every placeholder URL is in docs/n8n.md\'s table', () => {
 	const urls = new Set(text.match(/https?:\/\/[A-Za-z0-9.:-]+/g));
 	assert.ok(urls.size >= 2);
 	for (const u of urls) assert.ok(placeholders.includes(u), `${u} is not listed in docs/n8n.md's "What to set after import"`);
+});
+
+// ticket-path-http.json's Report Failure classifies the Model node's error in an
+// expression; it must give the class, detail and Retry-After the node's Report Failure
+// (class Auto, classifyError) gives for the same error (issue 24: a body that is not JSON
+// was reported as transport_timeout). The expression is run through n8n-workflow's own
+// expression pipeline (extended syntax, tournament, the sandbox's global context), as n8n
+// 1.123 with the legacy engine runs it.
+test('the HTTP workflow classifies a model error as the node\'s Auto does', async () => {
+	const { classifyError } = await import('./harness.mjs');
+	const require = createRequire(import.meta.url);
+	const { Expression } = require('n8n-workflow');
+	const proxy = require('n8n-workflow/dist/cjs/expression-evaluator-proxy.js');
+	const { extendSyntax } = require('n8n-workflow/dist/cjs/extensions/expression-extension.js');
+	const { extend, extendOptional } = require('n8n-workflow/dist/cjs/extensions/index.js');
+	const { extendedFunctions } = require('n8n-workflow/dist/cjs/extensions/extended-functions.js');
+	const sandbox = require('n8n-workflow/dist/cjs/expression-sandboxing.js');
+	proxy.setErrorHandler((e) => { throw e; });
+	const wf = workflows.find((w) => w.file === 'ticket-path-http.json').wf;
+	const body = wf.nodes.find((n) => n.name === 'Report Failure').parameters.jsonBody;
+	assert.ok(body.startsWith('='));
+	const claim = { body: { key: 'ticket-1', lease_owner: 'owner-1', version: 3 }, statusCode: 201 };
+	const evaluate = (error) => {
+		// The error output's item: the Claim node's response (the paired input item) with
+		// the Model node's error on top, as n8n's handleNodeErrorOutput merges them.
+		const data = { $json: { ...claim, error }, $: (name) => { assert.equal(name, 'Claim'); return { item: { json: claim } }; } };
+		Expression.initializeGlobalContext(data);
+		Object.assign(data, { extend, extendOptional }, extendedFunctions);
+		Object.defineProperty(data, sandbox.sanitizerName, { value: sandbox.sanitizer });
+		return JSON.parse(proxy.evaluateExpression(extendSyntax(body.slice(1)), data));
+	};
+	const axiosErr = (status, headers = {}) => ({ message: `${status} - "{}"`, name: 'AxiosError', code: 'ERR_BAD_RESPONSE', status, statusCode: status, response: { status, statusText: 'x', headers } });
+	const errors = [
+		axiosErr(503), axiosErr(500), axiosErr(429, { 'retry-after': '7' }), axiosErr(429), axiosErr(503, { 'retry-after': '3' }),
+		axiosErr(400), axiosErr(401), axiosErr(408),
+		{ message: 'timeout of 2000ms exceeded', name: 'AxiosError', code: 'ECONNABORTED' },
+		{ message: 'connect ECONNREFUSED 127.0.0.1:9', code: 'ECONNREFUSED' },
+		{ message: '502 - "bad gateway"', name: 'AxiosError', code: 'ERR_BAD_RESPONSE' },
+		{ message: 'Request failed with status code 404' },
+		{ description: 'socket hang up: timed out' },
+		// HTTP Request 4.2, a JSON content type with a body that does not parse: the node
+		// puts the message string on the item (its autodetect's jsonParse error).
+		'Invalid JSON in response body',
+		'Response body is not valid JSON. Change "Response Format" to "Text"',
+		{ message: 'something odd' }, 'something odd', undefined, null,
+	];
+	for (const err of errors) {
+		const c = classifyError(err);
+		const got = evaluate(err);
+		const want = { lease_owner: 'owner-1', version: 3, class: c.class, detail: c.detail };
+		if (c.retryAfterSeconds > 0) want.retry_after_ms = c.retryAfterSeconds * 1000;
+		assert.deepEqual(got, want, JSON.stringify(err));
+	}
+	assert.equal(evaluate('Invalid JSON in response body').class, 'parse_failure');
 });

@@ -37,17 +37,6 @@ const outputsExpression = ('={{(' +
 
 const leaseOps = ['heartbeat', 'transition', 'validate', 'reportFailure', 'queueEffect', 'recordUsage'];
 
-const FAILURE_CLASSES = [
-	['Transport Timeout', 'transport_timeout'],
-	['Rate Limited', 'rate_limited'],
-	['Server Error', 'server_error'],
-	['Client Error', 'client_error'],
-	['Parse Failure', 'parse_failure'],
-	['Soft Failure', 'soft_failure'],
-	['Partial Success', 'partial_success'],
-	['Unknown Commit', 'unknown_commit'],
-];
-
 // Refusals of POST /effects that a workflow handles as an outcome rather than a bug:
 // the policy, the kill switch or the budget said no.
 const REFUSALS = new Set([
@@ -273,12 +262,19 @@ const properties: INodeProperties[] = [
 		default: 'transport_timeout',
 		options: [
 			{
-				name: 'From the Input Item’s Error (Auto)',
+				name: 'Auto (From the Input Item’s Error)',
 				value: 'auto',
 				description:
 					'Classify the error an HTTP Request node (On Error → Continue using error output) put on the item: HTTP status, timeout, connection error, unparsable body',
 			},
-			...FAILURE_CLASSES.map(([name, value]) => ({ name, value })),
+			{ name: 'Client Error', value: 'client_error' },
+			{ name: 'Parse Failure', value: 'parse_failure' },
+			{ name: 'Partial Success', value: 'partial_success' },
+			{ name: 'Rate Limited', value: 'rate_limited' },
+			{ name: 'Server Error', value: 'server_error' },
+			{ name: 'Soft Failure', value: 'soft_failure' },
+			{ name: 'Transport Timeout', value: 'transport_timeout' },
+			{ name: 'Unknown Commit', value: 'unknown_commit' },
 		],
 		description: 'Auto reads the failed model call’s error: 429 → rate_limited (with its Retry-After), 5xx → server_error, other 4xx → client_error, timeout or no connection → transport_timeout, a body that is not JSON → parse_failure',
 		displayOptions: show(['reportFailure']),
