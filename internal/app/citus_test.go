@@ -416,6 +416,7 @@ var citusUnrun = map[string]string{
 	"Pool":                 "sends nothing",
 	"QueryMode":            "sends nothing",
 	"ListenSeparate":       "sends nothing",
+	"ListenState":          "sends nothing: the LISTEN connection's state, kept in memory",
 	"Ping":                 "a ping, no table",
 	"Transact":             "a wrapper: its statements are its callers'",
 	"Within":               "a wrapper: its statements are its callers'",
