@@ -190,6 +190,19 @@ type Store interface {
 	// round trip) when the claim takes the run, a second one to record a refusal; on
 	// SQLite in one transaction.
 	Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error)
+	// LeaseEffects is a whole lease (EffectLease, which is one statement): on PostgreSQL in
+	// autocommit (one round trip, no BEGIN and COMMIT; or in the transaction its ctx
+	// joins), on SQLite in one IMMEDIATE transaction.
+	LeaseEffects(ctx context.Context, p EffectLeaseParams) ([]Effect, error)
+	// BeginSends is a whole begin-mark for a leased batch, committed: EffectMarkStarted for
+	// those of ids whose action type the kill switch allows (a global row that is enabled,
+	// no disabled row for the type), read under the kill switch's shared guard after the
+	// guard is taken, in one transaction. It returns the ids it marked; one it did not mark
+	// is held by the kill switch, its run ended failed_terminal or its lease is gone, and
+	// the caller finds out which in a transaction of its own. On PostgreSQL one round trip
+	// (the guard and the mark pipelined in one implicit transaction, or in the transaction
+	// ctx joins); on SQLite one IMMEDIATE transaction.
+	BeginSends(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error)
 	// Migrate applies the embedded migrations that have not run yet, safely when several
 	// processes start at once.
 	Migrate(ctx context.Context) error
@@ -512,7 +525,8 @@ type EffectQueries interface {
 	EffectUpdate(ctx context.Context, p EffectUpdateParams) (Effect, error)
 	// EffectMarkStarted commits "the send begins" for those of ids that owner still
 	// leases with a live lease at now, not yet begun, whose run is not failed_terminal;
-	// it returns the ids it marked.
+	// it returns the ids it marked. It sets send_started_at and moves version, and leaves
+	// updated_at as the lease set it (on PostgreSQL the update is then HOT).
 	EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error)
 	// EffectClaimUnknown claims up to limit unknown dispatcher effects of the given types
 	// whose next reconciliation is due at now, the longest waiting first: in the statement

@@ -132,19 +132,72 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 		RETURNING `+prefixed("e.", effectColumns), p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
 }
 
+// LeaseEffects runs the lease's one statement in autocommit (or in the transaction ctx
+// joins): a BEGIN and a COMMIT fewer per batch.
+func (s *Store) LeaseEffects(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
+	return s.EffectLease(ctx, p)
+}
+
+// EffectMarkStarted leaves updated_at as the lease set it: no index names the columns it
+// changes, so the update is HOT (0022_effects_hot.sql) — one row version on the same
+// page, no index entry.
 func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
-	rows, err := q.db.Query(ctx, `
-		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), updated_at = coalesce($3::timestamptz, now()),
-		  version = e.version + 1
-		WHERE e.id = ANY($1) AND e.state = 'sending' AND e.lease_owner = $2 AND e.send_started_at IS NULL
-		  AND e.lease_expires_at > coalesce($3::timestamptz, now())
-		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
-		                  WHERE r.idempotency_key = e.idempotency_key AND r.state = 'failed_terminal')
-		RETURNING e.id`, ids, owner, now)
+	rows, err := q.db.Query(ctx, markStartedSQL+` RETURNING e.id`, ids, owner, now)
 	if err != nil {
 		return nil, fmt.Errorf("mark sends begun: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// markStartedSQL is the begin-mark's compare-and-set ($1 ids, $2 owner, $3 now).
+const markStartedSQL = `
+		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), version = e.version + 1
+		WHERE e.id = ANY($1) AND e.state = 'sending' AND e.lease_owner = $2 AND e.send_started_at IS NULL
+		  AND e.lease_expires_at > coalesce($3::timestamptz, now())
+		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
+		                  WHERE r.idempotency_key = e.idempotency_key AND r.state = 'failed_terminal')`
+
+// killSwitchAllowsSQL is the kill switch's default-deny read as a condition on effects e:
+// an enabled global row and no disabled row for e's action type (effects.Service.enabled
+// spells the same rule for the transactions that read the rows themselves).
+const killSwitchAllowsSQL = `
+		  AND EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'global' AND k.enabled)
+		  AND NOT EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'action:' || e.action_type AND NOT k.enabled)`
+
+// BeginSends pipelines the kill switch's shared guard and the mark in one round trip:
+// statements sent together before one Sync run in one implicit transaction (committed at
+// the Sync), and under READ COMMITTED the mark's snapshot is taken after the guard is held,
+// so a kill switch change that committed first is seen and one that commits later waits.
+func (s *Store) BeginSends(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock_shared($1)`, int64(killSwitchLock))
+	b.Queue(markStartedSQL+killSwitchAllowsSQL+` RETURNING e.id`, ids, owner, now)
+	var br pgx.BatchResults
+	if tx := s.bound(ctx); tx != nil {
+		br = tx.SendBatch(ctx, b)
+	} else {
+		br = s.pool.SendBatch(ctx, b)
+	}
+	marked, err := func() ([]string, error) {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mark sends begun: %w", valueError(classify(err)))
+	}
+	return marked, nil
 }
 
 func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
