@@ -156,6 +156,14 @@ type BatchQueries interface {
 	// order given (events may be shorter than ps). It returns, by index, the updated
 	// effect and whether that update applied (false: ErrNoMatch for that one alone).
 	EffectUpdateMany(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) ([]Effect, []bool, error)
+	// EffectUpdateManyLocked is EffectUpdateMany that, in the same statement and before it
+	// touches any effect, locks (FOR UPDATE, in key order) the runs of the effects in ps
+	// that are not approved, and applies only the updates of those runs. It also returns
+	// the keys it locked (nil when no update applied: the caller cannot tell which it
+	// locked then, and records them again the usual way). On the Store, outside a
+	// transaction, it is one autocommit statement: a group's run locks, compare-and-sets
+	// and events commit together in one round trip.
+	EffectUpdateManyLocked(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) (locked []string, updated []Effect, applied []bool, err error)
 }
 
 // ErrUnbatchable: EffectUpdateMany was given an update it does not apply in a batch.
