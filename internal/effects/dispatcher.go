@@ -200,13 +200,10 @@ func (d *Dispatcher) fill(ctx, sendCtx context.Context, sends *sync.WaitGroup) (
 	// The send deadline is measured on this process's monotonic clock from before the
 	// lease statement, so it falls before the lease's end whatever the clocks say.
 	deadline := time.Now().Add(d.Lease - leaseMargin(d.Lease))
-	var batch []store.Effect
-	err := d.store.Transact(ctx, func(q store.Queries) error {
-		var err error
-		batch, err = q.EffectLease(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
-			Caps: caps, Owner: owner, Lease: d.Lease, Limit: limit, Now: d.At()})
-		return err
-	})
+	// The lease commits on its own, before the begin-mark: an instance that dies between
+	// the two has sent nothing, and the sweeper returns the effect to pending (a retry).
+	batch, err := d.store.LeaseEffects(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
+		Caps: caps, Owner: owner, Lease: d.Lease, Limit: limit, Now: d.At()})
 	if err != nil {
 		return 0, false, fmt.Errorf("lease effects: %w", err)
 	}
@@ -244,12 +241,48 @@ func leaseMargin(lease time.Duration) time.Duration {
 	return min(lease/10, 5*time.Second)
 }
 
-// begin commits "the send begins" for a leased batch in one transaction, and returns the
-// ids that may be sent. In the same transaction: the kill switch is read under its guard
-// (a disable that committed first holds the effect: back to pending, attempt not counted),
-// the mark requires the lease to be live and the run not failed_terminal (such an effect
-// is cancelled). A sender that dies before this commit provably sent nothing.
+// begin commits "the send begins" for a leased batch, and returns the ids that may be
+// sent. A sender that dies before this commit provably sent nothing.
+//
+// First for the whole batch at once (store.BeginSends: one round trip on PostgreSQL):
+// the mark, in the transaction that reads the kill switch under its guard, of those the
+// kill switch allows whose lease is live and whose run is not failed_terminal. Usually
+// that is all of them. The others, if any, go through beginRest.
 func (d *Dispatcher) begin(ctx context.Context, owner string, batch []store.Effect) (map[string]bool, error) {
+	started := map[string]bool{}
+	rest := batch
+	if !d.envDisabled {
+		var ids []string
+		for _, e := range batch {
+			if d.connectors[e.ActionType] != nil {
+				ids = append(ids, e.ID)
+			}
+		}
+		marked, err := d.store.BeginSends(ctx, owner, ids, d.At())
+		if err != nil {
+			return nil, fmt.Errorf("mark sends begun: %w", err)
+		}
+		for _, id := range marked {
+			started[id] = true
+		}
+		if len(marked) == len(ids) {
+			return started, nil
+		}
+		rest = slices.DeleteFunc(slices.Clone(batch), func(e store.Effect) bool { return started[e.ID] })
+	}
+	more, err := d.beginRest(ctx, owner, rest)
+	for id := range more {
+		started[id] = true
+	}
+	return started, err
+}
+
+// beginRest is begin for the effects the batch mark did not take, in one transaction that
+// reads the kill switch itself under its guard: a disable that committed first holds the
+// effect (back to pending, attempt not counted, a send_blocked event); one whose run ended
+// failed_terminal is cancelled; one whose lease is gone is left to whoever has it. If the
+// kill switch allows one now (re-enabled meanwhile), it is marked here.
+func (d *Dispatcher) beginRest(ctx context.Context, owner string, batch []store.Effect) (map[string]bool, error) {
 	started := map[string]bool{}
 	err := d.store.Transact(ctx, func(q store.Queries) error {
 		clear(started)

@@ -82,8 +82,14 @@ func (r *recorder) flush(ctx context.Context, group []*record) {
 		}
 	}()
 	d := r.d
-	keys := make([]string, 0, len(group))
-	for _, it := range group {
+	rest := group
+	if bq, ok := d.store.(store.BatchQueries); ok {
+		if rest = d.recordLocked(ctx, bq, group); len(rest) == 0 {
+			return
+		}
+	}
+	keys := make([]string, 0, len(rest))
+	for _, it := range rest {
 		keys = append(keys, it.e.RunKey)
 	}
 	slices.Sort(keys)
@@ -93,16 +99,80 @@ func (r *recorder) flush(ctx context.Context, group []*record) {
 		if err != nil {
 			return err
 		}
-		return d.finishGroup(ctx, q, locked, group)
+		return d.finishGroup(ctx, q, locked, rest)
 	})
 	if err == nil {
 		return
 	}
-	if len(group) == 1 && !errors.Is(err, store.ErrInvalidValue) {
-		group[0].out, group[0].err = outcome{}, err
+	if len(rest) == 1 && !errors.Is(err, store.ErrInvalidValue) {
+		rest[0].out, rest[0].err = outcome{}, err
 		return
 	}
-	r.isolate(ctx, keys, group)
+	r.isolate(ctx, keys, rest)
+}
+
+// recordLocked records the Sent outcomes of a group in one autocommit statement, where
+// the store offers it on itself (store.BatchQueries.EffectUpdateManyLocked, PostgreSQL):
+// the statement locks the runs that are not approved, in key order, then applies those
+// runs' compare-and-sets and inserts their events, and commits — one round trip instead
+// of BEGIN, the run locks, the group's statement and COMMIT. It is the transaction of
+// finishBatch in one statement: a run not approved under the lock needs no settling. It
+// returns the records left for that transaction: the other outcomes, those whose run is
+// approved or gone, those that did not apply (finishIn tries the reconciliation of a
+// lapsed lease, or finds the lease lost), and all of them if the statement failed or
+// applied nothing (then it cannot tell which runs it locked).
+func (d *Dispatcher) recordLocked(ctx context.Context, bq store.BatchQueries, group []*record) []*record {
+	at := d.At()
+	var rest, batch []*record
+	var ps []store.EffectUpdateParams
+	var evs [][]store.EventInsertParams
+	var alerts []string
+	seen := make(map[string]bool, len(group))
+	for _, it := range group {
+		if it.res.Outcome != connector.Sent || seen[it.e.ID] {
+			rest = append(rest, it)
+			continue
+		}
+		// A Sent outcome's plan does not read the transaction's now (only a retry's
+		// not_before does).
+		pl := d.planOutcome(it.e, it.owner, it.res, "airlock", false, time.Time{}, at)
+		ev, err := outcomeEvents(it, pl)
+		if err != nil || !pl.update.Batchable() {
+			rest = append(rest, it)
+			continue
+		}
+		seen[it.e.ID] = true
+		batch, ps, evs, alerts = append(batch, it), append(ps, pl.update), append(evs, ev), append(alerts, pl.alert)
+	}
+	if len(batch) == 0 {
+		return group
+	}
+	locked, updated, applied, err := bq.EffectUpdateManyLocked(ctx, ps, evs)
+	if err != nil || len(locked) == 0 {
+		return group
+	}
+	for i, it := range batch {
+		if applied[i] {
+			it.out, it.err = outcome{effect: updated[i], alert: alerts[i]}, nil
+			continue
+		}
+		rest = append(rest, it)
+	}
+	return rest
+}
+
+// outcomeEvents are a planned outcome's events as the store inserts them.
+func outcomeEvents(it *record, pl outcomePlan) ([]store.EventInsertParams, error) {
+	var out []store.EventInsertParams
+	for _, ev := range pl.events() {
+		detail, err := json.Marshal(ev.detail)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.EventInsertParams{RunKey: it.e.RunKey, Kind: string(ev.kind), Actor: ev.actor,
+			Detail: detail, Now: ev.at})
+	}
+	return out, nil
 }
 
 // finishGroup records a group's outcomes inside q's transaction, which holds their runs'
@@ -174,13 +244,9 @@ func (d *Dispatcher) finishBatch(ctx context.Context, q store.Queries, bq store.
 	evs := make([][]store.EventInsertParams, len(plans))
 	for i := range plans {
 		ps[i] = plans[i].update
-		for _, ev := range plans[i].events() {
-			detail, err := json.Marshal(ev.detail)
-			if err != nil {
-				return nil, err
-			}
-			evs[i] = append(evs[i], store.EventInsertParams{RunKey: batch[i].e.RunKey, Kind: string(ev.kind), Actor: ev.actor,
-				Detail: detail, Now: ev.at})
+		var err error
+		if evs[i], err = outcomeEvents(batch[i], plans[i]); err != nil {
+			return nil, err
 		}
 	}
 	// One statement: the compare-and-sets, and the events of those that applied.

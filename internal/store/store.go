@@ -162,6 +162,14 @@ type BatchQueries interface {
 	// order given (events may be shorter than ps). It returns, by index, the updated
 	// effect and whether that update applied (false: ErrNoMatch for that one alone).
 	EffectUpdateMany(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) ([]Effect, []bool, error)
+	// EffectUpdateManyLocked is EffectUpdateMany that, in the same statement and before it
+	// touches any effect, locks (FOR UPDATE, in key order) the runs of the effects in ps
+	// that are not approved, and applies only the updates of those runs. It also returns
+	// the keys it locked (nil when no update applied: the caller cannot tell which it
+	// locked then, and records them again the usual way). On the Store, outside a
+	// transaction, it is one autocommit statement: a group's run locks, compare-and-sets
+	// and events commit together in one round trip.
+	EffectUpdateManyLocked(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) (locked []string, updated []Effect, applied []bool, err error)
 }
 
 // ErrUnbatchable: EffectUpdateMany was given an update it does not apply in a batch.
@@ -196,6 +204,19 @@ type Store interface {
 	// round trip) when the claim takes the run, a second one to record a refusal; on
 	// SQLite in one transaction.
 	Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error)
+	// LeaseEffects is a whole lease (EffectLease, which is one statement): on PostgreSQL in
+	// autocommit (one round trip, no BEGIN and COMMIT; or in the transaction its ctx
+	// joins), on SQLite in one IMMEDIATE transaction.
+	LeaseEffects(ctx context.Context, p EffectLeaseParams) ([]Effect, error)
+	// BeginSends is a whole begin-mark for a leased batch, committed: EffectMarkStarted for
+	// those of ids whose action type the kill switch allows (a global row that is enabled,
+	// no disabled row for the type), read under the kill switch's shared guard after the
+	// guard is taken, in one transaction. It returns the ids it marked; one it did not mark
+	// is held by the kill switch, its run ended failed_terminal or its lease is gone, and
+	// the caller finds out which in a transaction of its own. On PostgreSQL one round trip
+	// (the guard and the mark pipelined in one implicit transaction, or in the transaction
+	// ctx joins); on SQLite one IMMEDIATE transaction.
+	BeginSends(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error)
 	// Migrate applies the embedded migrations that have not run yet, safely when several
 	// processes start at once.
 	Migrate(ctx context.Context) error
@@ -519,7 +540,8 @@ type EffectQueries interface {
 	EffectUpdate(ctx context.Context, p EffectUpdateParams) (Effect, error)
 	// EffectMarkStarted commits "the send begins" for those of ids that owner still
 	// leases with a live lease at now, not yet begun, whose run is not failed_terminal;
-	// it returns the ids it marked.
+	// it returns the ids it marked. It sets send_started_at and moves version, and leaves
+	// updated_at as the lease set it (on PostgreSQL the update is then HOT).
 	EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error)
 	// EffectClaimUnknown claims up to limit unknown dispatcher effects of the given types
 	// whose next reconciliation is due at now, the longest waiting first: in the statement

@@ -132,19 +132,72 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 		RETURNING `+prefixed("e.", effectColumns), p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
 }
 
+// LeaseEffects runs the lease's one statement in autocommit (or in the transaction ctx
+// joins): a BEGIN and a COMMIT fewer per batch.
+func (s *Store) LeaseEffects(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
+	return s.EffectLease(ctx, p)
+}
+
+// EffectMarkStarted leaves updated_at as the lease set it: no index names the columns it
+// changes, so the update is HOT (0022_effects_hot.sql) — one row version on the same
+// page, no index entry.
 func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
-	rows, err := q.db.Query(ctx, `
-		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), updated_at = coalesce($3::timestamptz, now()),
-		  version = e.version + 1
-		WHERE e.id = ANY($1) AND e.state = 'sending' AND e.lease_owner = $2 AND e.send_started_at IS NULL
-		  AND e.lease_expires_at > coalesce($3::timestamptz, now())
-		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
-		                  WHERE r.idempotency_key = e.idempotency_key AND r.state = 'failed_terminal')
-		RETURNING e.id`, ids, owner, now)
+	rows, err := q.db.Query(ctx, markStartedSQL+` RETURNING e.id`, ids, owner, now)
 	if err != nil {
 		return nil, fmt.Errorf("mark sends begun: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// markStartedSQL is the begin-mark's compare-and-set ($1 ids, $2 owner, $3 now).
+const markStartedSQL = `
+		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), version = e.version + 1
+		WHERE e.id = ANY($1) AND e.state = 'sending' AND e.lease_owner = $2 AND e.send_started_at IS NULL
+		  AND e.lease_expires_at > coalesce($3::timestamptz, now())
+		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
+		                  WHERE r.idempotency_key = e.idempotency_key AND r.state = 'failed_terminal')`
+
+// killSwitchAllowsSQL is the kill switch's default-deny read as a condition on effects e:
+// an enabled global row and no disabled row for e's action type (effects.Service.enabled
+// spells the same rule for the transactions that read the rows themselves).
+const killSwitchAllowsSQL = `
+		  AND EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'global' AND k.enabled)
+		  AND NOT EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'action:' || e.action_type AND NOT k.enabled)`
+
+// BeginSends pipelines the kill switch's shared guard and the mark in one round trip:
+// statements sent together before one Sync run in one implicit transaction (committed at
+// the Sync), and under READ COMMITTED the mark's snapshot is taken after the guard is held,
+// so a kill switch change that committed first is seen and one that commits later waits.
+func (s *Store) BeginSends(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock_shared($1)`, int64(killSwitchLock))
+	b.Queue(markStartedSQL+killSwitchAllowsSQL+` RETURNING e.id`, ids, owner, now)
+	var br pgx.BatchResults
+	if tx := s.bound(ctx); tx != nil {
+		br = tx.SendBatch(ctx, b)
+	} else {
+		br = s.pool.SendBatch(ctx, b)
+	}
+	marked, err := func() ([]string, error) {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mark sends begun: %w", valueError(classify(err)))
+	}
+	return marked, nil
 }
 
 func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
@@ -410,8 +463,21 @@ func prefixed(alias, cols string) string {
 // the events of the updates that applied inserted by the same statement, in order (the
 // rows reach the insert sorted by their position, so their ids follow it).
 func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]store.Effect, []bool, error) {
+	_, out, applied, err := q.effectUpdateMany(ctx, ps, events, false)
+	return out, applied, err
+}
+
+// EffectUpdateManyLocked is EffectUpdateMany that locks the runs first, in the same
+// statement: an InitPlan locks, in key order and before any effect row is touched, the
+// runs of the updates that are not approved (FOR UPDATE re-reads a run that changes
+// meanwhile and drops it if it became approved), and only those runs' updates apply.
+func (q queries) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []store.Effect, []bool, error) {
+	return q.effectUpdateMany(ctx, ps, events, true)
+}
+
+func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams, lock bool) ([]string, []store.Effect, []bool, error) {
 	if len(ps) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	n := len(ps)
 	ids, owners, tos := make([]string, n), make([]string, n), make([]string, n)
@@ -421,10 +487,10 @@ func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 	var ev eventArrays
 	for i, p := range ps {
 		if !p.Batchable() || !sameTime(p.Now, ps[0].Now) {
-			return nil, nil, fmt.Errorf("%w (effect %s to %s)", store.ErrUnbatchable, p.ID, p.To)
+			return nil, nil, nil, fmt.Errorf("%w (effect %s to %s)", store.ErrUnbatchable, p.ID, p.To)
 		}
 		if _, dup := index[p.ID]; dup {
-			return nil, nil, fmt.Errorf("%w (effect %s twice)", store.ErrUnbatchable, p.ID)
+			return nil, nil, nil, fmt.Errorf("%w (effect %s twice)", store.ErrUnbatchable, p.ID)
 		}
 		index[p.ID] = i
 		ids[i], owners[i], tos[i] = p.ID, p.Owner, string(p.To)
@@ -437,8 +503,17 @@ func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 	}
 	// From sending, as EffectUpdate leaves a row it moves out of sending: no lease, not
 	// begun, due for reconciliation at once if unknown (next_check_at NULL, checks 0).
+	lk, cond, sel := `lk AS (SELECT NULL::text[] AS keys), `, ``, `NULL::text[], `
+	if lock {
+		lk = `lk AS (SELECT ARRAY(SELECT r.idempotency_key FROM workflow_runs r
+		    WHERE r.idempotency_key IN (SELECT e.idempotency_key FROM effects e WHERE e.id = ANY($1))
+		      AND r.state <> 'approved'
+		    ORDER BY r.idempotency_key FOR UPDATE OF r) AS keys), `
+		cond = ` AND e.idempotency_key = ANY((SELECT keys FROM lk)::text[])`
+		sel = `(SELECT keys FROM lk), `
+	}
 	rows, err := q.db.Query(ctx, `
-		WITH u AS (
+		WITH `+lk+`u AS (
 		  UPDATE effects e
 		  SET state = u.state,
 		      provider_id = coalesce(u.provider_id, e.provider_id),
@@ -450,7 +525,7 @@ func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		      version = e.version + 1
 		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
 		       AS u(id, owner, state, provider_id, not_before, class)
-		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner
+		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner`+cond+`
 		  RETURNING `+prefixed("e.", effectColumns)+`
 		), ev AS (
 		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
@@ -460,18 +535,31 @@ func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		  WHERE v.effect IN (SELECT id FROM u)
 		  ORDER BY v.i
 		)
-		SELECT `+effectColumns+` FROM u`, ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now,
+		SELECT `+sel+effectColumns+` FROM u`, ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now,
 		ev.effects, ev.keys, ev.ats, ev.kinds, ev.versions, ev.actors, ev.metas, ev.details)
-	got, err := collectEffects(rows, err)
 	if err != nil {
-		return nil, nil, fmt.Errorf("update effects: %w", err)
+		return nil, nil, nil, fmt.Errorf("update effects: %w", err)
+	}
+	var locked []string
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Effect, error) {
+		var e store.Effect
+		var state string
+		var payload []byte
+		err := row.Scan(&locked, &e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
+			&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
+			&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version)
+		e.State, e.Payload = store.EffectState(state), rawOrNil(payload)
+		return e, interpret(err)
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("update effects: %w", err)
 	}
 	out, applied := make([]store.Effect, n), make([]bool, n)
 	for _, e := range got {
 		i := index[e.ID]
 		out[i], applied[i] = e, true
 	}
-	return out, applied, nil
+	return locked, out, applied, nil
 }
 
 // eventArrays are events as the arrays of a multi-row insert, each tied to an effect.

@@ -134,7 +134,24 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 	return selectAll(ctx, q.db, scanEffect, query, args...)
 }
 
+// LeaseEffects runs the lease in an IMMEDIATE transaction: SQLite's writers take turns
+// under the store's write lock (an autocommit write would wait in the busy handler).
+func (s *Store) LeaseEffects(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
+	var got []store.Effect
+	err := s.Transact(ctx, func(q store.Queries) error {
+		var err error
+		got, err = q.EffectLease(ctx, p)
+		return err
+	})
+	return got, err
+}
+
 func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
+	return q.markStarted(ctx, owner, ids, now, "")
+}
+
+// markStarted is the begin-mark's compare-and-set, with extra conditions on effects.
+func (q queries) markStarted(ctx context.Context, owner string, ids []string, now *time.Time, and string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -145,12 +162,27 @@ func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []stri
 	return selectAll(ctx, q.db, func(row scanner) (string, error) {
 		var id string
 		return id, row.Scan(&id)
-	}, `UPDATE effects SET send_started_at = ?2, updated_at = ?2, version = version + 1
+	}, `UPDATE effects SET send_started_at = ?2, version = version + 1
 		WHERE id IN (`+numbered(3, len(ids))+`) AND state = 'sending' AND lease_owner = ?1
 		  AND send_started_at IS NULL AND lease_expires_at > ?2
 		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
-		                  WHERE r.idempotency_key = effects.idempotency_key AND r.state = 'failed_terminal')
+		                  WHERE r.idempotency_key = effects.idempotency_key AND r.state = 'failed_terminal')`+and+`
 		RETURNING id`, args...)
+}
+
+// BeginSends marks in one IMMEDIATE transaction, which orders it against kill switch
+// changes (SQLite's writers take turns): the default-deny rule of effects.Service.enabled
+// as a condition on the row.
+func (s *Store) BeginSends(ctx context.Context, owner string, ids []string, now *time.Time) ([]string, error) {
+	var marked []string
+	err := s.Transact(ctx, func(q store.Queries) error {
+		var err error
+		marked, err = q.(queries).markStarted(ctx, owner, ids, now, `
+		  AND EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'global' AND k.enabled)
+		  AND NOT EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'action:' || effects.action_type AND NOT k.enabled)`)
+		return err
+	})
+	return marked, err
 }
 
 // EffectClaimUnknown needs no SKIP LOCKED: the IMMEDIATE transaction holds the only write

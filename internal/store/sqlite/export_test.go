@@ -16,3 +16,6 @@ func HotStatementsForTest() map[string]int {
 
 // RunListSQLForTest is the statement RunList sends for p, with its arguments.
 var RunListSQLForTest = runListSQL
+
+// CachedStatementsForTest is how many prepared statements the connection c keeps.
+func CachedStatementsForTest(c any) int { return len(c.(*conn).stmts.m) }

@@ -60,7 +60,7 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 		cn.Close()
 		return nil, fmt.Errorf("sqlite: the driver's connection (%T) lacks a method the store needs", cn)
 	}
-	return &conn{cn}, nil
+	return &conn{Conn: cn}, nil
 }
 
 func (c connector) Driver() driver.Driver { return c.drv }
@@ -77,7 +77,15 @@ type inner interface {
 	driver.Validator
 }
 
-type conn struct{ driver.Conn }
+type conn struct {
+	driver.Conn
+	stmts stmtCache // stmtcache.go
+}
+
+func (c *conn) Close() error {
+	c.closeStmts()
+	return c.Conn.Close()
+}
 
 func (c *conn) in() inner { return c.Conn.(inner) }
 
@@ -110,16 +118,37 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	r, err := c.in().ExecContext(ctx, query, args)
+	cs, err := c.take(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if cs == nil {
+		r, err := c.in().ExecContext(ctx, query, args)
+		return r, classify(err)
+	}
+	defer func() { cs.busy = false }()
+	r, err := cs.s.(driver.StmtExecContext).ExecContext(ctx, args)
 	return r, classify(err)
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	r, err := c.in().QueryContext(ctx, query, args)
+	cs, err := c.take(ctx, query)
 	if err != nil {
+		return nil, err
+	}
+	if cs == nil {
+		r, err := c.in().QueryContext(ctx, query, args)
+		if err != nil {
+			return nil, classify(err)
+		}
+		return rows{r}, nil
+	}
+	r, err := cs.s.(driver.StmtQueryContext).QueryContext(ctx, args)
+	if err != nil {
+		cs.busy = false
 		return nil, classify(err)
 	}
-	return rows{r}, nil
+	return &cachedRows{rows: rows{r}, cs: cs}, nil
 }
 
 func (c *conn) Ping(ctx context.Context) error         { return classify(c.in().Ping(ctx)) }

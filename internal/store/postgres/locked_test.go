@@ -1,0 +1,116 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
+	"github.com/airlockhq/airlock/internal/store/storetest"
+)
+
+func completions(owner string, es ...store.Effect) ([]store.EffectUpdateParams, [][]store.EventInsertParams) {
+	var ps []store.EffectUpdateParams
+	var evs [][]store.EventInsertParams
+	for i, e := range es {
+		pid := fmt.Sprintf("p-%d", i)
+		ps = append(ps, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner,
+			To: store.EffectCompleted, ProviderID: &pid})
+		evs = append(evs, []store.EventInsertParams{{RunKey: e.RunKey, Kind: "effect_completed", Actor: "airlock"}})
+	}
+	return ps, evs
+}
+
+// EffectUpdateManyLocked applies, in autocommit, only the updates of runs it locked —
+// those not approved — with their events, and says which runs it locked.
+func TestEffectUpdateManyLockedSkipsApprovedRuns(t *testing.T) {
+	st := storetest.OpenPostgres(t, nil).(*postgres.Store)
+	ctx := context.Background()
+	proc := leased(t, st, "proc", "o1", 2)
+	appr := leased(t, st, "appr", "o1", 1)
+	if _, err := st.Pool().Exec(ctx, `UPDATE workflow_runs SET state = 'approved' WHERE idempotency_key = 'appr'`); err != nil {
+		t.Fatal(err)
+	}
+	ps, evs := completions("o1", proc[0], appr[0], proc[1])
+	locked, got, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(locked) != "[proc]" || fmt.Sprint(applied) != "[true false true]" {
+		t.Fatalf("locked %v, applied %v; want [proc], [true false true]", locked, applied)
+	}
+	if got[0].State != store.EffectCompleted || got[2].ProviderID != "p-2" {
+		t.Fatalf("returned %+v", got)
+	}
+	for key, want := range map[string]int{"proc": 2, "appr": 0} {
+		var n int
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM events WHERE run_key = $1 AND kind = 'effect_completed'`, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("%s: %d events, want %d", key, n, want)
+		}
+	}
+	if e, _ := st.EffectGet(ctx, appr[0].ID); e.State != store.EffectSending {
+		t.Errorf("the approved run's effect became %s", e.State)
+	}
+}
+
+// The run lock comes first and is real: while another transaction holds the run, the
+// statement waits for it; if that transaction makes the run approved, the statement sees
+// the run as committed then and applies nothing of it (a settle it would have skipped).
+func TestEffectUpdateManyLockedWaitsForTheRun(t *testing.T) {
+	st := storetest.OpenPostgres(t, nil).(*postgres.Store)
+	ctx := context.Background()
+	race := leased(t, st, "race", "o1", 1)
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM workflow_runs WHERE idempotency_key = 'race' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		locked  []string
+		applied []bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ps, evs := completions("o1", race[0])
+		locked, _, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
+		done <- result{locked, applied, err}
+	}()
+	// Wait (no deadline asserted) until the statement waits for the run's lock.
+	for {
+		var waiting bool
+		if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF r%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the statement did not wait for the run's lock: %+v", r)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE workflow_runs SET state = 'approved' WHERE idempotency_key = 'race'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(r.locked) != 0 || r.applied[0] {
+		t.Fatalf("after the run became approved: locked %v, applied %v, %v; want nothing", r.locked, r.applied, r.err)
+	}
+	if e, _ := st.EffectGet(ctx, race[0].ID); e.State != store.EffectSending {
+		t.Errorf("the effect became %s", e.State)
+	}
+}
