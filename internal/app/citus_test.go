@@ -322,6 +322,27 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 		if _, err := st.ApprovalExpire(ctx, approvalID, nil); err != nil && !errors.Is(err, store.ErrNoMatch) {
 			return err
 		}
+		// The begin-mark's and the grouped outcomes' transaction forms: the dispatcher takes
+		// them for what BeginSends and EffectUpdateManyLocked leave (held, ended-run or
+		// lost-lease effects; outcomes of approved runs), sent here by an owner that holds
+		// nothing, so nothing changes.
+		two := []string{effs[0].ID, effs[1].ID}
+		if _, err := st.EffectMarkStarted(ctx, "citus-nobody", two, nil); err != nil {
+			return err
+		}
+		var bq store.BatchQueries = st
+		failed := "server_error"
+		ps := []store.EffectUpdateParams{
+			{ID: two[0], From: []store.EffectState{store.EffectSending}, Owner: "citus-nobody", To: store.EffectFailed, ErrorClass: &failed},
+			{ID: two[1], From: []store.EffectState{store.EffectSending}, Owner: "citus-nobody", To: store.EffectFailed, ErrorClass: &failed},
+		}
+		if _, _, err := bq.EffectUpdateMany(ctx, ps, nil); err != nil {
+			return err
+		}
+		// The fallback's run locks: a group of several runs locked in key order.
+		if err := st.Transact(ctx, func(q store.Queries) error { _, err := q.RunLockKeys(ctx, keys); return err }); err != nil {
+			return err
+		}
 		return st.ReadinessWrite(ctx, "citus-plan")
 	})
 	op("the rest of the store", func(ctx context.Context) error { return citusRest(ctx, e, st, approvalID) })
@@ -417,6 +438,7 @@ var citusUnrun = map[string]string{
 	"QueryMode":            "sends nothing",
 	"ListenSeparate":       "sends nothing",
 	"ListenState":          "sends nothing: the LISTEN connection's state, kept in memory",
+	"LeaseEffects":         "on PostgreSQL it is EffectLease (one statement), checked under that name",
 	"Ping":                 "a ping, no table",
 	"Transact":             "a wrapper: its statements are its callers'",
 	"Within":               "a wrapper: its statements are its callers'",
@@ -1116,6 +1138,47 @@ func txnCaller() string {
 var closure = regexp.MustCompile(`\.(func|gowrap)\d+$`)
 
 func (r *citusRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A pipelined batch (pgx.Batch: statements sent together before one Sync, such as
+// BeginSends's guard and mark) runs in one implicit transaction unless it is sent inside
+// one: the recorder counts it as a transaction of its own, begun by its caller, and keeps
+// each of its statements as it is read back (inside the store method that reads it).
+type batchKey struct{}
+
+func (r *citusRecorder) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.on {
+		return ctx
+	}
+	if _, inTx := r.open[conn]; inTx {
+		return ctx
+	}
+	r.txns = append(r.txns, txnCaller())
+	r.open[conn] = len(r.txns) - 1
+	return context.WithValue(ctx, batchKey{}, true)
+}
+
+func (r *citusRecorder) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.on {
+		return
+	}
+	txn, ok := r.open[conn]
+	if !ok {
+		txn = -1
+	}
+	r.stmts = append(r.stmts, citusStmt{method: storeMethod(), sql: d.SQL, args: d.Args, op: opName(ctx), txn: txn})
+}
+
+func (r *citusRecorder) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if own, _ := ctx.Value(batchKey{}).(bool); own {
+		r.mu.Lock()
+		delete(r.open, conn)
+		r.mu.Unlock()
+	}
+}
 
 const postgresPkg = "github.com/airlockhq/airlock/internal/store/postgres."
 
