@@ -23,8 +23,9 @@ import (
 // A lost commit reply — the server committed, the connection died before its answer
 // arrived (a failover, a crash between commit and acknowledgement) — must never become a
 // second request to the provider. A real TCP proxy between the dispatcher and PostgreSQL
-// forwards a COMMIT and then cuts the connection, reading and discarding the server's
-// reply (so the server surely committed; the dispatcher sees only a broken connection).
+// forwards a commit (a COMMIT, or the Sync that ends an autocommit statement or pipeline)
+// and then cuts the connection, reading and discarding the server's reply (so the server
+// surely committed; the dispatcher sees only a broken connection).
 //
 //   - The begun-mark's reply lost: the dispatcher does not send (it cannot know the mark
 //     committed); the mark did commit, so when the lease lapses the sweep makes the effect
@@ -41,8 +42,8 @@ func TestLostCommitReplyNeverResends(t *testing.T) {
 	for _, c := range []struct {
 		name, point string
 	}{
-		{"begun-mark", "leased"}, // the next COMMIT after the lease is the begun-mark's
-		{"outcome", "sent"},      // the next COMMIT after the send is the outcome's
+		{"begun-mark", "leased"}, // the next commit after the lease is the begun-mark's
+		{"outcome", "sent"},      // the next commit after the send is the outcome's
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: storetest.OpenPostgres}, "")
@@ -64,7 +65,7 @@ func TestLostCommitReplyNeverResends(t *testing.T) {
 			d := &effects.Dispatcher{Service: svc, BatchSize: 1, Lease: 2 * time.Minute}
 			_, err = d.Tick(context.Background())
 			if px.cuts() != 1 {
-				t.Fatalf("the proxy cut %d connections after a COMMIT, want 1", px.cuts())
+				t.Fatalf("the proxy cut %d connections after a commit, want 1", px.cuts())
 			}
 			got, gerr := e.Effects.Get(context.Background(), eff.ID)
 			if gerr != nil {
@@ -122,9 +123,9 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// commitCutter is a TCP proxy to PostgreSQL. Once armed, it forwards the next COMMIT
-// (a simple-protocol Query message, as pgx sends it) and then closes the client's side,
-// reading the server's reply to the end and dropping it.
+// commitCutter is a TCP proxy to PostgreSQL. Once armed, it forwards the next commit (a
+// COMMIT query, or a Sync after Execute messages outside an explicit transaction) and then
+// closes the client's side, reading the server's reply to the end and dropping it.
 type commitCutter struct {
 	ln       net.Listener
 	upstream string
@@ -206,6 +207,11 @@ func (p *commitCutter) relay(client net.Conn) {
 			break
 		}
 	}
+	// A commit reaches the server as a COMMIT (pgx sends BEGIN and COMMIT as simple
+	// queries) or, for a statement or pipeline outside an explicit transaction, as the Sync
+	// after its Execute messages: the implicit transaction commits there (BeginSends's
+	// guard and mark, a group's outcomes in one statement).
+	inTx, executed := false, false
 	for {
 		var hdr [5]byte
 		if _, err := io.ReadFull(client, hdr[:]); err != nil {
@@ -215,7 +221,24 @@ func (p *commitCutter) relay(client net.Conn) {
 		if _, err := io.ReadFull(client, body); err != nil {
 			return
 		}
-		commit := hdr[0] == 'Q' && bytes.EqualFold(bytes.TrimRight(bytes.TrimSpace(body), "\x00"), []byte("commit"))
+		commit := false
+		switch hdr[0] {
+		case 'Q':
+			q := bytes.ToLower(bytes.TrimSpace(bytes.TrimRight(body, "\x00")))
+			switch {
+			case bytes.HasPrefix(q, []byte("begin")), bytes.HasPrefix(q, []byte("start transaction")):
+				inTx = true
+			case bytes.Equal(q, []byte("commit")):
+				inTx, commit = false, true
+			case bytes.Equal(q, []byte("rollback")):
+				inTx = false
+			}
+		case 'E': // Execute
+			executed = true
+		case 'S': // Sync
+			commit = executed && !inTx
+			executed = false
+		}
 		if commit && p.armed.CompareAndSwap(true, false) {
 			cut.Store(true)
 			if _, err := server.Write(append(hdr[:], body...)); err != nil {
