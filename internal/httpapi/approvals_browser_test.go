@@ -30,6 +30,23 @@ func requireChromium(t *testing.T) {
 	}
 }
 
+// newFormsChromium is newChromium with JavaScript off (the pages are server-rendered
+// forms: everything a person does there must work without scripts) and a step function
+// that ends the test at the first step that failed, naming it.
+func newFormsChromium(t *testing.T) (context.Context, func(name string, err error)) {
+	t.Helper()
+	ctx := newChromium(t)
+	step := func(name string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+	step("disable JavaScript", err)
+	return ctx, step
+}
+
 // newChromium starts a headless Chromium with a fresh profile and returns the context of
 // one tab. Everything it does shares one deadline; the browser is stopped (and waited
 // for) before the test's temporary directories are removed.
@@ -90,14 +107,8 @@ func TestApprovalInBrowser(t *testing.T) {
 		const key = "ticket-browser-1"
 		h.addUser("lead", "support-lead")
 		link := h.propose(key, "")
-		ctx := newChromium(t)
+		ctx, step := newFormsChromium(t)
 		start := time.Now()
-		step := func(name string, err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-		}
 		path := func(resp *network.Response) string {
 			t.Helper()
 			u, err := url.Parse(resp.URL)
@@ -107,9 +118,7 @@ func TestApprovalInBrowser(t *testing.T) {
 			return u.Path
 		}
 
-		// The pages are server-rendered forms: everything below works with scripts off.
-		_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
-		step("disable JavaScript", err)
+		var err error
 		step("script probe", chromedp.Do(ctx, chromedp.Navigate(`data:text/html,<title>off</title><script>document.title="on"</script>`)))
 		if title, err := chromedp.Run(ctx, chromedp.Title()); err != nil || title != "off" {
 			t.Fatalf("a page script still ran (title %q, %v): the check below would prove nothing", title, err)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -48,15 +47,8 @@ func TestCardsInBrowser(t *testing.T) {
 			}
 
 			dir := screenshotDir(t)
-			ctx := newChromium(t)
-			step := func(name string, err error) {
-				t.Helper()
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-			}
-			_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
-			step("disable JavaScript", err)
+			ctx, step := newFormsChromium(t)
+			var err error
 			shoot := func(name string) {
 				t.Helper()
 				png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -41,15 +40,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		eid := h.unknownEffect("job-1")
 		h.parked("job-2")
 		dir := screenshotDir(t)
-		ctx := newChromium(t)
-		step := func(name string, err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-		}
-		_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
-		step("disable JavaScript", err)
+		ctx, step := newFormsChromium(t)
+		var err error
 		backend := strings.ToLower(filepath.Base(t.Name()))
 		shoot := func(name string) {
 			t.Helper()

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -23,15 +22,8 @@ func TestStuckApprovalsInBrowser(t *testing.T) {
 		if err := h.env.Approvals.Sweep(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		ctx := newChromium(t)
-		step := func(name string, err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-		}
-		_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
-		step("disable JavaScript", err)
+		ctx, step := newFormsChromium(t)
+		var err error
 		_, err = chromedp.Run(ctx, chromedp.NavigateResponse(h.url+"/login"))
 		step("sign-in page", err)
 		step("fill the sign-in form", chromedp.Do(ctx,
