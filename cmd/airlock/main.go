@@ -114,6 +114,27 @@ func waitForStore(ctx context.Context, log *slog.Logger, wait time.Duration, ope
 	}
 }
 
+// prepareStore makes an opened store ready to serve: the pooler check, the migrations (or
+// the schema check), and a committed readiness write.
+func prepareStore(ctx context.Context, cfg config.Config, st store.Store, instance string) error {
+	if err := refuseMisconfiguredPooler(ctx, st); err != nil {
+		return err
+	}
+	if cfg.Migrate {
+		if err := st.Migrate(ctx); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	} else if err := st.SchemaCurrent(ctx); err != nil {
+		return err
+	}
+	// A database that answers reads but refuses writes would fail every request but reads:
+	// the readiness write (a committed one) at start, as /readyz makes it after.
+	if err := st.ReadinessWrite(ctx, instance); err != nil {
+		return fmt.Errorf("the database does not accept writes (read-only file, session or standby, or a full disk?): %w", err)
+	}
+	return nil
+}
+
 func newLogger(cfg config.Config) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 }
@@ -153,27 +174,25 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if backend, _ := cfg.Backend(); backend == "postgres" {
 		wait = startupWait
 	}
-	st, err := waitForStore(ctx, log, wait, func() (store.Store, error) { return openStoreAt(ctx, cfg, now) })
+	// Every start-up step that talks to the database is retried as one while PostgreSQL is
+	// unavailable: a backend terminated (or a server restarting) during the migration's
+	// lock is the same outage as one during the first connection.
+	instance := httpapi.InstanceName()
+	st, err := waitForStore(ctx, log, wait, func() (store.Store, error) {
+		st, err := openStoreAt(ctx, cfg, now)
+		if err != nil {
+			return nil, err
+		}
+		if err := prepareStore(ctx, cfg, st, instance); err != nil {
+			st.Close()
+			return nil, err
+		}
+		return st, nil
+	})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := refuseMisconfiguredPooler(ctx, st); err != nil {
-		return err
-	}
-	if cfg.Migrate {
-		if err := st.Migrate(ctx); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-	} else if err := st.SchemaCurrent(ctx); err != nil {
-		return err
-	}
-	// A database that answers reads but refuses writes would fail every request but reads:
-	// the readiness write (a committed one) at start, as /readyz makes it after.
-	instance := httpapi.InstanceName()
-	if err := st.ReadinessWrite(ctx, instance); err != nil {
-		return fmt.Errorf("the database does not accept writes (read-only file, session or standby, or a full disk?): %w", err)
-	}
 	pol, err := loadPolicy(cfg)
 	if err != nil {
 		return err
