@@ -30,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1130,11 +1131,112 @@ func (h *harness) crashed() {
 		}
 		select {
 		case <-s.done:
+			// Only the armed crash points end an instance by themselves, with SIGKILL as a
+			// power cut would; any other exit is a defect (its last lines say why).
+			if ee, ok := s.err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				h.t.Errorf("seed %d: instance %d (%s) exited by itself (%v), not at a crash point; its last lines:\n%s",
+					h.seed, i, s.URL, s.err, lastLines(s.Logs(), 20))
+			}
 			h.kills.Add(1)
 			h.insts[i] = h.start(i)
 		default:
 		}
 	}
+}
+
+// watchdog fails the run when an instance answers nothing at all, not even a 503 from
+// /healthz, for hangAfter (30 s in the run) while its process lives: a hung instance stalls every client that
+// reaches it, which no fault excuses. Its goroutines' stacks (SIGQUIT) go into its log,
+// kept in a file whose path the failure names, with the stacks' airlock frames counted.
+func (h *harness) watchdog(ctx context.Context, hangAfter time.Duration, fail func(format string, args ...any)) {
+	c := &http.Client{Timeout: min(5*time.Second, hangAfter/3)}
+	silent := map[*serveProc]time.Time{}
+	for ctx.Err() == nil {
+		time.Sleep(min(2*time.Second, hangAfter/5))
+		h.imu.Lock()
+		insts := slices.Clone(h.insts)
+		h.imu.Unlock()
+		for i, s := range insts {
+			if s == nil {
+				continue
+			}
+			resp, err := c.Get(s.URL + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				delete(silent, s)
+				continue
+			}
+			select {
+			case <-s.done: // exited: crashed() restarts it and judges the exit
+				continue
+			default:
+			}
+			since, ok := silent[s]
+			if !ok {
+				silent[s] = time.Now()
+				continue
+			}
+			if time.Since(since) < hangAfter {
+				continue
+			}
+			delete(silent, s)
+			_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+			_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process takes the SIGQUIT now
+			select {
+			case <-s.done:
+			case <-time.After(10 * time.Second):
+				_ = s.cmd.Process.Kill()
+				<-s.done
+			}
+			h.imu.Lock()
+			if h.insts[i] == s {
+				h.insts[i] = h.start(i)
+			}
+			h.imu.Unlock()
+			path := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-harness-hung-%d-%d-%d.log", h.seed, i, time.Now().Unix()))
+			_ = os.WriteFile(path, []byte(s.Logs()), 0o644)
+			fail("seed %d: instance %d (%s) answered nothing for %s (last error: %v); its log with every goroutine's stack: %s\nwhere its goroutines were:\n%s",
+				h.seed, i, s.URL, hangAfter, err, path, stackDigest(s.Logs()))
+		}
+	}
+}
+
+// stackDigest counts a goroutine dump's goroutines by their first airlock function (else
+// their innermost one).
+func stackDigest(dump string) string {
+	counts := map[string]int{}
+	for _, g := range strings.Split(dump, "\n\ngoroutine ")[1:] {
+		var frame string // the first airlock function, else the innermost one
+		for _, l := range strings.Split(g, "\n")[1:] {
+			if strings.HasPrefix(l, "\t") || l == "" {
+				continue
+			}
+			if i := strings.LastIndex(l, "("); i > 0 {
+				l = l[:i]
+			}
+			if frame == "" {
+				frame = l
+			}
+			if strings.Contains(l, "airlockhq/airlock/") {
+				frame = l
+				break
+			}
+		}
+		counts[frame]++
+	}
+	var out []string
+	for f, n := range counts {
+		out = append(out, fmt.Sprintf("%5d %s", n, f))
+	}
+	slices.Sort(out)
+	slices.Reverse(out)
+	return strings.Join(out[:min(len(out), 15)], "\n")
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func (h *harness) run() {
@@ -1171,6 +1273,11 @@ func (h *harness) run() {
 			h.crashed()
 		}
 	})
+	watch, unwatch := context.WithCancel(context.Background())
+	var watching sync.WaitGroup
+	watching.Go(func() { h.watchdog(watch, 30*time.Second, h.t.Errorf) })
+	defer watching.Wait()
+	defer unwatch()
 	jar, _ := cookiejar.New(nil)
 	wg.Go(func() {
 		for ctx.Err() == nil {
@@ -1240,8 +1347,7 @@ func (h *harness) dumpLogs() {
 		if s == nil {
 			continue
 		}
-		lines := strings.Split(strings.TrimSpace(s.Logs()), "\n")
-		h.t.Logf("instance %d (%s), last log lines:\n%s", i, s.URL, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		h.t.Logf("instance %d (%s), last log lines:\n%s", i, s.URL, lastLines(s.Logs(), 15))
 	}
 }
 
@@ -1409,4 +1515,46 @@ func (h *harness) isCRM(key string) bool {
 		}
 	}
 	return false
+}
+
+// TestWatchdogDumpsAHungInstance stops an instance (SIGSTOP: it accepts connections and
+// answers nothing, as a deadlocked process does) and requires the watchdog to fail the
+// run with the instance's goroutine stacks, and to put a live instance in its slot.
+func TestWatchdogDumpsAHungInstance(t *testing.T) {
+	h := newHarness(t, "sqlite", databases(t)["sqlite"], 1, time.Second)
+	hung := h.insts[0]
+	if err := hung.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
+	var failures []string
+	h.watchdog(ctx, 3*time.Second, func(format string, args ...any) {
+		failures = append(failures, fmt.Sprintf(format, args...))
+		stop()
+	})
+	if len(failures) != 1 {
+		t.Fatalf("the watchdog reported %d failures for one hung instance: %q", len(failures), failures)
+	}
+	msg := failures[0]
+	if !strings.Contains(msg, "instance 0 ("+hung.URL+") answered nothing") || !strings.Contains(msg, "airlockhq/airlock/") {
+		t.Errorf("the failure does not name the instance and where its goroutines were:\n%s", msg)
+	}
+	path := msg[strings.Index(msg, "stack: ")+len("stack: ") : strings.Index(msg, "\nwhere")]
+	dump, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(dump), "goroutine ") || !strings.Contains(string(dump), "SIGQUIT") {
+		t.Errorf("the kept log %s holds no goroutine dump (%v)", path, err)
+	}
+	os.Remove(path)
+	select {
+	case <-hung.done:
+	default:
+		t.Error("the hung instance still runs")
+	}
+	if h.insts[0] == hung || h.insts[0] == nil {
+		t.Fatal("no new instance took the hung one's slot")
+	}
+	if st, err := apiJSON("GET", h.insts[0].URL+"/healthz", h.key, "", nil); st != 200 {
+		t.Errorf("the new instance: %d %v", st, err)
+	}
 }
