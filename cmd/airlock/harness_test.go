@@ -630,9 +630,12 @@ func (h *harness) delivery(ctx context.Context, key string) {
 // database and the instances run here: PostgreSQL's now() and SQLite's process clock
 // read the same time as the harness).
 type leaseSpan struct {
-	owner   string
-	grant   time.Time // the claim's lease_expires_at minus the lease
-	expiry  time.Time // the latest expiry a successful heartbeat reported
+	owner  string
+	grant  time.Time // the claim's lease_expires_at minus the lease
+	expiry time.Time // the latest expiry a successful heartbeat reported
+	// latest bounds the expiry from above: a heartbeat without a reply (or with a 5xx) may
+	// have committed, extending the lease by up to its length from when the reply failed.
+	latest  time.Time
 	endCall time.Time // when a transition that may have ended it was sent (zero: none)
 	wonLate []string  // operations that succeeded after the lease they relied on had expired
 }
@@ -651,7 +654,7 @@ func (h *harness) shortDelivery(key string) {
 		return
 	}
 	c.Expires = c.Expires.Add(-skew) // in real time
-	sp := &leaseSpan{owner: c.Owner, grant: c.Expires.Add(-time.Second), expiry: c.Expires}
+	sp := &leaseSpan{owner: c.Owner, grant: c.Expires.Add(-time.Second), expiry: c.Expires, latest: c.Expires}
 	h.hmu.Lock()
 	h.spans[key] = append(h.spans[key], sp)
 	h.hmu.Unlock()
@@ -664,11 +667,14 @@ func (h *harness) shortDelivery(key string) {
 		st, skew := h.callAt("POST", "/v1/runs/"+key+"/heartbeat", fmt.Sprintf(`{"lease_owner":%q,"version":%d,"lease_seconds":1}`, c.Owner, c.Version), &hb)
 		hb.Expires = hb.Expires.Add(-skew)
 		h.hmu.Lock()
-		if st == 200 {
-			if call.After(sp.expiry.Add(harnessClockTolerance)) {
-				sp.wonLate = append(sp.wonLate, fmt.Sprintf("heartbeat sent %s after the lease expired", call.Sub(sp.expiry)))
+		switch {
+		case st == 200:
+			if call.After(sp.latest.Add(harnessClockTolerance)) {
+				sp.wonLate = append(sp.wonLate, fmt.Sprintf("heartbeat sent %s after the lease expired", call.Sub(sp.latest)))
 			}
-			sp.expiry = hb.Expires
+			sp.expiry, sp.latest = hb.Expires, hb.Expires
+		case st == 0 || st >= 500: // it may have committed
+			sp.latest = time.Now().Add(time.Second)
 		}
 		h.hmu.Unlock()
 	}
@@ -681,8 +687,8 @@ func (h *harness) shortDelivery(key string) {
 	if st == 200 || st == 0 || st >= 500 {
 		sp.endCall = call
 	}
-	if st == 200 && call.After(sp.expiry.Add(harnessClockTolerance)) {
-		sp.wonLate = append(sp.wonLate, fmt.Sprintf("transition sent %s after the lease expired", call.Sub(sp.expiry)))
+	if st == 200 && call.After(sp.latest.Add(harnessClockTolerance)) {
+		sp.wonLate = append(sp.wonLate, fmt.Sprintf("transition sent %s after the lease expired", call.Sub(sp.latest)))
 	}
 }
 
