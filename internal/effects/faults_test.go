@@ -1,6 +1,7 @@
 package effects_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
@@ -35,6 +39,8 @@ var faultTests = []struct {
 	{"ReconcileReplyLostAppliesOnce", testReconcileReplyLost},
 	{"ResolveReplyLostAppliesOnce", testResolveReplyLost},
 	{"KillSwitchHoldReplyLostHoldsOnce", testBlockReplyLost},
+	{"RequeueFailedReplyLostQueuesOnce", testRequeueFailedReplyLost},
+	{"ApprovalReplyLostQueuesOnce", testApprovalReplyLost},
 }
 
 // TestOutboxFaults runs the fault suite on every backend.
@@ -227,7 +233,9 @@ func beginMarkLost(t *testing.T, e *apptest.EffectsEnv, eff store.Effect) *store
 	r := on(storetest.OpBeginSends, storetest.After)
 	f.Set(rules(r))
 	d := &effects.Dispatcher{Service: faultyService(e, f, &apptest.LockedBuffer{}), BatchSize: 1, Lease: 2 * time.Minute}
-	if _, err := d.Tick(ctx); !errors.Is(err, storetest.ErrInjected) {
+	_, err := d.Tick(ctx)
+	apptest.Equal(t, "requests after the lost reply", e.Provider.Total(), 0)
+	if !errors.Is(err, storetest.ErrInjected) {
 		t.Fatalf("tick with the begin-mark's reply lost: %v, want the injected fault", err)
 	}
 	allFired(t, r)
@@ -235,7 +243,6 @@ func beginMarkLost(t *testing.T, e *apptest.EffectsEnv, eff store.Effect) *store
 	if got.State != store.EffectSending || got.SendStartedAt == nil {
 		t.Fatalf("after the lost reply: %s, send started %v; want sending with the begin-mark committed", got.State, got.SendStartedAt)
 	}
-	apptest.Equal(t, "requests after the lost reply", e.Provider.Total(), 0)
 	writesAre(t, "lease and mark", f.WritesOf(eff.ID),
 		storetest.Write{Op: storetest.OpLeaseEffects, ID: eff.ID, To: store.EffectSending},
 		storetest.Write{Op: storetest.OpBeginSends, ID: eff.ID, To: store.EffectSending})
@@ -277,7 +284,9 @@ func testBeginMarkFailed(t *testing.T, e *apptest.EffectsEnv) {
 	r := on(storetest.OpBeginSends, storetest.Before)
 	f.Set(rules(r))
 	d := &effects.Dispatcher{Service: faultyService(e, f, &apptest.LockedBuffer{}), BatchSize: 1, Lease: 2 * time.Minute}
-	if _, err := d.Tick(ctx); !errors.Is(err, storetest.ErrInjected) {
+	_, err := d.Tick(ctx)
+	apptest.Equal(t, "requests after the failed mark", e.Provider.Total(), 0)
+	if !errors.Is(err, storetest.ErrInjected) {
 		t.Fatalf("tick with the begin-mark failing: %v", err)
 	}
 	allFired(t, r)
@@ -459,7 +468,9 @@ func testBlockReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 		f.Set(rules(r))
 	})
 	d := &effects.Dispatcher{Service: svc, BatchSize: 1, Lease: 2 * time.Minute}
-	if _, err := d.Tick(ctx); !errors.Is(err, storetest.ErrInjected) {
+	_, err := d.Tick(ctx)
+	apptest.Equal(t, "requests after the kill switch went off", e.Provider.Total(), 0)
+	if !errors.Is(err, storetest.ErrInjected) {
 		t.Fatalf("tick with the hold's reply lost: %v", err)
 	}
 	allFired(t, r)
@@ -478,4 +489,79 @@ func testBlockReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 	kinds := e.Kinds(t, "kb")[2:]
 	apptest.Equal(t, "send_blocked events", strings.Count(strings.Join(kinds, " "), "send_blocked"), 1)
 	apptest.Equal(t, "completions", strings.Count(strings.Join(kinds, " "), "effect_completed"), 1)
+}
+
+// An agent's partial_success report, which queues the run's failed writes again, commits
+// and its reply is lost; the agent reports again (no Idempotency-Key: with one, the API
+// replays the first answer). The failed effect is queued once and sent once more.
+func testRequeueFailedReplyLost(t *testing.T, e *apptest.EffectsEnv) {
+	e.Provider.Reply = func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			w.WriteHeader(http.StatusBadRequest) // refused: failed, definitely not performed
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"p-%s"}`, r.Header.Get("Idempotency-Key"))
+	}
+	eff := e.Queue(t, "rq", "invoice", "default", `{"n":1}`)
+	e.Tick(t)
+	apptest.Equal(t, "refused", e.EffectState(t, eff.ID), store.EffectFailed)
+	f := &storetest.Faults{}
+	fs := failures.NewService(f.Wrap(e.Store), e.Policy, e.Alerts, e.Clock.Now)
+	r := on(storetest.OpTransact, storetest.After)
+	f.Set(rules(r))
+	req := failures.FailureRequest{LeaseRequest: apptest.Lease(e.Current(t, "rq")), Class: policy.ClassPartialSuccess}
+	if _, err := fs.Failure(ctx, req); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("partial_success with its reply lost: %v", err)
+	}
+	allFired(t, r)
+	apptest.Equal(t, "queued again", e.EffectState(t, eff.ID), store.EffectPending)
+	d, err := fs.Failure(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.Equal(t, "queued again by the second report", d.Requeued, 0)
+	e.Tick(t)
+	e.Tick(t)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "sends", e.Provider.Requests(effects.ProviderKey(eff)), 2) // the refused one, and this
+}
+
+// A person's approval, which queues the held effect, commits and its reply is lost; they
+// approve again: the link is used, and shows them their own decision. One effect is
+// queued and sent once.
+func testApprovalReplyLost(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "ap")
+	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "ap", Owner: r.LeaseOwner, Version: r.Version,
+		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
+	if err != nil || sub.Approval == nil {
+		t.Fatalf("gated submit: %+v %v", sub, err)
+	}
+	f := &storetest.Faults{}
+	svc := approvals.NewService(f.Wrap(e.Store), e.Policy, e.Alerts, "http://127.0.0.1:8080", e.Clock.Now)
+	rl := on(storetest.OpTransact, storetest.After)
+	f.Set(rules(rl))
+	lead := approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}
+	hash := approvals.HashToken(sub.Approval.Token)
+	if _, err := svc.Decide(ctx, hash, approvals.Approve, "", lead); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("approval with its reply lost: %v", err)
+	}
+	allFired(t, rl)
+	if _, err := svc.Decide(ctx, hash, approvals.Approve, "", lead); !errors.Is(err, approvals.ErrNotFound) {
+		t.Fatalf("the second approval: %v, want ErrNotFound (a used link)", err)
+	}
+	if a, err := svc.Closed(ctx, hash, lead); err != nil || a.ApproverSubject != "lead" {
+		t.Fatalf("what the link shows them now: %+v %v; want their own decision", a, err)
+	}
+	effs, err := e.Effects.List(ctx, store.EffectListParams{RunKey: "ap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.Equal(t, "effects queued", len(effs), 1)
+	e.Tick(t)
+	e.Tick(t)
+	apptest.Equal(t, "state", e.EffectState(t, effs[0].ID), store.EffectCompleted)
+	apptest.Equal(t, "sends", e.Provider.Requests(effects.ProviderKey(effs[0])), 1)
+	kinds := strings.Join(e.Kinds(t, "ap"), " ")
+	apptest.Equal(t, "effect_queued events", strings.Count(kinds, "effect_queued"), 1)
 }
