@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/apptest"
+	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/policy"
@@ -41,6 +42,8 @@ var faultTests = []struct {
 	{"KillSwitchHoldReplyLostHoldsOnce", testBlockReplyLost},
 	{"RequeueFailedReplyLostQueuesOnce", testRequeueFailedReplyLost},
 	{"ApprovalReplyLostQueuesOnce", testApprovalReplyLost},
+	{"QueueReplyLostQueuesOnce", testQueueReplyLost},
+	{"WorkerReplyLostNeverHandsOutTwice", testWorkerReplyLost},
 }
 
 // TestOutboxFaults runs the fault suite on every backend.
@@ -564,4 +567,82 @@ func testApprovalReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 	apptest.Equal(t, "sends", e.Provider.Requests(effects.ProviderKey(effs[0])), 1)
 	kinds := strings.Join(e.Kinds(t, "ap"), " ")
 	apptest.Equal(t, "effect_queued events", strings.Count(kinds, "effect_queued"), 1)
+}
+
+// An agent's queue of an effect commits and its reply is lost; the agent queues it again
+// (the same effect id): it gets the first, and one effect is sent once.
+func testQueueReplyLost(t *testing.T, e *apptest.EffectsEnv) {
+	r := e.ClaimRun(t, "qr")
+	f := &storetest.Faults{}
+	svc := faultyService(e, f, &apptest.LockedBuffer{})
+	rl := on(storetest.OpTransact, storetest.After)
+	f.Set(rules(rl))
+	req := effects.QueueRequest{Key: "qr", Owner: r.LeaseOwner, Version: r.Version, ActionType: "note", Target: "default",
+		Payload: json.RawMessage(`{"n":1}`), Actor: "test"}
+	if _, _, _, err := svc.Queue(ctx, req); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("queue with its reply lost: %v", err)
+	}
+	allFired(t, rl)
+	eff, created, _, err := svc.Queue(ctx, req)
+	if err != nil || created {
+		t.Fatalf("the agent's second queue: created %v, %v; want the first effect", created, err)
+	}
+	e.Tick(t)
+	e.Tick(t)
+	effs, err := e.Effects.List(ctx, store.EffectListParams{RunKey: "qr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.Equal(t, "effects", len(effs), 1)
+	apptest.Equal(t, "the second queue's answer", effs[0].ID, eff.ID)
+	apptest.Equal(t, "state", effs[0].State, store.EffectCompleted)
+	apptest.Equal(t, "sends", e.Provider.Requests(effects.ProviderKey(eff)), 1)
+	apptest.Equal(t, "effect_queued events", strings.Count(strings.Join(e.Kinds(t, "qr"), " "), "effect_queued"), 1)
+}
+
+// An external worker's claim commits and its reply is lost: the worker never got the
+// effect, but airlock cannot know that, so the effect is handed to no one else while the
+// lease lives and is unknown (for a person) when it lapses — never handed out again on a
+// guess. A worker's report that commits with its reply lost is recorded once; the
+// worker's second report is told the lease is gone.
+func testWorkerReplyLost(t *testing.T, e *apptest.EffectsEnv) {
+	claimed := e.Queue(t, "wc", "task", "slack", `{"msg":"hi"}`)
+	f := &storetest.Faults{}
+	svc := faultyService(e, f, &apptest.LockedBuffer{})
+	rl := on(storetest.OpTransact, storetest.After)
+	f.Set(rules(rl))
+	if _, _, err := svc.WorkerClaim(ctx, []string{"task"}, time.Minute, "w"); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("claim with its reply lost: %v", err)
+	}
+	allFired(t, rl)
+	if _, ok, err := svc.WorkerClaim(ctx, []string{"task"}, time.Minute, "w"); ok || err != nil {
+		t.Fatalf("claimed again while the lost claim's lease lives: %v %v", ok, err)
+	}
+	e.Clock.Advance(2 * time.Minute)
+	e.Tick(t)
+	apptest.Equal(t, "after the lost claim's lease", e.EffectState(t, claimed.ID), store.EffectUnknown)
+	if _, ok, err := svc.WorkerClaim(ctx, []string{"task"}, time.Minute, "w"); ok || err != nil {
+		t.Fatalf("an unknown effect was handed out: %v %v", ok, err)
+	}
+
+	reported := e.Queue(t, "wr", "task", "slack", `{"msg":"again"}`)
+	got, ok, err := svc.WorkerClaim(ctx, []string{"task"}, time.Minute, "w")
+	if err != nil || !ok || got.ID != reported.ID {
+		t.Fatalf("claim: %v %v %+v", ok, err, got)
+	}
+	rr := on(storetest.OpTransact, storetest.After)
+	f.Set(rules(rr))
+	res := connector.Result{Outcome: connector.Sent, ProviderID: "slack-ts-1"}
+	if _, err := svc.WorkerReport(ctx, got.ID, got.LeaseOwner, res, "w"); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("report with its reply lost: %v", err)
+	}
+	allFired(t, rr)
+	if _, err := svc.WorkerReport(ctx, got.ID, got.LeaseOwner, res, "w"); !errors.Is(err, effects.ErrEffectLeaseLost) {
+		t.Fatalf("the worker's second report: %v, want ErrEffectLeaseLost", err)
+	}
+	done, _ := e.Effects.Get(ctx, got.ID)
+	if done.State != store.EffectCompleted || done.ProviderID != "slack-ts-1" {
+		t.Fatalf("after the lost report: %s %q", done.State, done.ProviderID)
+	}
+	apptest.Equal(t, "events", e.Kinds(t, "wr")[2:], []string{"effect_claimed", "effect_completed"})
 }
