@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
@@ -44,6 +45,7 @@ var faultTests = []struct {
 	{"ApprovalReplyLostQueuesOnce", testApprovalReplyLost},
 	{"QueueReplyLostQueuesOnce", testQueueReplyLost},
 	{"WorkerReplyLostNeverHandsOutTwice", testWorkerReplyLost},
+	{"FailedRunReplyLostCancelsOnce", testFailedRunReplyLost},
 }
 
 // TestOutboxFaults runs the fault suite on every backend.
@@ -645,4 +647,51 @@ func testWorkerReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatalf("after the lost report: %s %q", done.State, done.ProviderID)
 	}
 	apptest.Equal(t, "events", e.Kinds(t, "wr")[2:], []string{"effect_claimed", "effect_completed"})
+}
+
+// A run ending failed_terminal takes its effects out of the queue: a pending one is
+// cancelled with the run, a leased one at the begin-mark. Each transaction commits with
+// its reply lost: the client's second transition is refused, each effect is cancelled
+// once, and nothing is sent.
+func testFailedRunReplyLost(t *testing.T, e *apptest.EffectsEnv) {
+	pending := e.Queue(t, "fp", "note", "default", `{"n":1}`)
+	f := &storetest.Faults{}
+	rs := runs.NewService(f.Wrap(e.Store), apptest.LeaseConfig, e.Alerts, e.Clock.Now)
+	rl := on(storetest.OpTransact, storetest.After)
+	f.Set(rules(rl))
+	req := runs.TransitionRequest{LeaseRequest: apptest.Lease(e.Current(t, "fp")), To: store.StateFailedTerminal}
+	if _, err := rs.Transition(ctx, req); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("transition with its reply lost: %v", err)
+	}
+	allFired(t, rl)
+	if _, err := rs.Transition(ctx, req); !errors.Is(err, runs.ErrLeaseLost) && !errors.Is(err, runs.ErrVersionConflict) {
+		t.Fatalf("the client's second transition: %v, want the lease or version refused", err)
+	}
+	apptest.Equal(t, "pending effect of the failed run", e.EffectState(t, pending.ID), store.EffectCancelled)
+	apptest.Equal(t, "its events", e.Kinds(t, "fp")[2:], []string{"transition", "effect_cancelled"})
+
+	leased := e.Queue(t, "fl", "note", "default", `{"n":2}`)
+	r := e.Current(t, "fl")
+	svc := faultyService(e, f, &apptest.LockedBuffer{})
+	rc := on(storetest.OpTransact, storetest.After)
+	svc.Hook = apptest.HookOn("leased", func() {
+		if _, err := e.Runs.Transition(ctx, runs.TransitionRequest{LeaseRequest: apptest.Lease(r), To: store.StateFailedTerminal}); err != nil {
+			t.Error(err)
+		}
+		f.Set(rules(rc))
+	})
+	d := &effects.Dispatcher{Service: svc, BatchSize: 1, Lease: 2 * time.Minute}
+	_, err := d.Tick(ctx)
+	apptest.Equal(t, "requests", e.Provider.Total(), 0)
+	if !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("tick with the cancel's reply lost: %v", err)
+	}
+	allFired(t, rc)
+	svc.Hook = nil
+	e.Clock.Advance(time.Hour)
+	e.Tick(t)
+	e.Tick(t)
+	apptest.Equal(t, "leased effect of the failed run", e.EffectState(t, leased.ID), store.EffectCancelled)
+	apptest.Equal(t, "its events", e.Kinds(t, "fl")[2:], []string{"transition", "effect_cancelled"})
+	apptest.Equal(t, "requests in all", e.Provider.Total(), 0)
 }
