@@ -17,7 +17,9 @@ import (
 
 // requeueCensus lists every place in airlock's code that can make an effect sendable —
 // queue it, lease it, or put it back in pending or planned — with the tests that force a
-// stale or concurrent writer against it and show that it loses. TestRequeueCensus finds
+// stale or concurrent writer against it and show that it loses, and those that fail its
+// transaction or lose its reply after the commit (faultTests, storetest.Faults) and show
+// that it applies once. TestRequeueCensus finds
 // the places in the source itself: a new one without an entry here fails it, and so does
 // an entry whose place or test is gone. The tests are entries of the domain packages'
 // suites (this package's requeueTests, outboxTests and effects suite, the ledger's and
@@ -25,24 +27,24 @@ import (
 // backend.
 var requeueCensus = map[string][]string{
 	// Queued: new rows only; a second queue of the same (run, effect id) returns the first.
-	"effects.queue":                {"QueueUnderLease"},
-	"approvals.Decide":             {"ApprovalDecidedTwiceQueuesOnce"},
+	"effects.queue":                {"QueueUnderLease", "QueueReplyLostQueuesOnce"},
+	"approvals.Decide":             {"ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
 	"ledger.planNew":               {"PlanConfirmNeverTwice"},
 	"postgres.EffectInsert":        {"QueueUnderLease"},
 	"sqlite.EffectInsert":          {"QueueUnderLease"},
-	"postgres.EffectLease":         {"ConcurrentDispatchersSendOnce"},
-	"sqlite.EffectLease":           {"ConcurrentDispatchersSendOnce"},
+	"postgres.EffectLease":         {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
+	"sqlite.EffectLease":           {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
 	"postgres.EffectUpdate":        {"UnfencedRequeueIsRefused"},
 	"sqlite.EffectUpdate":          {"UnfencedRequeueIsRefused"},
-	"postgres.EffectRequeueFailed": {"RequeueFailedOnlyTakesFailed"},
-	"sqlite.EffectRequeueFailed":   {"RequeueFailedOnlyTakesFailed"},
+	"postgres.EffectRequeueFailed": {"RequeueFailedOnlyTakesFailed", "RequeueFailedReplyLostQueuesOnce"},
+	"sqlite.EffectRequeueFailed":   {"RequeueFailedOnlyTakesFailed", "RequeueFailedReplyLostQueuesOnce"},
 	// Back to pending, fenced by the lease that tried (its owner is never reused).
-	"effects.planOutcome":   {"StaleRetryOutcomeLoses"}, // finishIn and the batch of record.go apply its plan
-	"effects.block":         {"KillSwitchThatCommitsFirstWins"},
-	"effects.requeueUnsent": {"SweeperCannotRequeueABegunSend"},
+	"effects.planOutcome":   {"StaleRetryOutcomeLoses", "GroupOutcomeFaultsRecordEachOutcomeOnce"}, // finishIn and the batch of record.go apply its plan
+	"effects.block":         {"KillSwitchThatCommitsFirstWins", "KillSwitchHoldReplyLostHoldsOnce"},
+	"effects.requeueUnsent": {"SweeperCannotRequeueABegunSend", "SweepReplyLostChangesTheEffectOnce", "BeginMarkFailedIsRequeued"},
 	// Back to pending by a decision on a row read earlier, fenced by its version.
-	"effects.reconcileOne": {"StaleReconcileAnswerLoses", "TwoInstancesNeverLookUpTheSameEffect", "LookupInFlightLosesToAnOperator"},
-	"effects.Resolve":      {"OperatorDecisionOnAChangedEffectIsRefused", "LookupInFlightLosesToAnOperator"},
+	"effects.reconcileOne": {"StaleReconcileAnswerLoses", "TwoInstancesNeverLookUpTheSameEffect", "LookupInFlightLosesToAnOperator", "ReconcileReplyLostAppliesOnce"},
+	"effects.Resolve":      {"OperatorDecisionOnAChangedEffectIsRefused", "LookupInFlightLosesToAnOperator", "ResolveReplyLostAppliesOnce"},
 	// An agent's ledger: fenced by the run's lease and the version read under it.
 	"ledger.Plan":      {"AgentReconcileNeedsTheLease"},
 	"ledger.Reconcile": {"AgentReconcileNeedsTheLease"},

@@ -53,8 +53,9 @@ type Service struct {
 	// budgets returns a run's budget by action type; nil means unlimited.
 	budgets func(actionType string) runs.Budget
 	// Hook, when set, is called at named points between statements (sweep_listed,
-	// settle_counted, kill_switch_written, leased, sent, cancel_run_locked): tests force
-	// interleavings with it. Never set in production.
+	// settle_counted, kill_switch_written, leased, sent, cancel_run_locked; record_queued:
+	// an outcome waits in the recorder's group, record_lead: its leader is about to take
+	// the group): tests force interleavings with it. Never set in production.
 	Hook func(point string)
 	// wake tells this instance's dispatcher that an effect is due (nil: none runs).
 	wake atomic.Pointer[func()]

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // The outbox's promise under concurrency, crashes and faults: each test forces
@@ -259,25 +260,31 @@ func testKillSwitchCommitsFirst(t *testing.T, e *apptest.EffectsEnv) {
 	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectPending)
 }
 
-// flakyStore fails the next n transactions, as a database restart would.
-type flakyStore struct {
-	store.Store
-	fail atomic.Int32
+// flaky fails the next n transactions and statements that commit on their own (the
+// lease, the begin-mark, the batch outcome statement), as a database restart would.
+type flaky struct {
+	fail   atomic.Int32
+	faults storetest.Faults
 }
 
-func (f *flakyStore) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	if f.fail.Add(-1) >= 0 {
-		return errors.New("connection reset by peer")
-	}
-	return f.Store.Transact(ctx, fn)
+// newFlaky returns the counter and st behind it.
+func newFlaky(st store.Store) (*flaky, store.Store) {
+	f := &flaky{}
+	f.faults.Set(func(c storetest.Call) (storetest.When, error) {
+		if !c.InTx && f.fail.Add(-1) >= 0 {
+			return storetest.Before, errors.New("connection reset by peer")
+		}
+		return storetest.Pass, nil
+	})
+	return f, f.faults.Wrap(st)
 }
 
 // The provider answered 2xx, then recording the outcome failed twice: the outcome is
 // kept and recorded, never dropped to unknown.
 func testRecordRetried(t *testing.T, e *apptest.EffectsEnv) {
 	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
-	flaky := &flakyStore{Store: e.Store}
-	svc := e.NewService(flaky, e.Clock.Now)
+	flaky, st := newFlaky(e.Store)
+	svc := e.NewService(st, e.Clock.Now)
 	svc.Hook = apptest.HookOn("sent", func() { flaky.fail.Store(2) })
 	d := &effects.Dispatcher{Service: svc, Lease: 2 * time.Minute}
 	if _, err := d.Tick(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // Poison answers: an answer the store cannot keep as it is, or a store
@@ -164,22 +165,22 @@ func testUnstorableProviderIDs(t *testing.T, e *apptest.EffectsEnv) {
 	apptest.Equal(t, "provider requests", e.Provider.Total(), len(keys))
 }
 
-// refusingStore refuses, as PostgreSQL refuses bytes it cannot store, every effect update
-// whose provider id holds "poison": the store's refusal of one item's values, whatever the
-// backend (SQLite would store anything the connector gave).
-type refusingStore struct{ store.Store }
-
-func (r refusingStore) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	return r.Store.Transact(ctx, func(q store.Queries) error { return fn(refusingQueries{q}) })
-}
-
-type refusingQueries struct{ store.Queries }
-
-func (q refusingQueries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (store.Effect, error) {
-	if p.ProviderID != nil && strings.Contains(*p.ProviderID, "poison") {
-		return store.Effect{}, fmt.Errorf("update effect: %w", store.ErrInvalidValue)
-	}
-	return q.Queries.EffectUpdate(ctx, p)
+// refusing refuses, as PostgreSQL refuses bytes it cannot store, every effect update
+// whose provider id holds "poison" — a batch statement holding one whole, as PostgreSQL
+// refuses a statement: the store's refusal of one item's values, whatever the backend
+// (SQLite would store anything the connector gave). Over storetest.Faults, the recorder
+// takes the same paths as over st, the batch statements included.
+func refusing(st store.Store) store.Store {
+	var f storetest.Faults
+	f.Set(func(c storetest.Call) (storetest.When, error) {
+		for _, p := range c.Updates {
+			if p.ProviderID != nil && strings.Contains(*p.ProviderID, "poison") {
+				return storetest.Before, fmt.Errorf("update effect: %w", store.ErrInvalidValue)
+			}
+		}
+		return storetest.Pass, nil
+	})
+	return f.Wrap(st)
 }
 
 // The store refuses one outcome's values (even sanitised: a constraint, say) in a group of
@@ -200,7 +201,7 @@ func testRefusedOutcomeIsolated(t *testing.T, e *apptest.EffectsEnv) {
 		effs = append(effs, e.Queue(t, k, "note", "default", `{"n":1}`))
 	}
 	const lease = 30 * time.Second
-	d := &effects.Dispatcher{Service: e.NewService(refusingStore{e.Store}, e.Clock.Now), BatchSize: 16, Concurrency: 16, Lease: lease}
+	d := &effects.Dispatcher{Service: e.NewService(refusing(e.Store), e.Clock.Now), BatchSize: 16, Concurrency: 16, Lease: lease}
 	start := time.Now()
 	if _, err := d.Tick(ctx); err != nil {
 		t.Fatal(err)
@@ -223,27 +224,26 @@ func testRefusedOutcomeIsolated(t *testing.T, e *apptest.EffectsEnv) {
 	}
 }
 
-// downStore refuses every transaction while down is set, as an unreachable (or full)
-// database does.
+// downStore refuses, while down is set, every transaction and every statement that
+// commits on its own (the lease, the begin-mark, the batch outcome statement), as an
+// unreachable (or full) database does.
 type downStore struct {
-	store.Store
-	down atomic.Bool
+	down   atomic.Bool
+	faults storetest.Faults
 }
 
 var errDown = errors.New("connection refused")
 
-func (s *downStore) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Store.Transact(ctx, fn)
-}
-
-func (s *downStore) Within(ctx context.Context, fn func(ctx context.Context) error) error {
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Store.Within(ctx, fn)
+// newDownStore returns the switch and st behind it.
+func newDownStore(st store.Store) (*downStore, store.Store) {
+	s := &downStore{}
+	s.faults.Set(func(c storetest.Call) (storetest.When, error) {
+		if s.down.Load() && !c.InTx {
+			return storetest.Before, errDown
+		}
+		return storetest.Pass, nil
+	})
+	return s, s.faults.Wrap(st)
 }
 
 // sendThenGoDown runs one round of a dispatcher whose store stops accepting writes right
@@ -267,8 +267,8 @@ func sendThenGoDown(t *testing.T, e *apptest.EffectsEnv, d *effects.Dispatcher, 
 // was dropped at the lease's end and the effect stayed unknown.
 func testLateOutcomeApplied(t *testing.T, e *apptest.EffectsEnv) {
 	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
-	down := &downStore{Store: e.Store}
-	d := &effects.Dispatcher{Service: e.NewService(down, e.Clock.Now), Lease: 300 * time.Millisecond}
+	down, st := newDownStore(e.Store)
+	d := &effects.Dispatcher{Service: e.NewService(st, e.Clock.Now), Lease: 300 * time.Millisecond}
 	sendThenGoDown(t, e, d, down, eff)
 	e.Clock.Advance(time.Minute) // the lease has lapsed on the database's clock too
 	down.down.Store(false)
@@ -296,8 +296,8 @@ func testLateOutcomeApplied(t *testing.T, e *apptest.EffectsEnv) {
 // its lease lapsed too: unknown for lease_expired again. The late outcome must not apply.
 func testLateOutcomeStale(t *testing.T, e *apptest.EffectsEnv) {
 	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
-	down := &downStore{Store: e.Store}
-	d := &effects.Dispatcher{Service: e.NewService(down, e.Clock.Now), Lease: 300 * time.Millisecond}
+	down, st := newDownStore(e.Store)
+	d := &effects.Dispatcher{Service: e.NewService(st, e.Clock.Now), Lease: 300 * time.Millisecond}
 	sendThenGoDown(t, e, d, down, eff)
 	e.Clock.Advance(time.Minute)
 	if err := e.Effects.SweepExpired(ctx); err != nil { // another instance, on a working store
@@ -344,9 +344,9 @@ func testLateOutcomeStale(t *testing.T, e *apptest.EffectsEnv) {
 // its provider id: what a person needs to resolve the effect as sent.
 func testLateOutcomeShutdown(t *testing.T, e *apptest.EffectsEnv) {
 	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
-	down := &downStore{Store: e.Store}
+	down, st := newDownStore(e.Store)
 	logs := &apptest.LockedBuffer{}
-	svc := effects.NewService(effects.Options{Store: down, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
+	svc := effects.NewService(effects.Options{Store: st, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
 		Now: e.Clock.Now, Budgets: e.Failures.Budget, Log: slog.New(slog.NewJSONHandler(logs, nil))})
 	svc.Hook = apptest.HookOn("sent", func() { down.down.Store(true) })
 	d := &effects.Dispatcher{Service: svc, Lease: 300 * time.Millisecond, Interval: 10 * time.Millisecond, Drain: time.Second}

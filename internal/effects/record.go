@@ -55,10 +55,15 @@ func (r *recorder) record(ctx context.Context, e store.Effect, owner string, res
 	r.pending = append(r.pending, it)
 	if r.leading {
 		r.mu.Unlock()
+		r.d.hook("record_queued")
 		<-it.done
 		return it.out, it.err
 	}
 	r.leading = true
+	r.mu.Unlock()
+	r.d.hook("record_queued")
+	r.d.hook("record_lead") // tests hold the leader here until a whole group has queued
+	r.mu.Lock()
 	for len(r.pending) > 0 {
 		group := r.pending
 		r.pending = nil
