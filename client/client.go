@@ -490,3 +490,59 @@ func (c *Client) Events(ctx context.Context, key string, after int64, limit int)
 	}
 	return out.Events, out.NextAfter, nil
 }
+
+// PendingApproval is one row of GET /v1/approvals: a pending approval, who may decide it
+// and where it stands; never its payload or its approve link's token.
+type PendingApproval struct {
+	ID               string   `json:"id"`
+	Key              string   `json:"key"` // the run's key
+	Mode             string   `json:"mode"`
+	ActionType       string   `json:"action_type"`
+	Target           string   `json:"target"`
+	RequestedBy      string   `json:"requested_by"`
+	ApproverRoles    []string `json:"approver_roles"`
+	ApproverSubjects []string `json:"approver_subjects"`
+	// EscalationRoles may decide too once EscalatedAt is set.
+	EscalationRoles []string   `json:"escalation_roles"`
+	EscalatedAt     *time.Time `json:"escalated_at"`
+	WarnedAt        *time.Time `json:"warned_at"` // when the expiry warning went out
+	// UndecidableSince is set while nobody known may decide the approval.
+	UndecidableSince *time.Time `json:"undecidable_since"`
+	CreatedAt        time.Time  `json:"created_at"`
+	ExpiresAt        time.Time  `json:"expires_at"`
+	ConsoleURL       string     `json:"console_url"` // the console's page of it, for signed-in people
+}
+
+// ApprovalsFilter selects a page of [Client.Approvals].
+type ApprovalsFilter struct {
+	Undecidable bool   // only the approvals nobody known can decide
+	After       string // the previous page's next cursor ("": the first page)
+	Limit       int    // 1 to 500; 0: the server's default of 50
+}
+
+// Approvals lists the pending approvals of every run, newest first (an operator key), one
+// keyset page at a time, and the After of the next page ("" when this was the last).
+func (c *Client) Approvals(ctx context.Context, f ApprovalsFilter) ([]PendingApproval, string, error) {
+	q := url.Values{}
+	if f.Undecidable {
+		q.Set("undecidable", "true")
+	}
+	if f.Limit != 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	if f.After != "" {
+		q.Set("after", f.After)
+	}
+	path := "/v1/approvals"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out struct {
+		Approvals []PendingApproval `json:"approvals"`
+		NextAfter string            `json:"next_after"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, "", err
+	}
+	return out.Approvals, out.NextAfter, nil
+}

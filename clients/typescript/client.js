@@ -40,6 +40,21 @@ function approvalOf(d) {
 	return { id: d.approval_id ?? '', approve_url: d.approve_url ?? '', expires_at: time(d.expires_at), state: d.state ?? '', version: d.version ?? 0, raw: d };
 }
 
+function pendingApprovalOf(d) {
+	return {
+		...d,
+		approver_roles: d.approver_roles ?? [],
+		approver_subjects: d.approver_subjects ?? [],
+		escalation_roles: d.escalation_roles ?? [],
+		escalated_at: time(d.escalated_at),
+		warned_at: time(d.warned_at),
+		undecidable_since: time(d.undecidable_since),
+		created_at: time(d.created_at),
+		expires_at: time(d.expires_at),
+		raw: d,
+	};
+}
+
 function ledgerBody(key, l) {
 	return {
 		run_id: l.run_id || key,
@@ -195,6 +210,19 @@ export class Client {
 		const a = (await this.approvals(key, opts)).find((x) => x.id === approvalId);
 		if (!a) throw new ApprovalNotFoundError(404, 'approval_not_found', `run ${key} has no approval ${approvalId}`);
 		return a;
+	}
+
+	/** listApprovals lists pending approvals of every run, newest first (GET /v1/approvals, an
+	 * operator key); `undecidable` keeps those nobody known can decide. One keyset page of at
+	 * most `limit` (0: the server's 50) after the cursor `after`; next_after is '' on the last. */
+	async listApprovals({ undecidable = false, after = '', limit = 0 } = {}, opts) {
+		const q = new URLSearchParams();
+		if (undecidable) q.set('undecidable', 'true');
+		if (limit) q.set('limit', String(limit));
+		if (after) q.set('after', after);
+		const qs = q.size ? '?' + q : '';
+		const d = (await this.request('GET', '/v1/approvals' + qs, undefined, opts)).body;
+		return { approvals: (d.approvals ?? []).map(pendingApprovalOf), next_after: d.next_after ?? '' };
 	}
 
 	// --- effects --------------------------------------------------------------

@@ -329,6 +329,31 @@ export interface ApprovalStatus {
 	reason?: string;
 }
 
+/** One row of listApprovals (GET /v1/approvals): never the payload or the approve link's token. */
+export interface PendingApproval {
+	id: string;
+	/** The run's key. */
+	key: string;
+	mode: string;
+	action_type: string;
+	target: string;
+	requested_by: string;
+	approver_roles: string[];
+	approver_subjects: string[];
+	/** Roles that may decide too once escalated_at is set. */
+	escalation_roles: string[];
+	escalated_at: Date | null;
+	/** When the expiry warning went out (null: not yet, or never for this type). */
+	warned_at: Date | null;
+	/** Set while nobody known may decide it. */
+	undecidable_since: Date | null;
+	created_at: Date;
+	expires_at: Date;
+	/** The console's page of the approval, for signed-in people. */
+	console_url: string;
+	raw: Record<string, unknown>;
+}
+
 export interface Explanation {
 	key: string;
 	as_of: string;
@@ -381,6 +406,8 @@ export declare class Client {
 	explain(key: string, opts?: CallOptions): Promise<Explanation>;
 	approvals(key: string, opts?: CallOptions): Promise<ApprovalStatus[]>;
 	approvalStatus(key: string, approvalId: string, opts?: CallOptions): Promise<ApprovalStatus>;
+	/** Pending approvals of every run, newest first, one keyset page (an operator key); next_after '' on the last page. */
+	listApprovals(page?: { undecidable?: boolean; after?: string; limit?: number }, opts?: CallOptions): Promise<{ approvals: PendingApproval[]; next_after: string }>;
 
 	queueEffect(key: string, lease_owner: string, version: number, action_type: string, target: string, req?: { payload?: unknown; effect_id?: string; gate?: 'none' | 'approve_by_exception' | 'act_with_window' | 'approve_before_act'; meta?: Meta }, opts?: CallOptions): Promise<QueuedEffect>;
 	cancelEffect(id: string, req: { reason: string; lease_owner?: string }, opts?: CallOptions): Promise<Effect>;

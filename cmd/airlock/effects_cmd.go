@@ -284,8 +284,11 @@ func purgeCmd() *cobra.Command {
 		Short: "Remove what has outlived the policy's retention (payloads, results, events)",
 		Long: `purge removes effect and approval payloads, run results, validated values and the
 ledgers of finished runs older than retention.payloads (default 30 days), and events
-older than retention.events (default 400 days); hashes and ids stay. Every serve does
-this every retention.interval (default 1h); --dry-run only says what it would remove.`,
+older than retention.events (default 400 days); hashes and ids stay. Expired sessions,
+sign-in throttles and Idempotency-Key records go too, and the people seen by single
+sign-on 90 days after their last sign-in (they no longer count as holders of a role).
+Every serve does this every retention.interval (default 1h); --dry-run only says what it
+would remove.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {

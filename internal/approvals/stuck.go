@@ -22,8 +22,8 @@ import (
 // PeopleHorizon is how long a person known only by single sign-on counts as holding the
 // roles they last signed in with: airlock keeps no account for them, so it cannot know
 // that the identity provider took a role away, or that someone new holds it, until they
-// sign in.
-const PeopleHorizon = 90 * 24 * time.Hour
+// sign in. The retention purge removes whom it no longer counts.
+const PeopleHorizon = store.PeopleSeenHorizon
 
 // Holders is everyone airlock knows who could sign in and decide at now: the enabled
 // local accounts with their roles, and the people who signed in by single sign-on within

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // TestPurgeOnTheDatabaseClock: rows are stamped by the database's clock, so their age is
@@ -55,4 +58,102 @@ func TestPurgeOnTheDatabaseClock(t *testing.T) {
 			t.Errorf("%s effect: payload kept = %v, want %v", id, e.Payload != nil, kept)
 		}
 	}
+}
+
+// TestPurgePeopleSeen: the people seen by single sign-on count as holding their roles for
+// store.PeopleSeenHorizon (90 days) after their last sign-in; the purge removes exactly
+// those it no longer counts, on the store's test clock, and keeps whoever signed in again.
+// On both stores.
+func TestPurgePeopleSeen(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
+		ctx := context.Background()
+		clock := storetest.NewClock()
+		st := b.Open(t, clock)
+		pol, err := policy.Parse([]byte("actions: {}\n"), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := func(subject string) {
+			t.Helper()
+			if err := st.PersonSeenPut(ctx, store.PersonSeen{Subject: subject, Roles: []string{"finance"}, SeenAt: clock.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		subjects := func() []string {
+			t.Helper()
+			all, err := st.PeopleSeen(ctx, time.Time{}) // every row, counted or not
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, p := range all {
+				out = append(out, p.Subject)
+			}
+			return out
+		}
+		holders := func() []string {
+			t.Helper()
+			hs, err := approvals.Holders(ctx, st, clock.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, h := range hs {
+				out = append(out, h.Subject)
+			}
+			return out
+		}
+		purge := func(dry bool) int64 {
+			t.Helper()
+			counts, err := retention.Purge(ctx, st, pol, clock.Now(), dry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, ok := counts["people_seen"]
+			if !ok {
+				t.Fatalf("the purge does not count people_seen: %v", counts)
+			}
+			return n
+		}
+
+		seen("olga@example.com")
+		seen("rene@example.com")
+		clock.Advance(60 * 24 * time.Hour)
+		seen("pia@example.com")
+		seen("rene@example.com") // signs in again: counted anew
+		clock.Advance(store.PeopleSeenHorizon - 60*24*time.Hour)
+		// Exactly at the horizon olga still counts, and the purge keeps her.
+		if got := holders(); !slices.Equal(got, []string{"olga@example.com", "pia@example.com", "rene@example.com"}) {
+			t.Fatalf("holders at the horizon = %v", got)
+		}
+		if n := purge(false); n != 0 {
+			t.Fatalf("purged %d people at the horizon, who still count", n)
+		}
+		clock.Advance(time.Microsecond)
+		if got := holders(); !slices.Equal(got, []string{"pia@example.com", "rene@example.com"}) {
+			t.Fatalf("holders past olga's horizon = %v", got)
+		}
+		if n := purge(true); n != 1 {
+			t.Fatalf("dry run: %d people_seen would go, want 1 (olga)", n)
+		}
+		if got := subjects(); len(got) != 3 {
+			t.Fatalf("a dry run removed rows: %v", got)
+		}
+		if n := purge(false); n != 1 {
+			t.Fatalf("purged %d people_seen, want 1 (olga)", n)
+		}
+		if got := subjects(); !slices.Equal(got, []string{"pia@example.com", "rene@example.com"}) {
+			t.Fatalf("left = %v", got)
+		}
+		if n := purge(false); n != 0 {
+			t.Fatalf("a second purge removed %d more", n)
+		}
+		clock.Advance(60 * 24 * time.Hour)
+		if n := purge(false); n != 2 {
+			t.Fatalf("past everyone's horizon: purged %d, want 2", n)
+		}
+		if got := subjects(); len(got) != 0 {
+			t.Fatalf("left = %v", got)
+		}
+	})
 }

@@ -760,7 +760,8 @@ type PurgeParams struct {
 	PayloadsBefore time.Time
 	// EventsBefore: events older than this are deleted.
 	EventsBefore time.Time
-	// Now expires sessions and login intents.
+	// Now expires sessions, login intents, Idempotency-Key records, and the people seen by
+	// single sign-on more than store.PeopleSeenHorizon before it.
 	Now    time.Time
 	DryRun bool
 	// Batch is the most rows one statement changes (0: PurgeBatch). Each batch is its own

@@ -16,6 +16,11 @@ const (
 	StepEscalate ApprovalStep = "escalate"
 )
 
+// PeopleSeenHorizon is how long a person known only by single sign-on counts as holding
+// the roles of their last sign-in (approvals.PeopleHorizon); the retention purge removes
+// the people_seen rows older than that, which nothing reads any more.
+const PeopleSeenHorizon = 90 * 24 * time.Hour
+
 // PersonSeen is someone who signed in by single sign-on, with the roles they last had:
 // airlock keeps no account for them, so this is all it knows of who holds a role.
 type PersonSeen struct {

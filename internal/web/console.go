@@ -134,6 +134,7 @@ var consoleFuncs = template.FuncMap{
 		return "in " + ago(t.Sub(now))
 	},
 	"cursor": formatCursor,
+	"notes":  rowNotes,
 	"answer": answerHTML,
 	"shown":  input.Shown,
 	"pct": func(f *float64) string {

@@ -84,7 +84,8 @@ type approvalsPage struct {
 type pendingApproval struct {
 	store.Approval
 	Approvers string
-	Mine      bool // the viewer may decide it: the card is linked
+	Mine      bool   // the viewer may decide it: the card is linked
+	Notes     string // the expiry warning sent, the escalation (rowNotes)
 }
 
 // consoleApprovals lists every pending approval, newest first, in keyset pages of
@@ -99,7 +100,8 @@ func (w *Web) consoleApprovals(rw http.ResponseWriter, r *http.Request, v viewer
 	}
 	p.Next = next
 	for _, a := range list {
-		p.Approvals = append(p.Approvals, pendingApproval{Approval: a, Approvers: approverNames(a), Mine: approvals.May(a, *v.Person) == nil})
+		p.Approvals = append(p.Approvals, pendingApproval{Approval: a, Approvers: approverNames(a), Mine: approvals.May(a, *v.Person) == nil,
+			Notes: rowNotes(a, now)})
 	}
 	return w.renderConsole(rw, http.StatusOK, "console_approvals.html", p)
 }
@@ -137,6 +139,11 @@ func approverNames(a store.Approval) string {
 		who = append(who, "role "+role)
 	}
 	who = append(who, a.ApproverSubjects...)
+	if a.EscalatedAt != nil { // May admits them from then on
+		for _, role := range a.EscalationRoles {
+			who = append(who, "role "+role+" (escalated)")
+		}
+	}
 	if len(who) == 0 {
 		return "–"
 	}

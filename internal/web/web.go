@@ -323,6 +323,8 @@ type approvalPage struct {
 	CSRF string
 	// Card is the payload as its connector carries it (card.go); nil: the JSON only.
 	Card *effectCard
+	// Notes say whether the expiry warning went out and whether it was escalated.
+	Notes []approvalNote
 	cardContext
 }
 
@@ -364,7 +366,7 @@ func (w *Web) showCard(rw http.ResponseWriter, r *http.Request, tokenHash, actio
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
 		Payload: prettyJSON(a.Payload), Action: action, Protocol: runs.RerunProtocol,
-		Recipients: w.approvals.Recipients(a), CanDecide: true, Card: renderCard(a, w.approvals.Action(a.ActionType)), cardContext: cc}
+		Recipients: w.approvals.Recipients(a), CanDecide: true, Card: renderCard(a, w.approvals.Action(a.ActionType)), Notes: cardNotes(a), cardContext: cc}
 	if strings.HasPrefix(action, "/console/") {
 		p.CSRF = csrfToken(r)
 	}

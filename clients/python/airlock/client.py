@@ -12,8 +12,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from .errors import APIError, TransportError, error_for, LeaseLostError, VersionConflictError, \
     LeaseLifetimeExceededError
-from .types import (Approval, ApprovalStatus, Claim, Event, FailureDecision, Lease, Ledger, Plan, QueuedEffect,
-                    Resume, Run, RunEffect, ToolCall, Transition, Validation, WorkerEffect, parse_time)
+from .types import (Approval, ApprovalStatus, Claim, Event, FailureDecision, Lease, Ledger, PendingApproval, Plan,
+                    QueuedEffect, Resume, Run, RunEffect, ToolCall, Transition, Validation, WorkerEffect, parse_time)
 
 __all__ = ["Client", "LeaseKeeper", "new_idempotency_key"]
 
@@ -249,6 +249,24 @@ class Client:
                 return a
         from .errors import ApprovalNotFoundError
         raise ApprovalNotFoundError(404, "approval_not_found", f"run {key} has no approval {approval_id}")
+
+    def list_approvals(self, *, undecidable: bool = False, after: str = "",
+                       limit: int = 0) -> Tuple[List[PendingApproval], str]:
+        """Pending approvals of every run, newest first (GET /v1/approvals, an operator
+        key): with ``undecidable`` only those nobody known can decide. At most ``limit``
+        (0: the server's default of 50; 1 to 500), after the cursor ``after`` (the
+        previous page's); returns the page and the ``after`` of the next one ("" when
+        this was the last)."""
+        q: Dict[str, str] = {}
+        if undecidable:
+            q["undecidable"] = "true"
+        if limit:
+            q["limit"] = str(limit)
+        if after:
+            q["after"] = after
+        path = "/v1/approvals" + ("?" + urllib.parse.urlencode(q) if q else "")
+        _, out = self.request("GET", path)
+        return [PendingApproval.from_json(a) for a in out.get("approvals") or []], str(out.get("next_after") or "")
 
     # --- effects -------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 __all__ = [
     "parse_time", "Claim", "Lease", "Transition", "RunEffect", "Run", "Event", "Validation",
     "FailureDecision", "Approval", "QueuedEffect", "WorkerEffect", "Step", "LedgerEffect", "Ledger",
-    "Plan", "ReconcileItem", "Resume", "ApprovalStatus", "ToolCall",
+    "Plan", "ReconcileItem", "Resume", "ApprovalStatus", "PendingApproval", "ToolCall",
     "STATE_PROCESSING", "STATE_COMPLETED", "STATE_FAILED_RETRYABLE", "STATE_FAILED_TERMINAL",
     "STATE_AWAITING_HUMAN", "STATE_APPROVED", "STATE_REJECTED",
     "VERDICT_CONTINUE", "VERDICT_RECONCILE", "VERDICT_WAIT", "VERDICT_STOP",
@@ -428,6 +428,40 @@ class ApprovalStatus:
         return cls(_s(d, "id"), _s(d, "status"), _s(d, "mode"), _s(d, "action_type"), _s(d, "target"),
                    _s(d, "effect_id"), _s(d, "requested_by"), _s(d, "approver"), parse_time(d.get("decided_at")),
                    parse_time(d.get("expires_at")), _s(d, "reason"), d)
+
+
+@dataclass
+class PendingApproval:
+    """One row of GET /v1/approvals (operator key): a pending approval, who may decide it
+    and where it stands. Never its payload or its approve link's token; ``console_url``
+    is the console's page of it (for signed-in people). ``undecidable_since`` is set
+    while nobody known may decide it; ``warned_at`` once its expiry warning went out;
+    ``escalated_at`` once ``escalation_roles`` may decide it too."""
+
+    id: str
+    key: str
+    mode: str
+    action_type: str
+    target: str
+    requested_by: str
+    approver_roles: List[str]
+    approver_subjects: List[str]
+    escalation_roles: List[str]
+    escalated_at: Optional[datetime]
+    warned_at: Optional[datetime]
+    undecidable_since: Optional[datetime]
+    created_at: Optional[datetime]
+    expires_at: Optional[datetime]
+    console_url: str
+    raw: Dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "PendingApproval":
+        return cls(_s(d, "id"), _s(d, "key"), _s(d, "mode"), _s(d, "action_type"), _s(d, "target"),
+                   _s(d, "requested_by"), list(d.get("approver_roles") or []), list(d.get("approver_subjects") or []),
+                   list(d.get("escalation_roles") or []), parse_time(d.get("escalated_at")),
+                   parse_time(d.get("warned_at")), parse_time(d.get("undecidable_since")),
+                   parse_time(d.get("created_at")), parse_time(d.get("expires_at")), _s(d, "console_url"), d)
 
 
 @dataclass

@@ -43,6 +43,10 @@ actions:
     connector: worker
     gate: approve_before_act
     approvers: {roles: [support-lead]}
+  legal_share:
+    connector: worker
+    gate: approve_before_act
+    approvers: {roles: [legal]}
   digest:
     connector: worker
     gate: act_with_window

@@ -280,6 +280,59 @@ class ClientBase:
         with self.assertRaises(airlock.ApprovalNotFoundError):
             c.approval_status(key, "no-such-approval")
 
+    def test_list_approvals_pages_and_undecidable(self):
+        """GET /v1/approvals: newest first, in keyset pages; undecidable=True keeps the
+        approvals for a role nobody holds (legal), not those the lead may decide; no
+        token in the rows; an operator key only; a bad filter is invalid_field."""
+        made = []
+        for action in ("share_doc", "legal_share", "legal_share"):
+            c, key, cl = self.claim("list")
+            q = c.queue_effect(key, cl.lease_owner, cl.version, action, "team", {"doc": key}, effect_id="e1")
+            self.assertIsNotNone(q.approval)
+            made.append((key, q.approval))
+        op = self.client("operator")
+        seen, after, pages = [], "", 0
+        while True:
+            page, after = op.list_approvals(limit=1, after=after)
+            self.assertLessEqual(len(page), 1)
+            seen += page
+            pages += 1
+            if not after:
+                break
+            self.assertLess(pages, 100, "the pages never end")
+        mine = [a for a in seen if a.key in {k for k, _ in made}]
+        self.assertEqual([a.key for a in mine], [k for k, _ in reversed(made)], "newest first over pages")
+        self.assertEqual(len({a.id for a in seen}), len(seen), "no row on two pages")
+        for (key, ap), row in zip(reversed(made), mine):
+            self.assertEqual((row.id, row.mode, row.target), (ap.id, "approve_before_act", "team"))
+            self.assertTrue(row.console_url.endswith("/console/approvals/" + ap.id), row.console_url)
+            self.assertIsNotNone(row.created_at)
+            self.assertGreater(row.expires_at, row.created_at)
+            token = ap.approve_url.rsplit("/", 1)[-1]
+            self.assertNotIn(token, repr(row.raw), "the list carries no approval token")
+        by_key = {a.key: a for a in mine}
+        self.assertEqual(by_key[made[0][0]].approver_roles, ["support-lead"])
+        self.assertIsNone(by_key[made[0][0]].undecidable_since)
+        self.assertEqual(by_key[made[1][0]].approver_roles, ["legal"])
+        self.assertIsNotNone(by_key[made[1][0]].undecidable_since)
+
+        stuck, nxt = op.list_approvals(undecidable=True, limit=500)
+        self.assertEqual(nxt, "")
+        stuck_mine = [a.key for a in stuck if a.key in by_key]
+        self.assertEqual(stuck_mine, [made[2][0], made[1][0]], "only the legal ones, newest first")
+        self.assertTrue(all(a.undecidable_since is not None for a in stuck))
+        first, nxt = op.list_approvals(undecidable=True, limit=1)
+        self.assertEqual(len(first), 1)
+        self.assertNotEqual(nxt, "")
+        second, _ = op.list_approvals(undecidable=True, limit=1, after=nxt)
+        self.assertEqual([a.key for a in first + second][:2], [a.key for a in stuck][:2])
+
+        with self.assertRaises(airlock.ForbiddenError):
+            self.client("runs").list_approvals()
+        for bad in ({"limit": 501}, {"limit": -1}, {"after": "x"}):
+            with self.assertRaises(airlock.InvalidFieldError, msg=str(bad)):
+                op.list_approvals(**bad)
+
     # --- the ledger ------------------------------------------------------------
 
     def test_ledger_plan_confirm_crash_reconcile(self):

@@ -269,6 +269,57 @@ for (const backend of backends()) {
 			await assert.rejects(c.approvalStatus(key, 'nope'), airlock.ApprovalNotFoundError);
 		});
 
+		test('listApprovals: keyset pages, undecidable, no token, operators only', async () => {
+			const made = [];
+			for (const action of ['share_doc', 'legal_share', 'legal_share']) {
+				const { c, key, cl } = await claimed('list');
+				const q = await c.queueEffect(key, cl.lease_owner, cl.version, action, 'team', { payload: { doc: key }, effect_id: 'e1' });
+				assert.ok(q.approval);
+				made.push({ key, approval: q.approval });
+			}
+			const keys = new Set(made.map((m) => m.key));
+			const op = client('operator');
+			const seen = [];
+			let after = '';
+			for (let pages = 0; ; pages++) {
+				assert.ok(pages < 100, 'the pages never end');
+				const page = await op.listApprovals({ limit: 1, after });
+				assert.ok(page.approvals.length <= 1);
+				seen.push(...page.approvals);
+				after = page.next_after;
+				if (!after) break;
+			}
+			assert.equal(new Set(seen.map((a) => a.id)).size, seen.length, 'no row on two pages');
+			const mine = seen.filter((a) => keys.has(a.key));
+			assert.deepEqual(mine.map((a) => a.key), made.map((m) => m.key).reverse(), 'newest first over pages');
+			for (const [i, row] of mine.entries()) {
+				const m = made[made.length - 1 - i];
+				assert.deepEqual([row.id, row.mode, row.target], [m.approval.id, 'approve_before_act', 'team']);
+				assert.ok(row.console_url.endsWith('/console/approvals/' + m.approval.id), row.console_url);
+				assert.ok(row.created_at instanceof Date && row.expires_at > row.created_at);
+				assert.ok(!JSON.stringify(row.raw).includes(m.approval.approve_url.split('/').pop()), 'no approval token in the list');
+			}
+			const byKey = Object.fromEntries(mine.map((a) => [a.key, a]));
+			assert.deepEqual(byKey[made[0].key].approver_roles, ['support-lead']);
+			assert.equal(byKey[made[0].key].undecidable_since, null);
+			assert.deepEqual(byKey[made[1].key].approver_roles, ['legal']);
+			assert.ok(byKey[made[1].key].undecidable_since instanceof Date);
+
+			const stuck = await op.listApprovals({ undecidable: true, limit: 500 });
+			assert.equal(stuck.next_after, '');
+			assert.deepEqual(stuck.approvals.filter((a) => keys.has(a.key)).map((a) => a.key), [made[2].key, made[1].key], 'only the legal ones, newest first');
+			assert.ok(stuck.approvals.every((a) => a.undecidable_since instanceof Date));
+			const first = await op.listApprovals({ undecidable: true, limit: 1 });
+			assert.notEqual(first.next_after, '');
+			const second = await op.listApprovals({ undecidable: true, limit: 1, after: first.next_after });
+			assert.deepEqual([...first.approvals, ...second.approvals].map((a) => a.key), stuck.approvals.slice(0, 2).map((a) => a.key));
+
+			await assert.rejects(client('runs').listApprovals(), airlock.ForbiddenError);
+			for (const bad of [{ limit: 501 }, { limit: -1 }, { after: 'x' }]) {
+				await assert.rejects(op.listApprovals(bad), airlock.InvalidFieldError, JSON.stringify(bad));
+			}
+		});
+
 		test('ledger: plan, confirm, crash, reconcile', async () => {
 			const { c, key, cl } = await claimed('ledger');
 			const o = cl.lease_owner;

@@ -1,6 +1,6 @@
 // Compiled (never run) by `tsc --noEmit`: the declarations in index.d.ts describe a usable
 // API. A wrong type here, or a declaration that does not parse, fails the test command.
-import { Client, LeaseLostError, ReconcileFirstError, APIError, hashInput, type Claim, type Ledger, type Plan } from '../index.js';
+import { Client, LeaseLostError, ReconcileFirstError, APIError, hashInput, type Claim, type Ledger, type Plan, type PendingApproval } from '../index.js';
 
 async function agent(c: Client): Promise<string> {
 	const claim: Claim = await c.claim('report-1', { payload: { week: 48 }, lease_seconds: 30 });
@@ -28,4 +28,16 @@ async function agent(c: Client): Promise<string> {
 	});
 }
 
+async function stuck(op: Client): Promise<string[]> {
+	const out: string[] = [];
+	let after = '';
+	do {
+		const page: { approvals: PendingApproval[]; next_after: string } = await op.listApprovals({ undecidable: true, limit: 100, after });
+		for (const a of page.approvals) out.push(`${a.key} ${a.approver_roles.join(',')} ${a.undecidable_since?.toISOString() ?? ''} ${a.expires_at.getTime()}`);
+		after = page.next_after;
+	} while (after);
+	return out;
+}
+
 void agent;
+void stuck;

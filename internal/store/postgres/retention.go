@@ -22,6 +22,9 @@ var purgeStatements = []struct{ kind, table, set, where, order string }{
 	{"sessions", "sessions", "", "expires_at < $3", "expires_at"},
 	{"signin_throttle", "signin_throttle", "", "next_at < $3 AND updated_at < $3::timestamptz - interval '1 day'", ""},
 	{"replays", "replays", "", "expires_at < $3", ""},
+	// People no longer counted as holding a role (store.PeopleSeenHorizon): one row per
+	// person, no index on seen_at needed.
+	{"people_seen", "people_seen", "", fmt.Sprintf("seen_at < $3::timestamptz - make_interval(secs => %d)", int64(store.PeopleSeenHorizon/time.Second)), ""},
 }
 
 // purgeWhere is a statement's clause naming all three parameters, so their types are

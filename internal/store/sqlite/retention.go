@@ -27,6 +27,8 @@ var purgeStatements = []struct{ kind, table, set, where, order string }{
 	{"sessions", "sessions", "", "expires_at < ?3", "expires_at"},
 	{"signin_throttle", "signin_throttle", "", "next_at < ?3 AND updated_at < ?3 - 86400000000", ""},
 	{"replays", "replays", "", "expires_at < ?3", ""},
+	// People no longer counted as holding a role (store.PeopleSeenHorizon).
+	{"people_seen", "people_seen", "", fmt.Sprintf("seen_at < ?3 - %d", store.PeopleSeenHorizon.Microseconds()), ""},
 }
 
 func purgeWhere(where string) string {
