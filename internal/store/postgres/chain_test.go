@@ -1,0 +1,90 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
+	"github.com/airlockhq/airlock/internal/store/storetest"
+)
+
+// migrationFunction returns the CREATE [OR REPLACE] FUNCTION events_chain() statement of
+// a migration file, as CREATE OR REPLACE.
+func migrationFunction(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile("migrations/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "FUNCTION events_chain()")
+	end := strings.Index(s[max(start, 0):], "END $$;")
+	if start < 0 || end < 0 {
+		t.Fatalf("%s: no events_chain function", file)
+	}
+	return "CREATE OR REPLACE " + s[start:start+end] + "END $$;"
+}
+
+// TestChainAcrossTheMigration writes a run's events with 0015's trigger function, then
+// with 0024's (the one migrations leave in place), in single-row and multi-row
+// statements: the links of both verify as one chain with store.ChainHash, so chains begun
+// before 0024 continue after it and the Go verifier needs no version.
+func TestChainAcrossTheMigration(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.OpenConfig(ctx, storetest.NewPostgresSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	metas := []json.RawMessage{nil, json.RawMessage(`{"trace_id":"t","n":1.50}`), json.RawMessage(`[]`)}
+	details := []json.RawMessage{json.RawMessage(`{"b": "ü – 12", "a": {"y": 1, "x": [true, null, 1e3]}}`), nil,
+		json.RawMessage(`"a\"b\\c\n"`), json.RawMessage(`{"": ""}`)}
+	write := func(phase string) {
+		for i := range 4 {
+			if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "x", Kind: fmt.Sprintf("%s-%d", phase, i),
+				Version: int64(i * 7), Actor: "user:ann ☃", Meta: metas[i%len(metas)], Detail: details[i%len(details)]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// One statement, several rows of two runs (as a group's outcomes are written),
+		// one of them new.
+		storetest.ExecRaw(t, st, `INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
+			SELECT k, now(), $1 || '-multi', n, '', CASE WHEN n % 2 = 0 THEN NULL ELSE jsonb_build_object('n', n) END, '{"z": [1, 2]}'
+			FROM unnest(ARRAY['x', 'y-' || $1, 'x', 'y-' || $1]) WITH ORDINALITY AS v(k, n)`, phase)
+	}
+	storetest.ExecRaw(t, st, migrationFunction(t, "0015_chain.sql"))
+	write("old")
+	storetest.ExecRaw(t, st, migrationFunction(t, "0024_chain_cost.sql"))
+	write("new")
+	for _, key := range []string{"x", "y-old", "y-new"} {
+		evs, err := st.ChainEvents(ctx, key, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := st.ChainHeadGet(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := ""
+		for i, e := range evs {
+			if e.Seq == nil || *e.Seq != int64(i+1) {
+				t.Fatalf("%s: event %d (%s) is not link %d: %v", key, e.ID, e.Kind, i+1, e.Seq)
+			}
+			if want := store.ChainHash(prev, e); *e.Hash != want {
+				t.Fatalf("%s: event %d (%s, link %d): the trigger wrote %s, store.ChainHash says %s", key, e.ID, e.Kind, i+1, *e.Hash, want)
+			}
+			prev = *e.Hash
+		}
+		if want := map[string]int{"x": 12, "y-old": 2, "y-new": 2}[key]; len(evs) != want || head.Seq != int64(want) || head.Head != prev {
+			t.Fatalf("%s: %d events, head %+v, last hash %s; want %d links", key, len(evs), head, prev, want)
+		}
+	}
+}
