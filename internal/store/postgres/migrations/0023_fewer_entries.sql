@@ -17,10 +17,11 @@ DROP INDEX IF EXISTS effects_payload_at;
 
 -- "Runs with an effect of this action type" looks each run's effects up by its key: the
 -- unique key carries the type, so that lookup stays index-only and effects_action_run
--- (one more entry per row version) goes. ON CONFLICT (idempotency_key, effect_id) infers
--- this index as it did the constraint's.
+-- (one more entry per row version) goes. The new index becomes the unique constraint
+-- (ON CONFLICT (idempotency_key, effect_id) infers it as it did the old one).
 CREATE UNIQUE INDEX IF NOT EXISTS effects_run_effect ON effects (idempotency_key, effect_id) INCLUDE (action_type);
 ALTER TABLE effects DROP CONSTRAINT IF EXISTS effects_idempotency_key_effect_id_key;
+ALTER TABLE effects ADD CONSTRAINT effects_run_effect UNIQUE USING INDEX effects_run_effect;
 DROP INDEX IF EXISTS effects_action_run;
 
 -- The report reads the details of these kinds only (audit.detailKinds and the gate
