@@ -28,10 +28,10 @@ var walRel = regexp.MustCompile(`rel \d+/\d+/(\d+)`)
 
 // walCount reads pg_walinspect's records from start to now and counts those that insert
 // an index entry or a heap tuple into a relation named in rels (relfilenode → name).
-func walCount(t *testing.T, pool *pgxpool.Pool, rels map[string]string, start string) walWrites {
+func walCount(t *testing.T, pool *pgxpool.Pool, walinspect string, rels map[string]string, start string) walWrites {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT resource_manager, record_type, coalesce(block_ref, '')
-		FROM pg_get_wal_records_info_till_end_of_wal($1::pg_lsn)`, start)
+		FROM `+walinspect+`.pg_get_wal_records_info_till_end_of_wal($1::pg_lsn)`, start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,13 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 		}
 		t.Skip("pg_walinspect is not installed (PostgreSQL's contrib modules)")
 	}
-	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`); err != nil {
+	// The extension is the database's, in whichever schema made it first (a run on
+	// another server may have put it in public): call it by that schema's name.
+	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA public`); err != nil {
+		t.Fatal(err)
+	}
+	var walinspect string
+	if err := pool.QueryRow(ctx, `SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'pg_walinspect'`).Scan(&walinspect); err != nil {
 		t.Fatal(err)
 	}
 	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
@@ -129,17 +135,17 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 
 	start := lsn()
 	r := e.ClaimRun(t, "idx-1")
-	claim := walCount(t, pool, rels, start)
+	claim := walCount(t, pool, walinspect, rels, start)
 
 	start = lsn()
 	eff := e.Queue(t, r.Key, "note", "default", `{"n":1}`)
-	queue := walCount(t, pool, rels, start)
+	queue := walCount(t, pool, walinspect, rels, start)
 	start = lsn()
 	e.Tick(t)
 	if s := e.EffectState(t, eff.ID); s != store.EffectCompleted {
 		t.Fatalf("effect %s after a tick: %s", eff.ID, s)
 	}
-	send := walCount(t, pool, rels, start)
+	send := walCount(t, pool, walinspect, rels, start)
 	t.Logf("claim: %s", claim)
 	t.Logf("queue: %s", queue)
 	t.Logf("lease + begin-mark + outcome: %s", send)
