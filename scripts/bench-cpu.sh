@@ -22,6 +22,9 @@
 # reaped, from /proc before and after the drain (or the claims phase). Everything runs
 # BENCH_PASSES (2) times, interleaved A/B. The machine is shared: CPU per operation is the
 # robust figure; throughput ratios are as measured, compare them only within one run.
+# Counts do not move with the load: WAL records, index entries (pg_walinspect) and buffer
+# accesses per claim, and WAL records and index entries per effect (dispatcher start to
+# stop).
 #
 # Environment: BENCH_COUNT (3000), BENCH_PASSES (2), BENCH_CLIENTS (8), BENCH_SECONDS
 # (10), BENCH_PG_POOL (20: pool_max_conns of airlock and River in the outbox runs),
@@ -55,6 +58,7 @@ start_instance() {
 
 # Called by `airlock bench effects --then` once the queue is full.
 if [ "${1:-}" = "__start" ]; then
+	psql "$AIRLOCK_TEST_DATABASE_URL" -qAtX -c "SELECT pg_current_wal_insert_lsn()" >"$BENCH_TMP/drain.lsn"
 	start_instance dispatcher "$(free_port)" "$BENCH_TMP/dispatch.yaml" "$2"
 	exit 0
 fi
@@ -160,6 +164,8 @@ airlock_drain() {
 		--then "bash '$SELF' __start '$db'" --cpu-pg-pid "$PGPID" --cpu-pid-file "$BENCH_TMP/dispatcher.pid" \
 		>"$BENCH_TMP/$1.out" 2>&1 || rc=$?
 	stop_instances
+	[ ! -s "$BENCH_TMP/drain.lsn" ] || wal_per_op "$1" "$(cat "$BENCH_TMP/drain.lsn")" "$COUNT"
+	rm -f "$BENCH_TMP/drain.lsn"
 	dropdb_ "$1"
 	parse_result "$1" "$BENCH_TMP/$1.out"
 	if [ "$rc" -ne 0 ] || grep -q DUPLICATES "$BENCH_TMP/$1.out"; then
@@ -239,12 +245,31 @@ work_per_op() {
 	RES["$1 blks_per_op"]=$(awk -v x="${a[1]}" -v y="${b[1]}" -v n="$4" 'BEGIN { if (n > 0) printf "%.1f", (y - x) / n }')
 }
 
+# wal_lsn: the cluster's WAL insert position now.
+wal_lsn() { psql "$ADMIN_URL" -qAtX -c "SELECT pg_current_wal_insert_lsn()"; }
+
+# wal_per_op NAME START_LSN N: the WAL records written since START_LSN per operation,
+# read from the WAL itself (pg_walinspect, so no backend's unreported statistics are
+# missed), and how many of them insert an index entry (a btree leaf insert, posting-list
+# insert or leaf split: docs/benchmarks.md, "Index entries per claim and per effect").
+# Nothing else writes to the cluster meanwhile.
+wal_per_op() {
+	local line
+	line=$(psql "$ADMIN_URL" -qAtX -F ' ' -c "SELECT sum(count),
+		coalesce(sum(count) FILTER (WHERE \"resource_manager/record_type\" IN
+		  ('Btree/INSERT_LEAF', 'Btree/INSERT_POST', 'Btree/SPLIT_L', 'Btree/SPLIT_R')), 0)
+		FROM pg_get_wal_stats_till_end_of_wal('$2', true)")
+	RES["$1 walrec_per_op"]=$(awk -v x="${line%% *}" -v n="$3" 'BEGIN { if (n > 0) printf "%.1f", x / n }')
+	RES["$1 idx_per_op"]=$(awk -v x="${line##* }" -v n="$3" 'BEGIN { if (n > 0) printf "%.1f", x / n }')
+}
+
 # claims_raw NAME: pgbench with the seed's claim statement; CPU = pgbench (times) + cluster.
 claims_raw() {
 	want claims || return 0
 	log "$1: pgbench, raw claim statement, $CLIENTS clients, ${SECS}s"
-	local pg0 pg1 t w0 w1
+	local pg0 pg1 t w0 w1 l0
 	w0=$(pg_work)
+	l0=$(wal_lsn)
 	pg_wait_children "$PG_IDLE"
 	pg0=$(pg_cpu)
 	(
@@ -272,14 +297,16 @@ claims_raw() {
 	RES["$1 cpu_pg_us_per_op"]=$(awk -v a="$pg0" -v b="$pg1" -v n="$n" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')
 	RES["$1 cpu_process_us_per_op"]=$(awk -v t="$t" -v n="$n" 'BEGIN { printf "%.0f", t * 1e6 / n }')
 	work_per_op "$1" "$w0" "$w1" "$n"
+	wal_per_op "$1" "$l0" "$n"
 }
 
 # claims_http NAME: airlock serve (CLIENTS pool connections) under `airlock bench claims`.
 claims_http() {
 	want claims || return 0
 	log "$1: airlock serve, HTTP claims, $CLIENTS clients, ${SECS}s"
-	local port pid w0 w1
+	local port pid w0 w1 l0
 	w0=$(pg_work)
+	l0=$(wal_lsn)
 	port=$(free_port)
 	AIRLOCK_DATABASE_URL="$CLAIMS_DB&pool_max_conns=$CLIENTS" AIRLOCK_LISTEN="127.0.0.1:$port" AIRLOCK_LOG_LEVEL=warn \
 		"$AIRLOCK" serve >"$BENCH_TMP/$1.log" 2>&1 </dev/null &
@@ -296,6 +323,7 @@ claims_http() {
 	w1=$(pg_work)
 	parse_result "$1" "$BENCH_TMP/$1.out"
 	work_per_op "$1" "$w0" "$w1" "$(get "$1" requests)"
+	wal_per_op "$1" "$l0" "$(get "$1" requests)"
 }
 
 # An idle instance's startup CPU (included in each airlock outbox figure above): start,
@@ -326,6 +354,8 @@ if want claims; then
 	cp "$ROOT/scripts/raw-claim.sql" "$BENCH_TMP/claim.sql"
 fi
 
+psql "$ADMIN_URL" -qAtX -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_walinspect" >/dev/null ||
+	die "pg_walinspect (PostgreSQL's contrib modules) is needed to count WAL records and index entries"
 STARTED=$(date +%s)
 sleep 1 # the connections of the setup above exit
 PG_IDLE=$(pg_children) # the cluster's own processes, no client connected
@@ -383,9 +413,20 @@ if [ -n "$(get claimshttp_1 wal_per_op)" ]; then
 	echo
 	echo "PostgreSQL work per claim (counts, not times: they do not move with the machine's load)"
 	for pass in $(seq 1 "$PASSES"); do
-		printf '  pass %s: airlock %s WAL records, %s buffer accesses; raw statement %s WAL records, %s buffer accesses\n' "$pass" \
-			"$(get "claimshttp_$pass" wal_per_op)" "$(get "claimshttp_$pass" blks_per_op)" \
-			"$(get "claimsraw_$pass" wal_per_op)" "$(get "claimsraw_$pass" blks_per_op)"
+		printf '  pass %s: airlock %s WAL records (%s index entries), %s buffer accesses; raw statement %s WAL records (%s index entries), %s buffer accesses\n' "$pass" \
+			"$(get "claimshttp_$pass" wal_per_op)" "$(get "claimshttp_$pass" idx_per_op)" "$(get "claimshttp_$pass" blks_per_op)" \
+			"$(get "claimsraw_$pass" wal_per_op)" "$(get "claimsraw_$pass" idx_per_op)" "$(get "claimsraw_$pass" blks_per_op)"
+	done
+fi
+if [ -n "$(get a32_1 walrec_per_op)$(get a256_1 walrec_per_op)$(get a500_1 walrec_per_op)" ]; then
+	echo
+	echo "PostgreSQL work per effect, from the dispatcher's start to its stop (lease, begin-mark, outcome, events)"
+	for pass in $(seq 1 "$PASSES"); do
+		for a in a32 a256 a500; do
+			[ -n "$(get "${a}_$pass" walrec_per_op)" ] || continue
+			printf '  pass %s, concurrency %s: %s WAL records, %s index entries\n' "$pass" "${a#a}" \
+				"$(get "${a}_$pass" walrec_per_op)" "$(get "${a}_$pass" idx_per_op)"
+		done
 	done
 fi
 

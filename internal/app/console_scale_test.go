@@ -55,7 +55,7 @@ func BenchmarkConsoleScale(b *testing.B) {
 		rec.on = false
 		stmts := rec.stmts
 		rec.mu.Unlock()
-		if explainNoSeqScan(b, big.st, stmts) == 0 {
+		if n, _ := explainNoSeqScan(b, big.st, stmts); n == 0 {
 			b.Fatalf("%s: no statement recorded", op.name)
 		}
 		b.Run(op.name, func(b *testing.B) {

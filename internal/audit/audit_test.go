@@ -466,6 +466,41 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
+// TestAuditEventsOfAnyKind reads events through the store's AuditEvents with the
+// report's kinds (through events_report_kind_at, which holds no others) and with a kind
+// outside them: each call returns exactly the window's events of the kinds asked, on
+// both stores — the index's predicate must never drop a kind a caller asked for.
+func TestAuditEventsOfAnyKind(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			e := apptest.NewEnv(t, b, false)
+			t0 := e.Clock.Now()
+			for i, kind := range []string{"claimed", "alert", "effect_completed", "validation", "alert", "claimed"} {
+				at := t0.Add(time.Duration(i-1) * time.Second) // the first is before the window
+				if _, err := e.Store.EventInsert(ctx, store.EventInsertParams{RunKey: "k", Kind: kind, Actor: "test",
+					Detail: json.RawMessage(`{}`), Now: &at}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range []struct {
+				kinds []string
+				want  map[string]int
+			}{
+				{[]string{"alert", "validation"}, map[string]int{"alert": 2, "validation": 1}},
+				{[]string{"claimed"}, map[string]int{"claimed": 1}},
+				{[]string{"claimed", "alert", "effect_completed"}, map[string]int{"alert": 2, "claimed": 1, "effect_completed": 1}},
+			} {
+				got := map[string]int{}
+				if err := e.Store.AuditEvents(ctx, t0, c.kinds, func(ev store.Event) error { got[ev.Kind]++; return nil }); err != nil {
+					t.Fatal(err)
+				}
+				equal(t, fmt.Sprintf("events of %v", c.kinds), got, c.want)
+			}
+		})
+	}
+}
+
 // TestReportFromRawEvents checks the store's window and pairing on events written
 // directly: the cutoff is inclusive, and a decision whose request is gone is not ranked.
 func TestReportFromRawEvents(t *testing.T) {

@@ -135,3 +135,15 @@ func TestEventKindsListsEveryConstant(t *testing.T) {
 		t.Errorf("%d constants, %d in store.EventKinds", len(consts), len(store.EventKinds))
 	}
 }
+
+// TestDetailKindsAreIndexed holds the report's detail kinds, and the gate waits'
+// approval_decided, to store.ReportKinds: the only kinds events_report_kind_at holds
+// (migration 0023). A kind added here alone would be read from events_at's whole window.
+func TestDetailKindsAreIndexed(t *testing.T) {
+	if !store.AreReportKinds(append(slices.Clone(detailKinds), string(store.EventApprovalDecided))) {
+		t.Fatalf("detail kinds %v are not all store.ReportKinds %v", detailKinds, store.ReportKinds)
+	}
+	if store.AreReportKinds([]string{"alert", "claimed"}) {
+		t.Fatal("claimed counts as a report kind")
+	}
+}

@@ -1,5 +1,10 @@
 package store
 
+import (
+	"slices"
+	"strings"
+)
+
 // EventKind names what an event records. The values are stored in every database and read
 // by clients, docs and the audit: they never change. Every kind written is one of these
 // constants; the audit's summary covers each (a test holds it to that).
@@ -80,4 +85,32 @@ var EventKinds = []EventKind{
 	EventApprovalUndecidable, EventApprovalExpiryWarning, EventApprovalEscalated,
 	EventLedgerSaved, EventEffectPlanned, EventEffectConfirmed, EventInputMismatch, EventToolCall,
 	EventSigninThrottled, EventUserChanged,
+}
+
+// ReportKinds are the kinds whose events the report reads one by one (its details and its
+// gate waits). The index the report reads them from, events_report_kind_at (migration
+// 0023), holds only these, so the lifecycle's events — a claim's, an effect's — write no
+// entry in it. Each backend repeats the list in its queries word for word
+// (ReportKindsPredicate), which lets SQLite and a generic PostgreSQL plan use that index.
+var ReportKinds = []EventKind{EventAlert, EventApprovalDecided, EventEffectFailed, EventEffectReconciled,
+	EventEffectResolved, EventValidation}
+
+// ReportKindsPredicate is events_report_kind_at's WHERE clause, as the migrations spell it.
+func ReportKindsPredicate() string {
+	quoted := make([]string, len(ReportKinds))
+	for i, k := range ReportKinds {
+		quoted[i] = "'" + string(k) + "'"
+	}
+	return "kind IN (" + strings.Join(quoted, ", ") + ")"
+}
+
+// AreReportKinds reports whether every kind of kinds is one of ReportKinds: only then may
+// a query read them from events_report_kind_at.
+func AreReportKinds(kinds []string) bool {
+	for _, k := range kinds {
+		if !slices.Contains(ReportKinds, EventKind(k)) {
+			return false
+		}
+	}
+	return true
 }

@@ -37,10 +37,11 @@ func (q queries) AuditCount(ctx context.Context, since time.Time) (store.AuditCo
 	return out, nil
 }
 
-// AuditEvents reads the window's events of some kinds from events_kind_at, one range of
-// the index per kind.
+// AuditEvents reads the window's events of some kinds from events_report_kind_at, one
+// range of the index per kind, when they are all store.ReportKinds (the report's are: its
+// index holds no others); other kinds are read from events_at's window.
 func (q queries) AuditEvents(ctx context.Context, since time.Time, kinds []string, fn func(store.Event) error) error {
-	rows, err := q.db.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE kind = ANY($1) AND at >= $2`, kinds, since)
+	rows, err := q.db.Query(ctx, auditEventsSQL(kinds), kinds, since)
 	if err != nil {
 		return fmt.Errorf("list audit events: %w", err)
 	}
@@ -60,6 +61,17 @@ func (q queries) AuditEvents(ctx context.Context, since time.Time, kinds []strin
 	return nil
 }
 
+// auditEventsSQL is AuditEvents' statement for kinds ($1) since $2.
+func auditEventsSQL(kinds []string) string {
+	sql := `SELECT ` + eventColumns + ` FROM events WHERE kind = ANY($1) AND at >= $2`
+	if store.AreReportKinds(kinds) {
+		sql += ` AND ` + store.ReportKindsPredicate()
+	}
+	return sql
+}
+
+// AuditGateWaits reads the approval_decided events from events_report_kind_at; each one's
+// request is looked up among its run's events.
 func (q queries) AuditGateWaits(ctx context.Context, since time.Time) ([]store.GateWait, error) {
 	rows, err := q.db.Query(ctx, `
 		SELECT d.run_key, coalesce(d.detail->>'approval_id', ''), coalesce(d.detail->>'decision', ''),
@@ -68,7 +80,7 @@ func (q queries) AuditGateWaits(ctx context.Context, since time.Time) ([]store.G
 		     AND r.detail->>'approval_id' = d.detail->>'approval_id'),
 		  d.at
 		FROM events d
-		WHERE d.kind = 'approval_decided' AND d.at >= $1
+		WHERE d.kind = 'approval_decided' AND d.`+store.ReportKindsPredicate()+` AND d.at >= $1
 		ORDER BY d.id`, since)
 	if err != nil {
 		return nil, fmt.Errorf("list gate waits: %w", err)
