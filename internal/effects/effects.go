@@ -159,8 +159,9 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 
 // outcome is what recording a send's result did.
 type outcome struct {
-	effect store.Effect
-	alert  string // the alert to raise after commit, if any
+	effect store.Effect      // the effect as recorded (only where the store read it back)
+	state  store.EffectState // the state it was recorded in
+	alert  string            // the alert to raise after commit, if any
 }
 
 func (s *Service) raise(ctx context.Context, e store.Effect, res connector.Result, alert string) {
@@ -200,6 +201,7 @@ func (s *Service) finishInRun(ctx context.Context, q store.Queries, e store.Effe
 	if err != nil {
 		return outcome{}, err
 	}
+	out.state = out.effect.State
 	// The outcome's event, the run's settling (its transition), then the alert's event.
 	evs := pl.events()
 	if err := runs.Event(ctx, q, evs[0].at, e.RunKey, evs[0].kind, 0, evs[0].actor, nil, evs[0].detail); err != nil {
