@@ -72,7 +72,9 @@ type Config struct {
 	IDField string
 	// Client is optional (tests). Its transport must honour net/http/httptrace, as
 	// *http.Transport does: classification depends on the GotConn callback. Redirects are
-	// never followed, whatever its CheckRedirect says.
+	// never followed, whatever its CheckRedirect says. A send goes straight to its
+	// Transport (http.DefaultTransport if nil): the client's Jar and Timeout are not used
+	// for sends (the connector's Timeout bounds them).
 	Client *http.Client
 }
 
@@ -87,7 +89,8 @@ type Connector struct {
 	lookupURL     string
 	authoritative bool
 	idField       string
-	client        *http.Client
+	client        *http.Client      // lookups
+	transport     http.RoundTripper // sends: the client's transport
 }
 
 var (
@@ -146,6 +149,10 @@ func New(cfg Config) (*Connector, error) {
 	// A redirect is the provider declining this URL; following it would send the effect
 	// somewhere the policy file does not name.
 	c.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	// A send never follows a redirect and sets no cookie, and its deadline is its
+	// context's: http.Client would add nothing but a copy of the request's headers (kept
+	// for redirects) and its wrapping of errors, so sends go to the transport directly.
+	c.transport = cmp.Or[http.RoundTripper](c.client.Transport, http.DefaultTransport)
 	return c, nil
 }
 
@@ -213,13 +220,16 @@ func (c *Connector) Send(ctx context.Context, req connector.Request) connector.R
 		// request was written. Only a provider that honours the key may see that.
 		hr.GetBody = nil
 	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Idempotency-Key", req.EffectID)
-	hr.Header.Set("X-Airlock-Run-Key", req.RunKey)
-	hr.Header.Set("X-Airlock-Action-Type", req.ActionType)
+	// The keys are canonical already; the four values share one backing array.
+	vals := [...]string{"application/json", req.EffectID, req.RunKey, req.ActionType}
+	v := vals[:]
+	hr.Header["Content-Type"] = v[0:1:1]
+	hr.Header["Idempotency-Key"] = v[1:2:2]
+	hr.Header["X-Airlock-Run-Key"] = v[2:3:3]
+	hr.Header["X-Airlock-Action-Type"] = v[3:4:4]
 	c.authorize(hr.Header)
 
-	resp, err := c.client.Do(hr)
+	resp, err := c.transport.RoundTrip(hr)
 	if err != nil {
 		class := tr.class(caller, err)
 		if tr.sent() {
@@ -260,7 +270,7 @@ func (c *Connector) classify(resp *http.Response) connector.Result {
 // character, too long) is not dropped but kept in connector.SafeProviderID's form, with
 // its note: an id as given is preferred, the body's over the header's.
 func (c *Connector) providerID(resp *http.Response) (string, string) {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	body := readBody(resp, maxBody)
 	var candidates []string
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) == nil {
@@ -390,10 +400,29 @@ func idValue(raw json.RawMessage) (string, bool) {
 	return id, ok && validID(id)
 }
 
+// readBody reads up to limit bytes of a response body (what it read until an error), in
+// one allocation of the body's size when its length is announced.
+func readBody(resp *http.Response, limit int64) []byte {
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		body := make([]byte, n)
+		got, _ := io.ReadFull(resp.Body, body)
+		return body[:got]
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
+	return body
+}
+
 // idText returns a non-empty JSON string or number as text, keeping numbers exact.
 func idText(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 {
 		return "", false
+	}
+	if raw[0] == '"' { // the usual id: a string, decoded without the any and Decoder
+		var id string
+		if json.Unmarshal(raw, &id) != nil {
+			return "", false
+		}
+		return id, id != ""
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,31 +111,34 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 	}
 	// Each type up to its own cap (one LATERAL probe of the due index per type), then the
 	// oldest of those up to the limit. Rows locked but not taken stay pending.
-	return collectEffects(q.db.Query(ctx, effectLeaseSQL, p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
+	sql := effectLeaseSQL.get(func() string {
+		return `
+			WITH due AS (
+			  SELECT d.id FROM unnest($2::text[], $7::int[]) AS t(action_type, cap)
+			  CROSS JOIN LATERAL (
+			    SELECT id, not_before FROM effects
+			    WHERE state = 'pending' AND executor = $1 AND action_type = t.action_type
+			      AND not_before <= coalesce($6::timestamptz, now())
+			    ORDER BY not_before
+			    LIMIT t.cap
+			    FOR UPDATE SKIP LOCKED
+			  ) d
+			  ORDER BY d.not_before
+			  LIMIT $5
+			)
+			UPDATE effects e
+			SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
+			    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+			    updated_at = coalesce($6::timestamptz, now())
+			FROM due WHERE e.id = due.id
+			RETURNING ` + prefixed("e.", effectColumns)
+	})
+	return collectEffects(q.db.Query(ctx, sql, p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
 }
 
-// effectLeaseSQL is the lease: $1 executor, $2 types, $3 owner, $4 lease (µs), $5 limit,
-// $6 now, $7 caps. Built once (the column list is prefixed at start-up, not per lease).
-var effectLeaseSQL = `
-		WITH due AS (
-		  SELECT d.id FROM unnest($2::text[], $7::int[]) AS t(action_type, cap)
-		  CROSS JOIN LATERAL (
-		    SELECT id, not_before FROM effects
-		    WHERE state = 'pending' AND executor = $1 AND action_type = t.action_type
-		      AND not_before <= coalesce($6::timestamptz, now())
-		    ORDER BY not_before
-		    LIMIT t.cap
-		    FOR UPDATE SKIP LOCKED
-		  ) d
-		  ORDER BY d.not_before
-		  LIMIT $5
-		)
-		UPDATE effects e
-		SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
-		    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
-		    updated_at = coalesce($6::timestamptz, now())
-		FROM due WHERE e.id = due.id
-		RETURNING ` + prefixed("e.", effectColumns)
+// effectLeaseSQL is the lease statement, built once: its column list is prefixed at the
+// first lease, not at each.
+var effectLeaseSQL onceString
 
 // LeaseEffects runs the lease's one statement in autocommit (or in the transaction ctx
 // joins): a BEGIN and a COMMIT fewer per batch.
@@ -204,8 +208,9 @@ func (s *Store) BeginSends(ctx context.Context, owner string, ids []string, now 
 	return marked, nil
 }
 
-// effectClaimUnknownSQL: $1 types, $2 now, $3 limit, $4 claim (µs).
-var effectClaimUnknownSQL = `
+func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	// SKIP LOCKED: an instance claiming at the same moment takes the next ones instead.
+	return collectEffects(q.db.Query(ctx, `
 		WITH due AS (
 		  SELECT id FROM effects
 		  WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type = ANY($1)
@@ -216,11 +221,7 @@ var effectClaimUnknownSQL = `
 		UPDATE effects e SET next_check_at = coalesce($2::timestamptz, now()) + $4::bigint * interval '1 microsecond',
 		  version = e.version + 1
 		FROM due WHERE e.id = due.id
-		RETURNING ` + prefixed("e.", effectColumns)
-
-func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
-	// SKIP LOCKED: an instance claiming at the same moment takes the next ones instead.
-	return collectEffects(q.db.Query(ctx, effectClaimUnknownSQL, types, now, limit, micros(claim)))
+		RETURNING `+prefixed("e.", effectColumns), types, now, limit, micros(claim)))
 }
 
 func (q queries) EffectCheckLater(ctx context.Context, id string, version int64, at time.Time) error {
@@ -453,6 +454,17 @@ func (q queries) KillSwitchSet(ctx context.Context, k store.KillSwitch) error {
 		return fmt.Errorf("set kill switch: %w", err)
 	}
 	return nil
+}
+
+// onceString is a string computed once, by the first get.
+type onceString struct {
+	once sync.Once
+	s    string
+}
+
+func (o *onceString) get(f func() string) string {
+	o.once.Do(func() { o.s = f() })
+	return o.s
 }
 
 // prefixed qualifies a column list with a table alias.
