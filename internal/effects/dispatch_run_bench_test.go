@@ -34,7 +34,8 @@ import (
 // (this test binary re-run as TestNoopProviderProcess), so what this process spends — CPU
 // (cpu-µs/effect, user+sys) and allocations (allocs/op = per effect) — is the
 // dispatcher's alone: on SQLite with the database, on PostgreSQL without it
-// (scripts/bench-cpu.sh measures the cluster). -cpuprofile profiles the drain.
+// (scripts/bench-cpu.sh measures the cluster); effects/lease is how many effects one
+// lease statement took on average. -cpuprofile profiles the drain.
 //
 //	scripts/with-postgres.sh go test -run '^$' -bench DispatchRun -benchtime 3000x ./internal/effects/
 func BenchmarkDispatchRun(b *testing.B) {
@@ -70,7 +71,12 @@ dispatch:
 	e.effects = effects.NewService(effects.Options{Store: e.Store, Policy: pol,
 		Connectors: map[string]connector.Connector{"note": c}, Alerts: e.Alerts})
 	m := metrics.New()
-	var done atomic.Int64
+	var done, leases atomic.Int64
+	e.effects.Hook = func(point string) {
+		if point == "leased" {
+			leases.Add(1)
+		}
+	}
 	all := make(chan struct{})
 	e.effects.Observe = func(outcome string, d time.Duration) {
 		m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())
@@ -116,6 +122,7 @@ dispatch:
 		b.Fatalf("provider got %d requests (%d keys twice), want %d once each", reqs, dups, b.N)
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/effect")
+	b.ReportMetric(float64(b.N)/float64(leases.Load()), "effects/lease")
 }
 
 // providerProcess is TestNoopProviderProcess running in a child process.
