@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/connector"
 )
@@ -271,12 +272,10 @@ func (c *Connector) classify(resp *http.Response) connector.Result {
 // its note: an id as given is preferred, the body's over the header's.
 func (c *Connector) providerID(resp *http.Response) (string, string) {
 	body := readBody(resp, maxBody)
-	var candidates []string
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(body, &obj) == nil {
-		if id, ok := idText(obj[c.idField]); ok {
-			candidates = append(candidates, id)
-		}
+	var buf [2]string
+	candidates := buf[:0]
+	if id, ok := idText(member(body, c.idField)); ok {
+		candidates = append(candidates, id)
 	}
 	if id := resp.Header.Get("X-Provider-Id"); id != "" {
 		candidates = append(candidates, id)
@@ -398,6 +397,94 @@ func jsonArray(raw []byte) ([]json.RawMessage, bool) {
 func idValue(raw json.RawMessage) (string, bool) {
 	id, ok := idText(raw)
 	return id, ok && validID(id)
+}
+
+// member is the raw value of body's top-level member name, as json.Unmarshal into a
+// map[string]json.RawMessage finds it — the last of duplicates; nil if body is not a JSON
+// object or has no such member — without building the map: a reply's few members are
+// walked in place. A key written with an escape, or not UTF-8 (json.Unmarshal would have
+// decoded or replaced its bytes), sends the whole body through json.Unmarshal instead.
+func member(body []byte, name string) json.RawMessage {
+	if !json.Valid(body) {
+		return nil
+	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return nil // an array, a string, a number, true, false, null: no member
+	}
+	var found json.RawMessage
+	for i = skipSpace(body, i+1); body[i] == '"'; i = skipSpace(body, i+1) {
+		end := i + 1
+		for body[end] != '"' {
+			if body[end] == '\\' || body[end] >= utf8.RuneSelf {
+				return memberSlow(body, name)
+			}
+			end++
+		}
+		key := body[i+1 : end]
+		i = skipSpace(body, end+1) + 1 // past the colon
+		i = skipSpace(body, i)
+		start := i
+		i = skipValue(body, i)
+		if string(key) == name {
+			found = body[start:i:i]
+		}
+		if i = skipSpace(body, i); body[i] == '}' {
+			break
+		}
+		// body[i] is the comma before the next member
+	}
+	return found
+}
+
+// memberSlow is member by json.Unmarshal into a map.
+func memberSlow(body []byte, name string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return nil
+	}
+	return obj[name]
+}
+
+// skipSpace returns the index of the first byte at or after i that is not JSON
+// whitespace. body is valid JSON, so one always follows where this is called.
+func skipSpace(body []byte, i int) int {
+	for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value starting at i, in valid JSON.
+func skipValue(body []byte, i int) int {
+	depth := 0
+	for ; i < len(body); i++ {
+		switch b := body[i]; b {
+		case '"':
+			for i++; body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+			if depth < 0 {
+				return i // the end of the enclosing object: a scalar ended here
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 // readBody reads up to limit bytes of a response body (what it read until an error), in
