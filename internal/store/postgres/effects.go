@@ -496,7 +496,7 @@ func (q queries) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUp
 
 // The outcome statement without and with the run locks. It returns the position (from 1)
 // of each update that applied — no effect row: nothing the caller does not already know
-// is read back, decoded and sent —, and with the locks one more row (position NULL) with
+// is read back, decoded and sent —, and with the locks one more row (position 0) with
 // the keys it locked.
 var (
 	effectUpdateManySQL       = effectUpdateManyStatement(false)
@@ -514,7 +514,7 @@ func effectUpdateManyStatement(lock bool) string {
 		    ORDER BY r.idempotency_key FOR UPDATE OF r) AS keys), `
 		cond = ` AND e.idempotency_key = ANY((SELECT keys FROM lk)::text[])`
 		tail = `
-		UNION ALL SELECT NULL, keys FROM lk`
+		UNION ALL SELECT 0, keys FROM lk`
 	}
 	return `
 		WITH ` + lk + `u AS (
@@ -579,17 +579,17 @@ func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 	}
 	applied := make([]bool, n)
 	var locked []string
-	var pos *int32
+	var pos int32
 	var keys []string
 	some := false
 	_, err = pgx.ForEachRow(rows, []any{&pos, &keys}, func() error {
 		switch {
-		case pos == nil:
+		case pos == 0:
 			locked = keys
-		case *pos < 1 || int(*pos) > n:
-			return fmt.Errorf("update effects: position %d of %d", *pos, n)
+		case pos < 0 || int(pos) > n:
+			return fmt.Errorf("update effects: position %d of %d", pos, n)
 		default:
-			applied[*pos-1], some = true, true
+			applied[pos-1], some = true, true
 		}
 		return nil
 	})
