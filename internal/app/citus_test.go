@@ -336,7 +336,7 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 			{ID: two[0], From: []store.EffectState{store.EffectSending}, Owner: "citus-nobody", To: store.EffectFailed, ErrorClass: &failed},
 			{ID: two[1], From: []store.EffectState{store.EffectSending}, Owner: "citus-nobody", To: store.EffectFailed, ErrorClass: &failed},
 		}
-		if _, _, err := bq.EffectUpdateMany(ctx, ps, nil); err != nil {
+		if _, err := bq.EffectUpdateMany(ctx, ps, nil); err != nil {
 			return err
 		}
 		// The fallback's run locks: a group of several runs locked in key order.

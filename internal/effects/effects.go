@@ -160,8 +160,9 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 
 // outcome is what recording a send's result did.
 type outcome struct {
-	effect store.Effect
-	alert  string // the alert to raise after commit, if any
+	effect store.Effect      // the effect as recorded (only where the store read it back)
+	state  store.EffectState // the state it was recorded in
+	alert  string            // the alert to raise after commit, if any
 }
 
 func (s *Service) raise(ctx context.Context, e store.Effect, res connector.Result, alert string) {
@@ -201,9 +202,10 @@ func (s *Service) finishInRun(ctx context.Context, q store.Queries, e store.Effe
 	if err != nil {
 		return outcome{}, err
 	}
+	out.state = out.effect.State
 	// The outcome's event, the run's settling (its transition), then the alert's event.
 	evs := pl.events()
-	if err := runs.Event(ctx, q, evs[0].at, e.RunKey, evs[0].kind, 0, evs[0].actor, nil, evs[0].detail); err != nil {
+	if err := evs[0].insert(ctx, q, e.RunKey); err != nil {
 		return outcome{}, err
 	}
 	if settle {
@@ -212,7 +214,7 @@ func (s *Service) finishInRun(ctx context.Context, q store.Queries, e store.Effe
 		}
 	}
 	for _, ev := range evs[1:] {
-		if err := runs.Event(ctx, q, ev.at, e.RunKey, ev.kind, 0, ev.actor, nil, ev.detail); err != nil {
+		if err := ev.insert(ctx, q, e.RunKey); err != nil {
 			return outcome{}, err
 		}
 	}
@@ -227,7 +229,7 @@ type outcomePlan struct {
 	update       store.EffectUpdateParams
 	kind         store.EventKind
 	actor        string
-	detail       map[string]any
+	detail       outcomeDetail
 	alert        string // the alert to raise after commit (and its event), if any
 	class        string
 	at           *time.Time
@@ -254,36 +256,58 @@ func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result
 	pl := outcomePlan{e: e, actor: actor, class: res.Class, at: at}
 	pl.update = store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &pl.class,
 		LeaseExpired: expired, Now: at}
-	pl.detail = map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "attempts": e.Attempts}
-	if pl.class != "" {
-		pl.detail["error_class"] = pl.class
-	}
+	pl.detail = outcomeDetail{EffectID: e.EffectID, ActionType: e.ActionType, Target: e.Target, Attempts: e.Attempts,
+		ErrorClass: pl.class}
 	switch {
 	case res.Outcome == connector.Sent:
 		id := res.ProviderID
 		pl.update.To, pl.update.ProviderID, pl.kind = store.EffectCompleted, &id, store.EventEffectCompleted
-		pl.detail["provider_id"] = res.ProviderID
-		if res.Note != "" {
-			pl.detail["provider_id_note"] = res.Note
-		}
+		pl.detail.ProviderID, pl.detail.ProviderIDNote = &id, res.Note
 		pl.reconcilable = !expired
 	case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:
 		wait := policy.Backoff(retry.Backoff, retry.MaxBackoff, e.Attempts, res.RetryAfter)
 		nb := now.Add(wait)
 		pl.update.To, pl.update.NotBefore, pl.kind = store.EffectPending, &nb, store.EventEffectRetryScheduled
-		pl.detail["retry_in_ms"] = wait.Milliseconds()
-		if res.Outcome == connector.Ambiguous {
-			pl.detail["ambiguous"] = true // resent with the same idempotency key: the provider de-duplicates
-		}
+		ms := wait.Milliseconds()
+		pl.detail.RetryInMS = &ms
+		// Ambiguous: resent with the same idempotency key, the provider de-duplicates.
+		pl.detail.Ambiguous = res.Outcome == connector.Ambiguous
 	case res.Outcome == connector.Ambiguous:
 		pl.update.To, pl.kind, pl.alert = store.EffectUnknown, store.EventEffectUnknown, "effect_unknown"
 	default: // refused, or retryable past the cap
 		pl.update.To, pl.kind, pl.alert = store.EffectFailed, store.EventEffectFailed, "effect_failed"
 		if res.Outcome == connector.Retryable {
-			pl.detail["retry_cap"] = retry.MaxAttempts
+			maxAttempts := retry.MaxAttempts
+			pl.detail.RetryCap = &maxAttempts
 		}
 	}
 	return pl
+}
+
+// outcomeDetail is an outcome event's detail. Its JSON is what a map of the same keys
+// would give (the keys in sorted order, an optional one only when set): encoded without
+// a map, and the reflection over one, per outcome.
+type outcomeDetail struct {
+	ActionType     string            `json:"action_type"`
+	Ambiguous      bool              `json:"ambiguous,omitempty"` // only ever true when present
+	Attempts       int               `json:"attempts"`
+	EffectID       string            `json:"effect_id"`
+	ErrorClass     string            `json:"error_class,omitempty"`
+	Found          int               `json:"found,omitempty"` // a reconciliation: 1
+	From           store.EffectState `json:"from,omitempty"`
+	ProviderID     *string           `json:"provider_id,omitempty"` // a Sent outcome's, even if empty
+	ProviderIDNote string            `json:"provider_id_note,omitempty"`
+	RetryCap       *int              `json:"retry_cap,omitempty"`
+	RetryInMS      *int64            `json:"retry_in_ms,omitempty"`
+	Source         string            `json:"source,omitempty"`
+	Target         string            `json:"target"`
+}
+
+// alertDetail is an outcome's alert event's detail (keys sorted, as a map's).
+type alertDetail struct {
+	Alert      string `json:"alert"`
+	EffectID   string `json:"effect_id"`
+	ErrorClass string `json:"error_class"`
 }
 
 // reconcile turns a Sent plan whose compare-and-set found no lease into the
@@ -291,25 +315,36 @@ func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result
 func (pl *outcomePlan) reconcile() {
 	pl.update.From, pl.update.Owner, pl.update.LeaseExpired = []store.EffectState{store.EffectUnknown}, "", false
 	pl.update.Attempts, pl.update.FromErrorClass = pl.e.Attempts, LeaseExpiredClass
-	pl.kind, pl.detail["from"], pl.detail["found"], pl.detail["source"] = store.EventEffectReconciled, store.EffectUnknown, 1, LateOutcomeSource
+	pl.kind, pl.detail.From, pl.detail.Found, pl.detail.Source = store.EventEffectReconciled, store.EffectUnknown, 1, LateOutcomeSource
 	pl.reconcilable = false
 }
 
 type plannedEvent struct {
 	kind   store.EventKind
 	actor  string
-	detail map[string]any
+	detail any // outcomeDetail or alertDetail
 	at     *time.Time
 }
 
 // events are the events of a recorded outcome, in order: the outcome's, then its alert's.
 func (pl *outcomePlan) events() []plannedEvent {
-	evs := []plannedEvent{{kind: pl.kind, actor: pl.actor, detail: pl.detail, at: pl.at}}
+	evs := []plannedEvent{{kind: pl.kind, actor: pl.actor, detail: &pl.detail, at: pl.at}}
 	if pl.alert != "" {
 		evs = append(evs, plannedEvent{kind: store.EventAlert, actor: "airlock", at: pl.at,
-			detail: map[string]any{"alert": pl.alert, "effect_id": pl.e.EffectID, "error_class": pl.class}})
+			detail: &alertDetail{Alert: pl.alert, EffectID: pl.e.EffectID, ErrorClass: pl.class}})
 	}
 	return evs
+}
+
+// insert writes a planned event on key's run (as runs.Event, with its detail encoded).
+func (ev plannedEvent) insert(ctx context.Context, q store.Queries, key string) error {
+	detail, err := json.Marshal(ev.detail)
+	if err != nil {
+		return err
+	}
+	_, err = q.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: string(ev.kind), Actor: ev.actor,
+		Detail: detail, Now: ev.at})
+	return err
 }
 
 // settleApproved finishes an approved run once its effects have: completed when none is

@@ -152,13 +152,13 @@ func (d *Dispatcher) recordLocked(ctx context.Context, bq store.BatchQueries, gr
 	if len(batch) == 0 {
 		return group
 	}
-	locked, updated, applied, err := bq.EffectUpdateManyLocked(ctx, ps, evs)
+	locked, applied, err := bq.EffectUpdateManyLocked(ctx, ps, evs)
 	if err != nil || len(locked) == 0 {
 		return group
 	}
 	for i, it := range batch {
 		if applied[i] {
-			it.out, it.err = outcome{effect: updated[i], alert: alerts[i]}, nil
+			it.out, it.err = outcome{state: ps[i].To, alert: alerts[i]}, nil
 			continue
 		}
 		rest = append(rest, it)
@@ -255,14 +255,14 @@ func (d *Dispatcher) finishBatch(ctx context.Context, q store.Queries, bq store.
 		}
 	}
 	// One statement: the compare-and-sets, and the events of those that applied.
-	updated, applied, err := bq.EffectUpdateMany(ctx, ps, evs)
+	applied, err := bq.EffectUpdateMany(ctx, ps, evs)
 	if err != nil {
 		return nil, err
 	}
 	for i, it := range batch {
 		switch {
 		case applied[i]:
-			it.out, it.err = outcome{effect: updated[i], alert: plans[i].alert}, nil
+			it.out, it.err = outcome{state: ps[i].To, alert: plans[i].alert}, nil
 		case plans[i].reconcilable:
 			rest = append(rest, it) // finishIn tries the reconciliation of our lapsed lease
 		default:
@@ -482,7 +482,7 @@ func (d *Dispatcher) applyOneLate(ctx context.Context, l *lateOutcome) {
 	switch {
 	case err == nil:
 		d.log.InfoContext(ctx, "late dispatch outcome applied", "key", e.RunKey, "effect_id", e.EffectID,
-			"provider_id", id, "state", out.effect.State)
+			"provider_id", id, "state", out.state)
 		d.raise(ctx, e, l.res, out.alert)
 	case errors.Is(err, ErrEffectLeaseLost):
 		d.log.WarnContext(ctx, "late dispatch outcome not applied: the effect moved on (resolved, reconciled or leased again)",

@@ -159,9 +159,10 @@ type BatchQueries interface {
 	// sending, and no field besides ProviderID, NotBefore, ErrorClass and Now (the same
 	// Now for all); ids distinct. Anything else is refused whole with ErrUnbatchable. In
 	// the same statement it inserts events[i] for each update i that applied, all in the
-	// order given (events may be shorter than ps). It returns, by index, the updated
-	// effect and whether that update applied (false: ErrNoMatch for that one alone).
-	EffectUpdateMany(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) ([]Effect, []bool, error)
+	// order given (events may be shorter than ps). It returns, by index, whether that
+	// update applied (false: ErrNoMatch for that one alone). It returns no effect: an
+	// applied update leaves the row as EffectUpdate would (the caller knows what it set).
+	EffectUpdateMany(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) ([]bool, error)
 	// EffectUpdateManyLocked is EffectUpdateMany that, in the same statement and before it
 	// touches any effect, locks (FOR UPDATE, in key order) the runs of the effects in ps
 	// that are not approved, and applies only the updates of those runs. It also returns
@@ -169,7 +170,7 @@ type BatchQueries interface {
 	// locked then, and records them again the usual way). On the Store, outside a
 	// transaction, it is one autocommit statement: a group's run locks, compare-and-sets
 	// and events commit together in one round trip.
-	EffectUpdateManyLocked(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) (locked []string, updated []Effect, applied []bool, err error)
+	EffectUpdateManyLocked(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) (locked []string, applied []bool, err error)
 }
 
 // ErrUnbatchable: EffectUpdateMany was given an update it does not apply in a batch.

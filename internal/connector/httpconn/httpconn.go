@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/connector"
 )
@@ -72,7 +73,9 @@ type Config struct {
 	IDField string
 	// Client is optional (tests). Its transport must honour net/http/httptrace, as
 	// *http.Transport does: classification depends on the GotConn callback. Redirects are
-	// never followed, whatever its CheckRedirect says.
+	// never followed, whatever its CheckRedirect says. A send goes straight to its
+	// Transport (http.DefaultTransport if nil): the client's Jar and Timeout are not used
+	// for sends (the connector's Timeout bounds them).
 	Client *http.Client
 }
 
@@ -87,7 +90,8 @@ type Connector struct {
 	lookupURL     string
 	authoritative bool
 	idField       string
-	client        *http.Client
+	client        *http.Client      // lookups
+	transport     http.RoundTripper // sends: the client's transport
 }
 
 var (
@@ -146,6 +150,10 @@ func New(cfg Config) (*Connector, error) {
 	// A redirect is the provider declining this URL; following it would send the effect
 	// somewhere the policy file does not name.
 	c.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	// A send never follows a redirect and sets no cookie, and its deadline is its
+	// context's: http.Client would add nothing but a copy of the request's headers (kept
+	// for redirects) and its wrapping of errors, so sends go to the transport directly.
+	c.transport = cmp.Or[http.RoundTripper](c.client.Transport, http.DefaultTransport)
 	return c, nil
 }
 
@@ -213,13 +221,16 @@ func (c *Connector) Send(ctx context.Context, req connector.Request) connector.R
 		// request was written. Only a provider that honours the key may see that.
 		hr.GetBody = nil
 	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Idempotency-Key", req.EffectID)
-	hr.Header.Set("X-Airlock-Run-Key", req.RunKey)
-	hr.Header.Set("X-Airlock-Action-Type", req.ActionType)
+	// The keys are canonical already; the four values share one backing array.
+	vals := [...]string{"application/json", req.EffectID, req.RunKey, req.ActionType}
+	v := vals[:]
+	hr.Header["Content-Type"] = v[0:1:1]
+	hr.Header["Idempotency-Key"] = v[1:2:2]
+	hr.Header["X-Airlock-Run-Key"] = v[2:3:3]
+	hr.Header["X-Airlock-Action-Type"] = v[3:4:4]
 	c.authorize(hr.Header)
 
-	resp, err := c.client.Do(hr)
+	resp, err := c.transport.RoundTrip(hr)
 	if err != nil {
 		class := tr.class(caller, err)
 		if tr.sent() {
@@ -260,13 +271,11 @@ func (c *Connector) classify(resp *http.Response) connector.Result {
 // character, too long) is not dropped but kept in connector.SafeProviderID's form, with
 // its note: an id as given is preferred, the body's over the header's.
 func (c *Connector) providerID(resp *http.Response) (string, string) {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	var candidates []string
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(body, &obj) == nil {
-		if id, ok := idText(obj[c.idField]); ok {
-			candidates = append(candidates, id)
-		}
+	body := readBody(resp, maxBody)
+	var buf [2]string
+	candidates := buf[:0]
+	if id, ok := idText(member(body, c.idField)); ok {
+		candidates = append(candidates, id)
 	}
 	if id := resp.Header.Get("X-Provider-Id"); id != "" {
 		candidates = append(candidates, id)
@@ -390,10 +399,117 @@ func idValue(raw json.RawMessage) (string, bool) {
 	return id, ok && validID(id)
 }
 
+// member is the raw value of body's top-level member name, as json.Unmarshal into a
+// map[string]json.RawMessage finds it — the last of duplicates; nil if body is not a JSON
+// object or has no such member — without building the map: a reply's few members are
+// walked in place. A key written with an escape, or not UTF-8 (json.Unmarshal would have
+// decoded or replaced its bytes), sends the whole body through json.Unmarshal instead.
+func member(body []byte, name string) json.RawMessage {
+	if !json.Valid(body) {
+		return nil
+	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return nil // an array, a string, a number, true, false, null: no member
+	}
+	var found json.RawMessage
+	for i = skipSpace(body, i+1); body[i] == '"'; i = skipSpace(body, i+1) {
+		end := i + 1
+		for body[end] != '"' {
+			if body[end] == '\\' || body[end] >= utf8.RuneSelf {
+				return memberSlow(body, name)
+			}
+			end++
+		}
+		key := body[i+1 : end]
+		i = skipSpace(body, end+1) + 1 // past the colon
+		i = skipSpace(body, i)
+		start := i
+		i = skipValue(body, i)
+		if string(key) == name {
+			found = body[start:i:i]
+		}
+		if i = skipSpace(body, i); body[i] == '}' {
+			break
+		}
+		// body[i] is the comma before the next member
+	}
+	return found
+}
+
+// memberSlow is member by json.Unmarshal into a map.
+func memberSlow(body []byte, name string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return nil
+	}
+	return obj[name]
+}
+
+// skipSpace returns the index of the first byte at or after i that is not JSON
+// whitespace. body is valid JSON, so one always follows where this is called.
+func skipSpace(body []byte, i int) int {
+	for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value starting at i, in valid JSON.
+func skipValue(body []byte, i int) int {
+	depth := 0
+	for ; i < len(body); i++ {
+		switch b := body[i]; b {
+		case '"':
+			for i++; body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+			if depth < 0 {
+				return i // the end of the enclosing object: a scalar ended here
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// readBody reads up to limit bytes of a response body (what it read until an error), in
+// one allocation of the body's size when its length is announced.
+func readBody(resp *http.Response, limit int64) []byte {
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		body := make([]byte, n)
+		got, _ := io.ReadFull(resp.Body, body)
+		return body[:got]
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
+	return body
+}
+
 // idText returns a non-empty JSON string or number as text, keeping numbers exact.
 func idText(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 {
 		return "", false
+	}
+	if raw[0] == '"' { // the usual id: a string, decoded without the any and Decoder
+		var id string
+		if json.Unmarshal(raw, &id) != nil {
+			return "", false
+		}
+		return id, id != ""
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()

@@ -737,3 +737,26 @@ func TestClientRedirectPolicyNotMutated(t *testing.T) {
 		t.Error("New changed the caller's client")
 	}
 }
+
+// member finds in place what json.Unmarshal into a map finds: the same bytes, or none.
+func FuzzMemberIsTheMapsValue(f *testing.F) {
+	for _, body := range []string{
+		`{"id":"x"}`, `{"id":42}`, ` { "id" : "a b" , "n" : 1 } `, `{"a":{"id":"inner"},"id":"outer"}`,
+		`{"id":"first","id":"last"}`, `{"x":[1,{"id":2},"]"],"id":-1.5e3}`, `{"x":"q\"}\\","id":"y"}`,
+		`{"i\u0064":"escaped key"}`, `{"id":null}`, `{"id":true,"z":false}`, `{}`, `[]`, `[{"id":"x"}]`,
+		`"id"`, `null`, `12`, ``, `{"id":`, `{"id":"x"} trailing`, "{\"\xffid\":\"bad key\"}",
+		"{\"id\":\"\xff\"}", `{"é":"x","id":"ok"}`, "{\"id\"\t:\n\"x\"\r}", `{"":"empty","id":""}`,
+		`{"a":[[[]]],"id":{"deep":[{"id":"no"}]}}`,
+	} {
+		f.Add([]byte(body), "id")
+	}
+	f.Add([]byte(`{"data":{"id":"x"},"data2":1}`), "data")
+	f.Add([]byte(`{"\ufffd":"replaced"}`), "\ufffd")
+	f.Add([]byte("{\"\xff\":\"replaced\"}"), "\ufffd")
+	f.Fuzz(func(t *testing.T, body []byte, name string) {
+		got, want := member(body, name), memberSlow(body, name)
+		if string(got) != string(want) || (got == nil) != (want == nil) {
+			t.Fatalf("member(%q, %q) = %q, json.Unmarshal into a map gives %q", body, name, got, want)
+		}
+	})
+}

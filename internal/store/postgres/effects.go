@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,27 +111,34 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 	}
 	// Each type up to its own cap (one LATERAL probe of the due index per type), then the
 	// oldest of those up to the limit. Rows locked but not taken stay pending.
-	return collectEffects(q.db.Query(ctx, `
-		WITH due AS (
-		  SELECT d.id FROM unnest($2::text[], $7::int[]) AS t(action_type, cap)
-		  CROSS JOIN LATERAL (
-		    SELECT id, not_before FROM effects
-		    WHERE state = 'pending' AND executor = $1 AND action_type = t.action_type
-		      AND not_before <= coalesce($6::timestamptz, now())
-		    ORDER BY not_before
-		    LIMIT t.cap
-		    FOR UPDATE SKIP LOCKED
-		  ) d
-		  ORDER BY d.not_before
-		  LIMIT $5
-		)
-		UPDATE effects e
-		SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
-		    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
-		    updated_at = coalesce($6::timestamptz, now())
-		FROM due WHERE e.id = due.id
-		RETURNING `+prefixed("e.", effectColumns), p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
+	sql := effectLeaseSQL.get(func() string {
+		return `
+			WITH due AS (
+			  SELECT d.id FROM unnest($2::text[], $7::int[]) AS t(action_type, cap)
+			  CROSS JOIN LATERAL (
+			    SELECT id, not_before FROM effects
+			    WHERE state = 'pending' AND executor = $1 AND action_type = t.action_type
+			      AND not_before <= coalesce($6::timestamptz, now())
+			    ORDER BY not_before
+			    LIMIT t.cap
+			    FOR UPDATE SKIP LOCKED
+			  ) d
+			  ORDER BY d.not_before
+			  LIMIT $5
+			)
+			UPDATE effects e
+			SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
+			    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+			    updated_at = coalesce($6::timestamptz, now())
+			FROM due WHERE e.id = due.id
+			RETURNING ` + prefixed("e.", effectColumns)
+	})
+	return collectEffects(q.db.Query(ctx, sql, p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
 }
+
+// effectLeaseSQL is the lease statement, built once: its column list is prefixed at the
+// first lease, not at each.
+var effectLeaseSQL onceString
 
 // LeaseEffects runs the lease's one statement in autocommit (or in the transaction ctx
 // joins): a BEGIN and a COMMIT fewer per batch.
@@ -448,6 +456,17 @@ func (q queries) KillSwitchSet(ctx context.Context, k store.KillSwitch) error {
 	return nil
 }
 
+// onceString is a string computed once, by the first get.
+type onceString struct {
+	once sync.Once
+	s    string
+}
+
+func (o *onceString) get(f func() string) string {
+	o.once.Do(func() { o.s = f() })
+	return o.s
+}
+
 // prefixed qualifies a column list with a table alias.
 func prefixed(alias, cols string) string {
 	parts := strings.Split(cols, ",")
@@ -462,58 +481,43 @@ func prefixed(alias, cols string) string {
 // lease), the same columns set as EffectUpdate sets them for a move out of sending, and
 // the events of the updates that applied inserted by the same statement, in order (the
 // rows reach the insert sorted by their position, so their ids follow it).
-func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]store.Effect, []bool, error) {
-	_, out, applied, err := q.effectUpdateMany(ctx, ps, events, false)
-	return out, applied, err
+func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]bool, error) {
+	_, applied, err := q.effectUpdateMany(ctx, ps, events, false)
+	return applied, err
 }
 
 // EffectUpdateManyLocked is EffectUpdateMany that locks the runs first, in the same
 // statement: an InitPlan locks, in key order and before any effect row is touched, the
 // runs of the updates that are not approved (FOR UPDATE re-reads a run that changes
 // meanwhile and drops it if it became approved), and only those runs' updates apply.
-func (q queries) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []store.Effect, []bool, error) {
+func (q queries) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []bool, error) {
 	return q.effectUpdateMany(ctx, ps, events, true)
 }
 
-func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams, lock bool) ([]string, []store.Effect, []bool, error) {
-	if len(ps) == 0 {
-		return nil, nil, nil, nil
-	}
-	n := len(ps)
-	ids, owners, tos := make([]string, n), make([]string, n), make([]string, n)
-	providerIDs, classes := make([]*string, n), make([]*string, n)
-	notBefore := make([]*time.Time, n)
-	index := make(map[string]int, n)
-	var ev eventArrays
-	for i, p := range ps {
-		if !p.Batchable() || !sameTime(p.Now, ps[0].Now) {
-			return nil, nil, nil, fmt.Errorf("%w (effect %s to %s)", store.ErrUnbatchable, p.ID, p.To)
-		}
-		if _, dup := index[p.ID]; dup {
-			return nil, nil, nil, fmt.Errorf("%w (effect %s twice)", store.ErrUnbatchable, p.ID)
-		}
-		index[p.ID] = i
-		ids[i], owners[i], tos[i] = p.ID, p.Owner, string(p.To)
-		providerIDs[i], classes[i], notBefore[i] = p.ProviderID, p.ErrorClass, p.NotBefore
-		if i < len(events) {
-			for _, e := range events[i] {
-				ev.add(p.ID, e)
-			}
-		}
-	}
+// The outcome statement without and with the run locks. It returns the position (from 1)
+// of each update that applied — no effect row: nothing the caller does not already know
+// is read back, decoded and sent —, and with the locks one more row (position 0) with
+// the keys it locked.
+var (
+	effectUpdateManySQL       = effectUpdateManyStatement(false)
+	effectUpdateManyLockedSQL = effectUpdateManyStatement(true)
+)
+
+func effectUpdateManyStatement(lock bool) string {
 	// From sending, as EffectUpdate leaves a row it moves out of sending: no lease, not
 	// begun, due for reconciliation at once if unknown (next_check_at NULL, checks 0).
-	lk, cond, sel := `lk AS (SELECT NULL::text[] AS keys), `, ``, `NULL::text[], `
+	lk, cond, tail := ``, ``, ``
 	if lock {
 		lk = `lk AS (SELECT ARRAY(SELECT r.idempotency_key FROM workflow_runs r
 		    WHERE r.idempotency_key IN (SELECT e.idempotency_key FROM effects e WHERE e.id = ANY($1))
 		      AND r.state <> 'approved'
 		    ORDER BY r.idempotency_key FOR UPDATE OF r) AS keys), `
 		cond = ` AND e.idempotency_key = ANY((SELECT keys FROM lk)::text[])`
-		sel = `(SELECT keys FROM lk), `
+		tail = `
+		UNION ALL SELECT 0, keys FROM lk`
 	}
-	rows, err := q.db.Query(ctx, `
-		WITH `+lk+`u AS (
+	return `
+		WITH ` + lk + `u AS (
 		  UPDATE effects e
 		  SET state = u.state,
 		      provider_id = coalesce(u.provider_id, e.provider_id),
@@ -524,9 +528,9 @@ func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		      updated_at = coalesce($7::timestamptz, now()),
 		      version = e.version + 1
 		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
-		       AS u(id, owner, state, provider_id, not_before, class)
-		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner`+cond+`
-		  RETURNING `+prefixed("e.", effectColumns)+`
+		       WITH ORDINALITY AS u(id, owner, state, provider_id, not_before, class, i)
+		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner` + cond + `
+		  RETURNING e.id, u.i
 		), ev AS (
 		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
 		  SELECT v.run_key, coalesce(v.at, now()), v.kind, v.version, v.actor, v.meta::jsonb, v.detail::jsonb
@@ -535,31 +539,67 @@ func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		  WHERE v.effect IN (SELECT id FROM u)
 		  ORDER BY v.i
 		)
-		SELECT `+sel+effectColumns+` FROM u`, ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now,
+		SELECT i::int, NULL::text[] FROM u` + tail
+}
+
+func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams, lock bool) ([]string, []bool, error) {
+	if len(ps) == 0 {
+		return nil, nil, nil
+	}
+	n := len(ps)
+	ids, owners, tos := make([]string, n), make([]string, n), make([]string, n)
+	providerIDs, classes := make([]*string, n), make([]*string, n)
+	notBefore := make([]*time.Time, n)
+	index := make(map[string]struct{}, n)
+	var ev eventArrays
+	for i, p := range ps {
+		if !p.Batchable() || !sameTime(p.Now, ps[0].Now) {
+			return nil, nil, fmt.Errorf("%w (effect %s to %s)", store.ErrUnbatchable, p.ID, p.To)
+		}
+		if _, dup := index[p.ID]; dup {
+			return nil, nil, fmt.Errorf("%w (effect %s twice)", store.ErrUnbatchable, p.ID)
+		}
+		index[p.ID] = struct{}{}
+		ids[i], owners[i], tos[i] = p.ID, p.Owner, string(p.To)
+		providerIDs[i], classes[i], notBefore[i] = p.ProviderID, p.ErrorClass, p.NotBefore
+		if i < len(events) {
+			for _, e := range events[i] {
+				ev.add(p.ID, e)
+			}
+		}
+	}
+	sql := effectUpdateManySQL
+	if lock {
+		sql = effectUpdateManyLockedSQL
+	}
+	rows, err := q.db.Query(ctx, sql, ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now,
 		ev.effects, ev.keys, ev.ats, ev.kinds, ev.versions, ev.actors, ev.metas, ev.details)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("update effects: %w", err)
+		return nil, nil, fmt.Errorf("update effects: %w", err)
 	}
+	applied := make([]bool, n)
 	var locked []string
-	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Effect, error) {
-		var e store.Effect
-		var state string
-		var payload []byte
-		err := row.Scan(&locked, &e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
-			&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
-			&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version)
-		e.State, e.Payload = store.EffectState(state), rawOrNil(payload)
-		return e, interpret(err)
+	var pos int32
+	var keys []string
+	some := false
+	_, err = pgx.ForEachRow(rows, []any{&pos, &keys}, func() error {
+		switch {
+		case pos == 0:
+			locked = keys
+		case pos < 0 || int(pos) > n:
+			return fmt.Errorf("update effects: position %d of %d", pos, n)
+		default:
+			applied[pos-1], some = true, true
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("update effects: %w", err)
+		return nil, nil, fmt.Errorf("update effects: %w", err)
 	}
-	out, applied := make([]store.Effect, n), make([]bool, n)
-	for _, e := range got {
-		i := index[e.ID]
-		out[i], applied[i] = e, true
+	if !some {
+		locked = nil // the contract: nil when nothing applied
 	}
-	return locked, out, applied, nil
+	return locked, applied, nil
 }
 
 // eventArrays are events as the arrays of a multi-row insert, each tied to an effect.

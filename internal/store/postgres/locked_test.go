@@ -34,15 +34,17 @@ func TestEffectUpdateManyLockedSkipsApprovedRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps, evs := completions("o1", proc[0], appr[0], proc[1])
-	locked, got, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
+	locked, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(locked) != "[proc]" || fmt.Sprint(applied) != "[true false true]" {
 		t.Fatalf("locked %v, applied %v; want [proc], [true false true]", locked, applied)
 	}
-	if got[0].State != store.EffectCompleted || got[2].ProviderID != "p-2" {
-		t.Fatalf("returned %+v", got)
+	for i, want := range map[int]string{0: "p-0", 2: "p-2"} {
+		if e, _ := st.EffectGet(ctx, ps[i].ID); e.State != store.EffectCompleted || e.ProviderID != want {
+			t.Fatalf("update %d left %s/%q, want completed/%q", i, e.State, e.ProviderID, want)
+		}
 	}
 	for key, want := range map[string]int{"proc": 2, "appr": 0} {
 		var n int
@@ -81,7 +83,7 @@ func TestEffectUpdateManyLockedWaitsForTheRun(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		ps, evs := completions("o1", race[0])
-		locked, _, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
+		locked, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
 		done <- result{locked, applied, err}
 	}()
 	// Wait (no deadline asserted) until the statement waits for the run's lock.

@@ -307,13 +307,12 @@ func updateOne(f *Faults, fr *frame, inTx bool, q store.Queries, ctx context.Con
 }
 
 func updateMany(f *Faults, fr *frame, inTx bool, op Op, ps []store.EffectUpdateParams,
-	run func() ([]string, []store.Effect, []bool, error)) ([]string, []store.Effect, []bool, error) {
+	run func() ([]string, []bool, error)) ([]string, []bool, error) {
 	var locked []string
-	var out []store.Effect
 	var applied []bool
 	err := f.statement(fr, Call{Op: op, InTx: inTx, Updates: ps}, func() ([]Write, error) {
 		var err error
-		locked, out, applied, err = run()
+		locked, applied, err = run()
 		var ws []Write
 		for i, ok := range applied {
 			if ok {
@@ -323,9 +322,9 @@ func updateMany(f *Faults, fr *frame, inTx bool, op Op, ps []store.EffectUpdateP
 		return ws, err
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return locked, out, applied, nil
+	return locked, applied, nil
 }
 
 // faultyBatchStore is a faultyStore over a store that offers store.BatchQueries.
@@ -334,18 +333,18 @@ type faultyBatchStore struct {
 	bq store.BatchQueries
 }
 
-func (s *faultyBatchStore) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]store.Effect, []bool, error) {
+func (s *faultyBatchStore) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]bool, error) {
 	fr := s.f.frameOf(ctx)
-	_, out, applied, err := updateMany(s.f, fr, fr != nil, OpEffectUpdateMany, ps, func() ([]string, []store.Effect, []bool, error) {
-		out, applied, err := s.bq.EffectUpdateMany(ctx, ps, events)
-		return nil, out, applied, err
+	_, applied, err := updateMany(s.f, fr, fr != nil, OpEffectUpdateMany, ps, func() ([]string, []bool, error) {
+		applied, err := s.bq.EffectUpdateMany(ctx, ps, events)
+		return nil, applied, err
 	})
-	return out, applied, err
+	return applied, err
 }
 
-func (s *faultyBatchStore) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []store.Effect, []bool, error) {
+func (s *faultyBatchStore) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []bool, error) {
 	fr := s.f.frameOf(ctx)
-	return updateMany(s.f, fr, fr != nil, OpEffectUpdateManyLocked, ps, func() ([]string, []store.Effect, []bool, error) {
+	return updateMany(s.f, fr, fr != nil, OpEffectUpdateManyLocked, ps, func() ([]string, []bool, error) {
 		return s.bq.EffectUpdateManyLocked(ctx, ps, events)
 	})
 }
@@ -366,16 +365,16 @@ type faultyBatchQueries struct {
 	bq store.BatchQueries
 }
 
-func (q faultyBatchQueries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]store.Effect, []bool, error) {
-	_, out, applied, err := updateMany(q.f, q.fr, true, OpEffectUpdateMany, ps, func() ([]string, []store.Effect, []bool, error) {
-		out, applied, err := q.bq.EffectUpdateMany(ctx, ps, events)
-		return nil, out, applied, err
+func (q faultyBatchQueries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]bool, error) {
+	_, applied, err := updateMany(q.f, q.fr, true, OpEffectUpdateMany, ps, func() ([]string, []bool, error) {
+		applied, err := q.bq.EffectUpdateMany(ctx, ps, events)
+		return nil, applied, err
 	})
-	return out, applied, err
+	return applied, err
 }
 
-func (q faultyBatchQueries) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []store.Effect, []bool, error) {
-	return updateMany(q.f, q.fr, true, OpEffectUpdateManyLocked, ps, func() ([]string, []store.Effect, []bool, error) {
+func (q faultyBatchQueries) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []bool, error) {
+	return updateMany(q.f, q.fr, true, OpEffectUpdateManyLocked, ps, func() ([]string, []bool, error) {
 		return q.bq.EffectUpdateManyLocked(ctx, ps, events)
 	})
 }
