@@ -62,6 +62,11 @@ func FuzzClaimDecode(f *testing.F) {
 	for _, s := range claimSeeds {
 		f.Add([]byte(s))
 	}
+	// testdata/fuzz/FuzzClaimDecode holds the hostile bodies (see TestWriteFuzzSeeds).
+	// Claim-shaped hostile bodies, which the fast path reads to their end.
+	f.Add([]byte(`{"key":"k","payload":"` + strings.Repeat("a", 1_000_000) + `"}`))
+	f.Add([]byte(`{"key":"k","payload":[-0,1e-400,-1e-400,1e999999999],"meta":{"requested_by":"an` + "\u200b" + `a"}}`))
+	f.Add([]byte(`{"key":"k","payload":` + strings.Repeat("9", 100_000) + `}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		fast, ok, slow, err := decodeBoth(body)
 		if !ok {
