@@ -21,7 +21,7 @@ import (
 // BenchmarkClaimServe claims new keys over real HTTP, one client with keep-alive, against
 // the handler wired as `airlock serve` wires it (the API-key cache; logs at warn, as
 // scripts/bench-cpu.sh runs serve), and reports allocs/op for the whole round trip (the
-// client's share is the same in every build). CPU per claim beside the raw statement is scripts/bench-cpu.sh's job; this one
+// client's share is the same in every build) and the process's CPU per claim. CPU per claim beside the raw statement is scripts/bench-cpu.sh's job; this one
 // makes the process's per-request allocations visible to -benchmem and -cpuprofile:
 //
 //	go test ./internal/httpapi -run '^$' -bench ClaimServe -benchtime 2000x -benchmem
@@ -63,10 +63,16 @@ func BenchmarkClaimServe(b *testing.B) {
 			}
 			claim(-1) // the key cache and the prepared statements
 			b.ReportAllocs()
+			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for i := range b.N {
 				claim(i)
 			}
+			b.StopTimer()
+			// The process's user+sys time per claim (client, server and, on SQLite, the
+			// database): steadier than ns/op on a shared machine, where the wall clock
+			// waits for other work.
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }

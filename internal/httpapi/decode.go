@@ -27,14 +27,32 @@ import (
 // key), no unknown fields, no trailing data. Every route decodes its body here; each
 // failure has its own code.
 func decode(r *http.Request, v any) error {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/json" {
-		return apiError(http.StatusUnsupportedMediaType, "unsupported_media_type", "send the body as JSON with Content-Type: application/json")
+	raw, err := readJSON(r)
+	if err != nil {
+		return err
+	}
+	return decodeRaw(raw, v)
+}
+
+// readJSON checks the content type and reads the body (bounded by handle's limit).
+func readJSON(r *http.Request) ([]byte, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		// The exact type every client sends needs no parsing; anything else (parameters,
+		// case, spaces) is read as a media type.
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return nil, apiError(http.StatusUnsupportedMediaType, "unsupported_media_type", "send the body as JSON with Content-Type: application/json")
+		}
 	}
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
-		return decodeError(err)
+		return nil, decodeError(err)
 	}
+	return raw, nil
+}
+
+// decodeRaw is decode's check and decoding of a body already read.
+func decodeRaw(raw []byte, v any) error {
 	if err := strictJSON(raw, reflect.TypeOf(v)); err != nil {
 		return err
 	}

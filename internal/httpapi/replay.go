@@ -190,11 +190,11 @@ func afterCommit(ctx context.Context, fn func()) {
 	fn()
 }
 
-type rawKeyKey struct{}
-
 func rawAPIKey(ctx context.Context) string {
-	k, _ := ctx.Value(rawKeyKey{}).(string)
-	return k
+	if info := infoOf(ctx); info != nil {
+		return info.rawKey
+	}
+	return ""
 }
 
 // recorder holds a handler's answer until its transaction commits.

@@ -202,6 +202,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	}
 	for _, hb := range airlocktest.HostileBodies() {
 		write("testdata/fuzz/FuzzDecode", name(hb.Name), fmt.Sprintf("[]byte(%q)", hb.Body))
+		write("testdata/fuzz/FuzzClaimDecode", name(hb.Name), fmt.Sprintf("[]byte(%q)", hb.Body))
 		for _, rt := range httpapi.Routes {
 			// Every body-taking route gets the small ones; the large ones (the sizes that took
 			// a server down) go to the route of the report and to claim, to keep the corpus

@@ -36,7 +36,7 @@ type claimResponse struct {
 
 func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 	var req claimRequest
-	if err := decode(r, &req); err != nil {
+	if err := decodeClaim(r, &req); err != nil {
 		return err
 	}
 	if err := validKey("key", req.Key); err != nil {
@@ -94,7 +94,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 		Version: run.Version, PayloadHash: run.PayloadHash}
 	if res.Claimed {
 		resp.LeaseOwner, resp.LeaseExpiresAt = run.LeaseOwner, run.LeaseExpiresAt
-		writeJSON(w, http.StatusCreated, resp)
+		writeClaimJSON(w, http.StatusCreated, &resp)
 		return nil
 	}
 	resp.Result = run.Result
@@ -103,7 +103,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 	if run.State == store.StateProcessing && run.LeaseExpiresAt != nil {
 		resp.LeaseExpiresAt = run.LeaseExpiresAt
 	}
-	writeJSON(w, http.StatusOK, resp)
+	writeClaimJSON(w, http.StatusOK, &resp)
 	return nil
 }
 

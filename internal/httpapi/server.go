@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
@@ -65,6 +66,8 @@ type server struct {
 	mux         *http.ServeMux
 	traced      map[string]bool // the API's route patterns ("POST /v1/runs/claim")
 	inflight    sync.Map        // requests with an Idempotency-Key running here (see idempotent)
+	routeMu     sync.RWMutex
+	routeStats  map[routeCode]*routeMetrics // see requestMetrics
 	ready       readiness
 }
 
@@ -153,12 +156,29 @@ func New(d Deps) http.Handler {
 	return s.observe(s.jsonFallback(mux))
 }
 
-type principalKey struct{}
+// requestInfo is what the middleware learns of a request, in one context value: observe
+// puts it there with the request id, and authenticated fills in the API key, so a
+// request makes one context and one shallow copy of itself instead of one per value.
+type requestInfo struct {
+	id string
+	// Set by authenticated before the handler runs, and not changed after.
+	key    store.APIKey
+	rawKey string // seals the key's replayable answers (see idempotent); never logged
+}
+
+type requestInfoKey struct{}
+
+func infoOf(ctx context.Context) *requestInfo {
+	info, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
+	return info
+}
 
 // principal is the API key that made the request.
 func principal(ctx context.Context) store.APIKey {
-	k, _ := ctx.Value(principalKey{}).(store.APIKey)
-	return k
+	if info := infoOf(ctx); info != nil {
+		return info.key
+	}
+	return store.APIKey{}
 }
 
 func actor(r *http.Request) string { return "apikey:" + principal(r.Context()).Name }
@@ -181,10 +201,13 @@ func (s *server) authenticated(scope string, next handlerFunc) handlerFunc {
 		if !apikeys.Allows(key.Scopes, scope) {
 			return apiError(http.StatusForbidden, "forbidden", "this API key lacks the "+scope+" scope")
 		}
-		ctx := context.WithValue(r.Context(), principalKey{}, key)
-		// The raw key seals this key's replayable answers (see idempotent); never logged.
-		ctx = context.WithValue(ctx, rawKeyKey{}, strings.TrimSpace(raw))
-		return next(w, r.WithContext(ctx))
+		info := infoOf(r.Context())
+		if info == nil { // not through observe (every server is): a context of its own
+			info = &requestInfo{}
+			r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+		}
+		info.key, info.rawKey = key, strings.TrimSpace(raw)
+		return next(w, r)
 	}
 }
 
@@ -215,11 +238,11 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, ae.Status, ae)
 }
 
-type requestIDKey struct{}
-
 func requestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	if info := infoOf(ctx); info != nil {
+		return info.id
+	}
+	return ""
 }
 
 // statusWriter remembers the status for the access log and metrics.
@@ -247,13 +270,17 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
-		id := hex.EncodeToString(b)
-		w.Header().Set("X-Request-Id", id)
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		var x [16]byte
+		hex.Encode(x[:], b[:])
+		info := &requestInfo{id: string(x[:])}
+		id := info.id
+		h := w.Header()
+		h["X-Request-Id"] = []string{id}
 		// Every answer is JSON, text or a page with its declared type: never sniffed.
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+		h["X-Content-Type-Options"] = headerNosniff
+		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
 		sw := &statusWriter{ResponseWriter: w}
 		// Traced or not is decided by the route the mux picks for this request — only
 		// the API's own patterns — never by the raw path; a page, a redirect to a cleaned
@@ -282,8 +309,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 				code = http.StatusOK
 			}
 			end(code)
-			s.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-			s.Metrics.HTTPDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			s.requestMetrics(route, code).observe(time.Since(start))
 			// The access log is at info: below that level (AIRLOCK_LOG_LEVEL=warn, as the
 			// benchmarks run) its attributes are not built at all.
 			if !s.Log.Enabled(r.Context(), slog.LevelInfo) {
@@ -298,6 +324,46 @@ func (s *server) observe(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// routeMetrics are the HTTP metrics' children of one route and status.
+type routeMetrics struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+type routeCode struct {
+	route string
+	code  int
+}
+
+// requestMetrics looks a route's and status's metric children up once: the vectors'
+// WithLabelValues hashes its labels under a lock on every call, and the status was
+// formatted for it. Routes are the mux's patterns and "unmatched", so the map is bounded.
+func (s *server) requestMetrics(route string, code int) *routeMetrics {
+	k := routeCode{route, code}
+	s.routeMu.RLock()
+	m := s.routeStats[k]
+	s.routeMu.RUnlock()
+	if m != nil {
+		return m
+	}
+	s.routeMu.Lock()
+	defer s.routeMu.Unlock()
+	if m = s.routeStats[k]; m == nil {
+		if s.routeStats == nil {
+			s.routeStats = map[routeCode]*routeMetrics{}
+		}
+		m = &routeMetrics{requests: s.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(code)),
+			duration: s.Metrics.HTTPDuration.WithLabelValues(route)}
+		s.routeStats[k] = m
+	}
+	return m
+}
+
+func (m *routeMetrics) observe(d time.Duration) {
+	m.requests.Inc()
+	m.duration.Observe(d.Seconds())
 }
 
 // jsonFallback answers unmatched paths and methods in the API's JSON error format; the
