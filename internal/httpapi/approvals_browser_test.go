@@ -47,6 +47,36 @@ func newFormsChromium(t *testing.T) (context.Context, func(name string, err erro
 	return ctx, step
 }
 
+// tabReader reads what a newFormsChromium tab shows; a read that fails ends the test
+// through step, naming it.
+type tabReader struct {
+	ctx  context.Context
+	t    *testing.T
+	step func(name string, err error)
+}
+
+// text is the trimmed text of the first node sel finds.
+func (r tabReader) text(sel string) string {
+	r.t.Helper()
+	s, err := chromedp.Run(r.ctx, chromedp.Text(sel))
+	r.step("read "+sel, err)
+	return strings.TrimSpace(s)
+}
+
+// dd is the text of the definition a <dt> labelled label introduces.
+func (r tabReader) dd(label string) string {
+	r.t.Helper()
+	return r.text(`//dt[normalize-space()="` + label + `"]/following-sibling::dd[1]`)
+}
+
+// count is how many nodes the CSS selector sel finds (none is an answer, not a wait).
+func (r tabReader) count(sel string) int {
+	r.t.Helper()
+	nodes, err := chromedp.Run(r.ctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
+	r.step("count "+sel, err)
+	return len(nodes)
+}
+
 // newChromium starts a headless Chromium with a fresh profile and returns the context of
 // one tab. Everything it does shares one deadline; the browser is stopped (and waited
 // for) before the test's temporary directories are removed.

@@ -69,22 +69,8 @@ func TestCardsInBrowser(t *testing.T) {
 				status(resp, want, "")
 				noScripts(ctx, t, u)
 			}
-			text := func(sel string) string {
-				t.Helper()
-				s, err := chromedp.Run(ctx, chromedp.Text(sel))
-				step("read "+sel, err)
-				return strings.TrimSpace(s)
-			}
-			dd := func(label string) string {
-				t.Helper()
-				return text(`//dt[normalize-space()="` + label + `"]/following-sibling::dd[1]`)
-			}
-			count := func(sel string) int {
-				t.Helper()
-				nodes, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
-				step("count "+sel, err)
-				return len(nodes)
-			}
+			tab := tabReader{ctx, t, step}
+			text, dd, count := tab.text, tab.dd, tab.count
 			attr := func(sel, name string) string {
 				t.Helper()
 				r, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))

@@ -69,12 +69,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			step("read the page", err)
 			return s
 		}
-		count := func(sel string) int {
-			t.Helper()
-			nodes, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
-			step("count "+sel, err)
-			return len(nodes)
-		}
+		count := tabReader{ctx, t, step}.count
 		signIn := func(name string) {
 			t.Helper()
 			resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(h.url+"/login"))

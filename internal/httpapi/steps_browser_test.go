@@ -76,22 +76,8 @@ func TestApprovalStepsInBrowser(t *testing.T) {
 				}
 				noScripts(ctx, t, u)
 			}
-			text := func(sel string) string {
-				t.Helper()
-				s, err := chromedp.Run(ctx, chromedp.Text(sel))
-				step("read "+sel, err)
-				return strings.TrimSpace(s)
-			}
-			dd := func(label string) string {
-				t.Helper()
-				return text(`//dt[normalize-space()="` + label + `"]/following-sibling::dd[1]`)
-			}
-			count := func(sel string) int {
-				t.Helper()
-				nodes, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
-				step("count "+sel, err)
-				return len(nodes)
-			}
+			tab := tabReader{ctx, t, step}
+			text, dd, count := tab.text, tab.dd, tab.count
 			signIn := func(name string) {
 				t.Helper()
 				_, err := chromedp.Call(ctx, network.ClearBrowserCookies, cdp.Empty{})
