@@ -42,52 +42,28 @@ func fastClaim(raw []byte, req *claimRequest) bool {
 	}
 	s := scanner{b: raw}
 	s.ws()
-	var seen [7]bool
-	ok := s.object(func(key []byte) bool {
-		var f int
-		switch string(key) {
+	ok := s.fields(claimFields, func(name string) bool {
+		switch name {
 		case "key":
-			f = 0
-		case "payload":
-			f = 1
-		case "payload_hash":
-			f = 2
-		case "trigger_source":
-			f = 3
-		case "workflow_version":
-			f = 4
-		case "lease_seconds":
-			f = 5
-		case "meta":
-			f = 6
-		default:
-			return false
-		}
-		if seen[f] {
-			return false
-		}
-		seen[f] = true
-		switch f {
-		case 0:
 			return s.plainString(&req.Key)
-		case 1:
+		case "payload":
 			start := s.i
 			if !s.value(2) {
 				return false
 			}
 			req.Payload = json.RawMessage(raw[start:s.i:s.i])
 			return true
-		case 2:
+		case "payload_hash":
 			return s.plainString(&req.PayloadHash)
-		case 3:
+		case "trigger_source":
 			return s.plainString(&req.TriggerSource)
-		case 4:
+		case "workflow_version":
 			return s.plainString(&req.WorkflowVersion)
-		case 5:
+		case "lease_seconds":
 			n, ok := s.integer()
 			req.LeaseSeconds = &n
 			return ok
-		default:
+		default: // meta
 			req.Meta = &runs.Meta{}
 			return s.meta(req.Meta)
 		}
@@ -115,6 +91,32 @@ func (s *scanner) ws() {
 			return
 		}
 	}
+}
+
+// The members fastClaim reads, as claimRequest, runs.Meta and runs.Model spell them.
+var (
+	claimFields = []string{"key", "payload", "payload_hash", "trigger_source", "workflow_version", "lease_seconds", "meta"}
+	metaFields  = []string{"workflow_version", "trigger_source", "model", "provider_category", "requested_by", "source_url"}
+	modelFields = []string{"provider", "name", "revision"}
+)
+
+// fields reads an object whose members are among names (as spelled there), each at most
+// once, calling read with the name at its value; an unknown or repeated member is
+// decode's to answer.
+func (s *scanner) fields(names []string, read func(name string) bool) bool {
+	var seen uint64
+	return s.object(func(key []byte) bool {
+		for i, name := range names {
+			if string(key) == name {
+				if seen&(1<<i) != 0 {
+					return false
+				}
+				seen |= 1 << i
+				return read(name)
+			}
+		}
+		return false
+	})
 }
 
 // object reads an object whose keys hold no escape, calling member with each key, the
@@ -209,71 +211,33 @@ func (s *scanner) integer() (int64, bool) {
 }
 
 func (s *scanner) meta(m *runs.Meta) bool {
-	var seen [6]bool
-	return s.object(func(key []byte) bool {
-		var f int
-		switch string(key) {
+	return s.fields(metaFields, func(name string) bool {
+		switch name {
 		case "workflow_version":
-			f = 0
-		case "trigger_source":
-			f = 1
-		case "model":
-			f = 2
-		case "provider_category":
-			f = 3
-		case "requested_by":
-			f = 4
-		case "source_url":
-			f = 5
-		default:
-			return false
-		}
-		if seen[f] {
-			return false
-		}
-		seen[f] = true
-		switch f {
-		case 0:
 			return s.plainString(&m.WorkflowVersion)
-		case 1:
+		case "trigger_source":
 			return s.plainString(&m.TriggerSource)
-		case 2:
+		case "model":
 			m.Model = &runs.Model{}
 			return s.model(m.Model)
-		case 3:
+		case "provider_category":
 			return s.plainString(&m.ProviderCategory)
-		case 4:
+		case "requested_by":
 			return s.plainString(&m.RequestedBy)
-		default:
+		default: // source_url
 			return s.plainString(&m.SourceURL)
 		}
 	})
 }
 
 func (s *scanner) model(m *runs.Model) bool {
-	var seen [3]bool
-	return s.object(func(key []byte) bool {
-		var f int
-		switch string(key) {
+	return s.fields(modelFields, func(name string) bool {
+		switch name {
 		case "provider":
-			f = 0
-		case "name":
-			f = 1
-		case "revision":
-			f = 2
-		default:
-			return false
-		}
-		if seen[f] {
-			return false
-		}
-		seen[f] = true
-		switch f {
-		case 0:
 			return s.plainString(&m.Provider)
-		case 1:
+		case "name":
 			return s.plainString(&m.Name)
-		default:
+		default: // revision
 			return s.plainString(&m.Revision)
 		}
 	})
