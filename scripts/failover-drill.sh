@@ -164,6 +164,7 @@ actions:
     connector: http
     gate: none
     http: {url: $PROV/note, timeout: 3s, lookup_url: "$PROV/note?key={effect_id}", lookup_authoritative: true}
+    settle_window: 5s   # its provider answers at once: a "none" 5 s after the send is proof
   gated:
     connector: http
     gate: approve_before_act

@@ -255,7 +255,7 @@ func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result
 	}
 	pl := outcomePlan{e: e, actor: actor, class: res.Class, at: at}
 	pl.update = store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectSending}, Owner: owner, ErrorClass: &pl.class,
-		LeaseExpired: expired, Now: at}
+		LeaseExpired: expired, Ambiguous: res.Outcome == connector.Ambiguous, Now: at}
 	pl.detail = outcomeDetail{EffectID: e.EffectID, ActionType: e.ActionType, Target: e.Target, Attempts: e.Attempts,
 		ErrorClass: pl.class}
 	switch {
@@ -274,6 +274,13 @@ func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result
 		pl.detail.Ambiguous = res.Outcome == connector.Ambiguous
 	case res.Outcome == connector.Ambiguous:
 		pl.update.To, pl.kind, pl.alert = store.EffectUnknown, store.EventEffectUnknown, "effect_unknown"
+	case e.AmbiguousAt != nil:
+		// Refused, or retryable past the cap, after an earlier attempt was ambiguous: this
+		// answer is about this request only. The earlier one may have been performed (a
+		// provider still processing it answers a resend "409 in progress", say), so
+		// "failed" — definitely not performed — is not proven: a lookup or a person decides.
+		pl.update.To, pl.kind, pl.alert = store.EffectUnknown, store.EventEffectUnknown, "effect_unknown"
+		pl.detail.AfterAmbiguous = true
 	default: // refused, or retryable past the cap
 		pl.update.To, pl.kind, pl.alert = store.EffectFailed, store.EventEffectFailed, "effect_failed"
 		if res.Outcome == connector.Retryable {
@@ -289,7 +296,8 @@ func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result
 // a map, and the reflection over one, per outcome.
 type outcomeDetail struct {
 	ActionType     string            `json:"action_type"`
-	Ambiguous      bool              `json:"ambiguous,omitempty"` // only ever true when present
+	AfterAmbiguous bool              `json:"after_ambiguous,omitempty"` // a refusal recorded unknown: an earlier attempt was ambiguous
+	Ambiguous      bool              `json:"ambiguous,omitempty"`       // only ever true when present
 	Attempts       int               `json:"attempts"`
 	EffectID       string            `json:"effect_id"`
 	ErrorClass     string            `json:"error_class,omitempty"`

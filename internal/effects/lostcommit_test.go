@@ -90,7 +90,8 @@ func TestLostCommitReplyNeverResends(t *testing.T) {
 					t.Fatalf("after the outcome's lost reply: state %s, provider id %q; want completed with p-%s", got.State, got.ProviderID, pkey)
 				}
 			}
-			// Past the lease: sweeps, reconciliations and rounds of a healthy dispatcher.
+			// Past the lease: sweeps, reconciliations and rounds of a healthy dispatcher,
+			// the later ones past the settle window (a "none" counts only then, twice).
 			e.Clock.Advance(3 * time.Minute)
 			for range 3 {
 				e.Tick(t)
@@ -98,6 +99,7 @@ func TestLostCommitReplyNeverResends(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.Tick(t)
+				e.Clock.Advance(e.Policy.Settle("invoice"))
 			}
 			if n := e.Provider.Requests(pkey); n != 1 {
 				t.Fatalf("provider requests = %d, want exactly 1", n)

@@ -30,7 +30,9 @@ const reconcileClaim = 5 * time.Minute
 
 // Reconcile asks connectors with a lookup about unknown effects that are due: one match
 // completes the effect; none queues it again under the same effect id where the lookup is
-// authoritative (it stays unknown otherwise); several keep it unknown and alert once.
+// authoritative — twice, a settle window apart, both after the settle window that
+// follows the ambiguous attempt (it stays unknown otherwise); several keep it unknown and
+// alert once.
 //
 // Each effect is claimed in the statement that lists it, so two instances never look up
 // the same one at once, and the answer is applied only to the row that was claimed: if
@@ -62,6 +64,10 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			return fmt.Errorf("claim unknown effects: %w", err)
 		}
 		s.hook("reconcile_claimed")
+		// A store error on one effect does not leave the rest of the claimed batch
+		// unlooked-up until their claims lapse: each answer is its own transaction, and a
+		// store that blipped takes the next one.
+		var first error
 		for _, e := range claimed {
 			lk := s.connectors[e.ActionType].(connector.Lookup)
 			ids, err := lk.Lookup(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
@@ -73,15 +79,32 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			} else {
 				err = s.reconcileOne(ctx, e, ids, lk.Authoritative())
 			}
-			if err != nil {
-				return err
+			if err != nil && first == nil {
+				first = fmt.Errorf("reconcile effect %s: %w", e.ID, err)
 			}
+		}
+		if first != nil {
+			return first
 		}
 		if len(claimed) < reconcileBatch {
 			return nil
 		}
 	}
 	return nil
+}
+
+// LookupNoneClass is the error class of an unknown effect whose authoritative lookup
+// answered "none" once after its settle window: a second "none", a settle window later,
+// queues it again.
+const LookupNoneClass = "lookup_none"
+
+// settleFrom is when e's settle window starts: when its latest ambiguous attempt began,
+// or, for an effect that became unknown before airlock kept that, when it became unknown.
+func settleFrom(e store.Effect) time.Time {
+	if e.AmbiguousAt != nil {
+		return *e.AmbiguousAt
+	}
+	return e.UpdatedAt
 }
 
 // checkLater puts a still-unknown effect, still at e's version, behind the others: the
@@ -92,8 +115,12 @@ func (s *Service) checkLater(ctx context.Context, q store.Queries, e store.Effec
 	if err != nil {
 		return err
 	}
-	wait := min(30*time.Second<<min(e.Checks, 7), time.Hour)
-	if err := q.EffectCheckLater(ctx, e.ID, e.Version, now.Add(wait)); err != nil && !errors.Is(err, store.ErrNoMatch) {
+	return checkAt(ctx, q, e, now.Add(min(30*time.Second<<min(e.Checks, 7), time.Hour)))
+}
+
+// checkAt puts a still-unknown effect, still at e's version, behind the others until at.
+func checkAt(ctx context.Context, q store.Queries, e store.Effect, at time.Time) error {
+	if err := q.EffectCheckLater(ctx, e.ID, e.Version, at); err != nil && !errors.Is(err, store.ErrNoMatch) {
 		return err
 	}
 	return nil
@@ -120,7 +147,30 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 			p.To, p.ProviderID = store.EffectCompleted, &ids[0]
 			detail["provider_id"] = ids[0]
 		case len(ids) == 0 && authoritative:
-			p.To, p.NotBefore = store.EffectPending, &now
+			// "None" proves absence only once the request can no longer arrive: until the
+			// settle window has passed since the ambiguous attempt began, the provider may
+			// still be processing it, or it may wait in a queue. And one answer may lag
+			// (a search index behind its records): a second "none", a settle window later,
+			// confirms it.
+			window := s.policy.Settle(e.ActionType)
+			settled := settleFrom(e).Add(window)
+			if now.Before(settled) {
+				return checkAt(ctx, q, e, settled)
+			}
+			if e.LastErrorClass != LookupNoneClass {
+				class := LookupNoneClass
+				moved, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectUnknown},
+					Version: e.Version, To: store.EffectUnknown, ErrorClass: &class, Now: s.At()})
+				if errors.Is(err, store.ErrNoMatch) {
+					return nil // changed during the lookup: the answer is stale
+				}
+				if err != nil {
+					return err
+				}
+				return checkAt(ctx, q, moved, now.Add(window))
+			}
+			p.To, p.NotBefore, p.Unambiguous = store.EffectPending, &now, true
+			detail["settle_window_ms"] = window.Milliseconds()
 		case len(ids) == 0:
 			return s.checkLater(ctx, q, e) // not proof of absence: a person decides
 		default:

@@ -98,6 +98,16 @@ func reconcile(t *testing.T, s *effects.Service) {
 	}
 }
 
+// noneOnce moves the clock past the settle window of an unknown invoice's send and
+// reconciles: the first "none" that counts. The clock then moves a settle window on, so
+// the next "none" queues it again.
+func noneOnce(t *testing.T, e *apptest.EffectsEnv) {
+	t.Helper()
+	e.Clock.Advance(e.Policy.Settle("invoice"))
+	reconcile(t, e.Effects)
+	e.Clock.Advance(e.Policy.Settle("invoice"))
+}
+
 // unknownInvoice queues one invoice whose first send the provider loses: unknown.
 func unknownInvoice(t *testing.T, e *apptest.EffectsEnv, key string) store.Effect {
 	t.Helper()
@@ -119,7 +129,9 @@ func testStaleReconcileAnswer(t *testing.T, e *apptest.EffectsEnv) {
 
 	b := e.NewService(e.Store, func() time.Time { return e.Clock.Now().Add(10 * time.Minute) })
 	bd := &effects.Dispatcher{Service: b, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
-	reconcile(t, b) // none: queued again
+	reconcile(t, b) // none, past the settle window: asked again a settle window later
+	e.Clock.Advance(e.Policy.Settle("invoice"))
+	reconcile(t, b) // none again: queued again
 	tickWith(t, bd) // resent: stored, 500: unknown again
 	apptest.Equal(t, "stored after B's resend", e.Provider.Stored(key), 1)
 	apptest.Equal(t, "unknown again", e.EffectState(t, eff.ID), store.EffectUnknown)
@@ -147,11 +159,12 @@ func testStaleReconcileAnswer(t *testing.T, e *apptest.EffectsEnv) {
 // While A holds its claim mid-lookup, B (same clock) finds nothing to look up.
 func testReconcileClaim(t *testing.T, e *apptest.EffectsEnv) {
 	eff := unknownInvoice(t, e, "k1")
+	noneOnce(t, e)
 	release, done := reconcileHeld(e)
 	defer release()
 	b := e.NewService(e.Store, e.Clock.Now)
 	reconcile(t, b)
-	apptest.Equal(t, "lookups while A holds the claim", e.Provider.Lookups(), 1)
+	apptest.Equal(t, "lookups while A holds the claim", e.Provider.Lookups(), 2)
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -79,7 +79,8 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 			p.ProviderID = &r.ProviderID
 		}
 		if r.Outcome == OutcomeNotSent {
-			p.NotBefore = &now
+			// The operator checked: absence is proven, as by a confirmed lookup.
+			p.NotBefore, p.Unambiguous = &now, true
 		}
 		s.hook("resolve_read")
 		out, err = q.EffectUpdate(ctx, p)

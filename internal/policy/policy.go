@@ -256,6 +256,11 @@ type Action struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// Rate caps this type's sends per second per instance (0: no cap).
 	Rate float64 `yaml:"rate"`
+	// SettleWindow is how long after an ambiguous attempt began its request may still
+	// reach the provider (queued in its accept backlog, a load balancer, a retrying
+	// proxy): a lookup's "none" before then proves nothing and is asked again later.
+	// Default: the connector's timeout plus DefaultSettleGrace.
+	SettleWindow Duration `yaml:"settle_window"`
 	// Schema validates the model output this action type sends (POST /validate); with
 	// one, an effect queues only a validated value.
 	Schema *SchemaRef `yaml:"schema"`
@@ -569,6 +574,9 @@ func (p *Policy) defaults(set func(path ...string) bool) {
 				a.SMTP.Timeout = Duration(30 * time.Second)
 			}
 		}
+		if a.SettleWindow == 0 && !set("actions", name, "settle_window") {
+			a.SettleWindow = Duration(a.SendTimeout() + DefaultSettleGrace)
+		}
 	}
 	// One type alone may use every slot; beside others, half, so a provider that hangs
 	// leaves the rest of the instance's sends going.
@@ -814,6 +822,21 @@ func SameAddress(a, b string) bool {
 }
 
 // Executor says who performs effects of this type.
+// DefaultSettleGrace is what the default settle window adds to the connector's timeout:
+// a request the client gave up on may still wait in the provider's accept queue, a load
+// balancer or a proxy (whose own timeouts are commonly 60 s) and be performed after the
+// lookup said "none"; two minutes covers such a queue twice.
+const DefaultSettleGrace = 2 * time.Minute
+
+// Settle is the settle window of an action type (actionType unknown to p: the default
+// grace alone).
+func (p *Policy) Settle(actionType string) time.Duration {
+	if a := p.Action(actionType); a != nil {
+		return a.SettleWindow.D()
+	}
+	return DefaultSettleGrace
+}
+
 // SendTimeout is the connector's timeout for one send (0 for worker types).
 func (a *Action) SendTimeout() time.Duration {
 	switch {

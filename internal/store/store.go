@@ -180,7 +180,7 @@ var ErrUnbatchable = errors.New("store: this effect update is not an outcome a b
 func (p EffectUpdateParams) Batchable() bool {
 	return len(p.From) == 1 && p.From[0] == EffectSending && p.Owner != "" && p.To != EffectSending &&
 		p.To != "" && p.Version == 0 && p.Payload == nil && !p.ReleaseAttempt && !p.Started &&
-		!p.LeaseExpired && !p.NotStarted && p.Attempts == 0 && p.FromErrorClass == ""
+		!p.LeaseExpired && !p.NotStarted && p.Attempts == 0 && p.FromErrorClass == "" && !p.Ambiguous && !p.Unambiguous
 }
 
 // Store is one database. Methods on Store itself run outside any transaction.
@@ -424,9 +424,14 @@ type Effect struct {
 	LeaseExpiresAt *time.Time
 	// SendStartedAt is committed just before the connector is called: a sender whose lease
 	// expired without it certainly never sent.
-	SendStartedAt  *time.Time
-	NextCheckAt    *time.Time // an unknown effect's next reconciliation (nil: due now)
-	Checks         int        // reconciliation checks of the unknown effect so far
+	SendStartedAt *time.Time
+	NextCheckAt   *time.Time // an unknown effect's next reconciliation (nil: due now)
+	// AmbiguousAt is when the latest attempt whose outcome was ambiguous began (nil: none
+	// was, or its absence was proven since). A lookup's "none" counts only once the
+	// action type's settle window has passed from here, and no later refusal records the
+	// effect failed: the ambiguous request may still have been performed.
+	AmbiguousAt    *time.Time
+	Checks         int // reconciliation checks of the unknown effect so far
 	ProviderID     string
 	Attempts       int
 	NotBefore      time.Time
@@ -502,7 +507,13 @@ type EffectUpdateParams struct {
 	// attempt), so a late writer can never overwrite what a later send recorded.
 	Attempts       int
 	FromErrorClass string
-	Now            *time.Time
+	// Ambiguous records that this attempt's outcome was ambiguous: AmbiguousAt becomes
+	// the attempt's send_started_at (Now if it has none). Unambiguous clears AmbiguousAt:
+	// the request's absence was proven (a lookup's confirmed "none", an operator's "not
+	// sent").
+	Ambiguous   bool
+	Unambiguous bool
+	Now         *time.Time
 }
 
 // CheckFenced refuses an update that makes an effect sendable again (To pending or

@@ -256,6 +256,13 @@ func (c *Connector) classify(resp *http.Response) connector.Result {
 			RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 			Class:      class,
 		}
+	case code == http.StatusConflict && c.idempotent:
+		// A provider that honours Idempotency-Key answers 409 while a request with the
+		// same key is still in progress (Stripe, the IETF Idempotency-Key draft): the
+		// first one may yet succeed, so this is no refusal. Asked again later, the
+		// provider answers with the first request's outcome.
+		return connector.Result{Outcome: connector.Retryable, Class: class,
+			RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	case code >= 300 && code < 500:
 		return refused(class)
 	default:

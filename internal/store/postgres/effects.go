@@ -23,7 +23,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks, version`
+	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at`
 
 func scanEffect(row pgx.Row) (store.Effect, error) {
 	var e store.Effect
@@ -31,7 +31,7 @@ func scanEffect(row pgx.Row) (store.Effect, error) {
 	var payload []byte
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
-		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version)
+		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version, &e.AmbiguousAt)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -367,6 +367,8 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		                           WHEN $10 THEN coalesce($9::timestamptz, now()) ELSE send_started_at END,
 		    next_check_at = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN next_check_at END,
 		    checks = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
+		    ambiguous_at = CASE WHEN $17 THEN coalesce(send_started_at, $9::timestamptz, now())
+		                        WHEN $18 THEN NULL ELSE ambiguous_at END,
 		    updated_at = coalesce($9::timestamptz, now()),
 		    version = version + 1
 		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4) AND ($16 = 0 OR version = $16)
@@ -375,7 +377,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		  AND ($14 = 0 OR attempts = $14) AND ($15 = '' OR last_error_class = $15)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
 		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted, jsonArg(p.Payload),
-		p.Attempts, p.FromErrorClass, p.Version))
+		p.Attempts, p.FromErrorClass, p.Version, p.Ambiguous, p.Unambiguous))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
 	}

@@ -25,23 +25,23 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks, version`
+	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at`
 
 func scanEffect(row scanner) (store.Effect, error) {
 	var e store.Effect
 	var state string
 	var payload sql.NullString
-	var leaseExp, started, nextCheck sql.NullInt64
+	var leaseExp, started, nextCheck, ambiguous sql.NullInt64
 	var notBefore, created, updated int64
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &started, &e.ProviderID, &e.Attempts,
-		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks, &e.Version)
+		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks, &e.Version, &ambiguous)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
 	e.State, e.Payload, e.LeaseExpiresAt, e.SendStartedAt = store.EffectState(state), optJSON(payload), optTime(leaseExp), optTime(started)
 	e.NotBefore, e.CreatedAt, e.UpdatedAt = fromMicros(notBefore), fromMicros(created), fromMicros(updated)
-	e.NextCheckAt = optTime(nextCheck)
+	e.NextCheckAt, e.AmbiguousAt = optTime(nextCheck), optTime(ambiguous)
 	return e, nil
 }
 
@@ -250,7 +250,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		return store.Effect{}, err
 	}
 	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started,
-		p.LeaseExpired, p.NotStarted, nil, p.Attempts, p.FromErrorClass, p.Version}
+		p.LeaseExpired, p.NotStarted, nil, p.Attempts, p.FromErrorClass, p.Version, p.Ambiguous, p.Unambiguous}
 	if p.Payload != nil {
 		args[11] = string(p.Payload)
 	}
@@ -273,12 +273,13 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    send_started_at = CASE WHEN ?2 <> 'sending' THEN NULL WHEN ?9 THEN ?8 ELSE send_started_at END,
 		    next_check_at = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN next_check_at END,
 		    checks = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
+		    ambiguous_at = CASE WHEN ?16 THEN coalesce(send_started_at, ?8) WHEN ?17 THEN NULL ELSE ambiguous_at END,
 		    updated_at = ?8,
 		    version = version + 1
 		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3) AND (?15 = 0 OR version = ?15)
 		  AND (NOT ?10 OR lease_expires_at <= ?8) AND (NOT ?11 OR send_started_at IS NULL)
 		  AND (?13 = 0 OR attempts = ?13) AND (?14 = '' OR last_error_class = ?14)
-		  AND state IN (`+numbered(16, len(p.From))+`)
+		  AND state IN (`+numbered(18, len(p.From))+`)
 		RETURNING `+effectColumns, args...))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
