@@ -215,15 +215,19 @@ func (d *Dispatcher) fill(ctx, sendCtx context.Context, sends *sync.WaitGroup, s
 	d.take(batch, time.Now())
 	d.hook("leased")
 	d.crash("after_lease")
-	started, err := d.begin(ctx, owner, batch)
+	// Once marked, sent: the begin-mark runs on a context a shutdown does not cancel, so a
+	// SIGTERM cannot commit a mark and lose its reply (the effect would end unknown, never
+	// having left); its statements are bounded by the lease's own margin.
+	markCtx, cancelMark := context.WithTimeout(context.WithoutCancel(ctx), leaseMargin(d.Lease)+time.Until(deadline))
+	started, err := d.begin(markCtx, owner, batch)
+	cancelMark()
 	for _, e := range batch {
 		if !started[e.ID] {
 			d.release(e)
 		}
 	}
-	if err != nil {
-		return len(batch), false, err
-	}
+	// An error after part of the batch was marked (the transaction for the rest failed)
+	// still sends the marked ones: each holds its slot until its send returns.
 	for _, e := range batch {
 		if !started[e.ID] {
 			continue
@@ -234,6 +238,9 @@ func (d *Dispatcher) fill(ctx, sendCtx context.Context, sends *sync.WaitGroup, s
 			defer d.release(e)
 			d.send(sendCtx, e, owner, deadline)
 		})
+	}
+	if err != nil {
+		return len(batch), false, err
 	}
 	return len(batch), len(batch) == limit, nil
 }
@@ -322,7 +329,7 @@ func (d *Dispatcher) begin(ctx context.Context, owner string, batch []store.Effe
 	for id := range more {
 		started[id] = true
 	}
-	return started, err
+	return started, err // the batch's marks stand even when the rest's transaction failed
 }
 
 // beginRest is begin for the effects the batch mark did not take, in one transaction that

@@ -1,6 +1,7 @@
 package effects_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,8 @@ var faultTests = []struct {
 	{"GroupOutcomeFaultsRecordEachOutcomeOnce", testGroupOutcomeFaults},
 	{"BeginMarkReplyLostIsLookedUpNeverResent", testBeginMarkReplyLost},
 	{"BeginMarkFailedIsRequeued", testBeginMarkFailed},
+	{"BeginRestFailedStillSendsTheMarked", testBeginRestFailed},
+	{"ShutdownDuringTheBeginMarkStillSends", testShutdownDuringMark},
 	{"LeaseReplyLostIsRequeued", testLeaseReplyLost},
 	{"SweepReplyLostChangesTheEffectOnce", testSweepReplyLost},
 	{"ReconcileReplyLostAppliesOnce", testReconcileReplyLost},
@@ -704,4 +707,68 @@ func confirmNone(t *testing.T, e *apptest.EffectsEnv, s *effects.Service) {
 	if err := s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The batch mark takes part of a batch (the kill switch holds the other type), then the
+// transaction for the rest fails: the marked effect is sent all the same — once marked, it
+// is sent or it is a lookup's business, never left for a person — and every slot of the
+// round is given back.
+func testBeginRestFailed(t *testing.T, e *apptest.EffectsEnv) {
+	e.Provider.SetReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, `{"id":"p-%d"}`, n)
+	})
+	if err := e.Effects.SetKillSwitch(ctx, effects.ActionScope("ping"), false, "test", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	inv := e.Queue(t, "br-inv", "invoice", "default", `{"n":1}`)
+	e.Queue(t, "br-ping", "ping", "default", `{"n":2}`)
+	f := &storetest.Faults{}
+	r := on(storetest.OpTransact, storetest.Before)
+	f.Set(rules(r))
+	d := &effects.Dispatcher{Service: faultyService(e, f, &apptest.LockedBuffer{}), BatchSize: 2, Concurrency: 2,
+		Lease: 2 * time.Minute}
+	if _, err := d.Tick(ctx); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("tick with the rest's transaction failing: %v, want the injected fault", err)
+	}
+	allFired(t, r)
+	apptest.Equal(t, "the marked invoice", e.EffectState(t, inv.ID), store.EffectCompleted)
+	apptest.Equal(t, "its requests", e.Provider.Requests(effects.ProviderKey(inv)), 1)
+	// Both slots are free again: two more invoices go out in one round.
+	e.Queue(t, "br-2", "invoice", "default", `{"n":3}`)
+	e.Queue(t, "br-3", "invoice", "default", `{"n":4}`)
+	n, err := d.Tick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.Equal(t, "leased in the next round", n, 2)
+}
+
+// A clean shutdown (Run's context cancelled) arrives while the begin-mark is on its way:
+// the mark is not cut off mid-statement (which could commit it and lose its reply, an
+// effect that never left ending unknown), and what it marked is sent during the drain.
+func testShutdownDuringMark(t *testing.T, e *apptest.EffectsEnv) {
+	e.Provider.SetReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, `{"id":"p-%d"}`, n)
+	})
+	eff := e.Queue(t, "sd", "invoice", "default", `{"n":1}`)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	f := &storetest.Faults{}
+	var hit atomic.Bool
+	f.Set(func(c storetest.Call) (storetest.When, error) {
+		if c.Op == storetest.OpBeginSends && hit.CompareAndSwap(false, true) {
+			stop() // SIGTERM, as the mark is being made
+		}
+		return storetest.Pass, nil
+	})
+	d := &effects.Dispatcher{Service: faultyService(e, f, &apptest.LockedBuffer{}), BatchSize: 1,
+		Lease: 2 * time.Minute, Interval: 10 * time.Millisecond, Drain: 10 * time.Second}
+	d.Run(runCtx)
+	if !hit.Load() {
+		t.Fatal("the begin-mark was never made: the test did not test what it says")
+	}
+	apptest.Equal(t, "state after the shutdown", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
 }
