@@ -97,6 +97,10 @@ const (
 	// NoteProviderIDUnstorable: the store refused even the safe form; the effect
 	// completed without a provider id.
 	NoteProviderIDUnstorable = "provider_id_unstorable"
+	// NoteProviderIDUnread: the provider answered 2xx (performed) but its body could not
+	// be read whole (the connection broke, the deadline passed) and held no id: the
+	// effect completed without one, and a person can look it up by the effect id.
+	NoteProviderIDUnread = "provider_id_unread"
 )
 
 // SafeProviderID returns id in a form every store keeps and every log and page shows as

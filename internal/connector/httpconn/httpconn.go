@@ -278,7 +278,7 @@ func (c *Connector) classify(resp *http.Response) connector.Result {
 // character, too long) is not dropped but kept in connector.SafeProviderID's form, with
 // its note: an id as given is preferred, the body's over the header's.
 func (c *Connector) providerID(resp *http.Response) (string, string) {
-	body := readBody(resp, maxBody)
+	body, readErr := readBody(resp, maxBody)
 	var buf [2]string
 	candidates := buf[:0]
 	if id, ok := idText(member(body, c.idField)); ok {
@@ -294,6 +294,9 @@ func (c *Connector) providerID(resp *http.Response) (string, string) {
 	}
 	if len(candidates) > 0 {
 		return connector.SafeProviderID(candidates[0])
+	}
+	if readErr != nil {
+		return "", connector.NoteProviderIDUnread
 	}
 	return "", ""
 }
@@ -496,14 +499,13 @@ func skipValue(body []byte, i int) int {
 
 // readBody reads up to limit bytes of a response body (what it read until an error), in
 // one allocation of the body's size when its length is announced.
-func readBody(resp *http.Response, limit int64) []byte {
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	if n := resp.ContentLength; n >= 0 && n <= limit {
 		body := make([]byte, n)
-		got, _ := io.ReadFull(resp.Body, body)
-		return body[:got]
+		got, err := io.ReadFull(resp.Body, body)
+		return body[:got], err
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
-	return body
+	return io.ReadAll(io.LimitReader(resp.Body, limit))
 }
 
 // idText returns a non-empty JSON string or number as text, keeping numbers exact.

@@ -124,6 +124,16 @@ func TestSendClassifiesResponses(t *testing.T) {
 			w.Header().Set("X-Provider-Id", "h-1")
 			fmt.Fprint(w, `{"ok":true}`)
 		}, connector.Result{Outcome: connector.Sent, ProviderID: "h-1"}},
+		{"200 whose body breaks off before its id", "", func(w http.ResponseWriter, r *http.Request) {
+			conn := hijack(t, w, r)
+			if conn == nil {
+				return
+			}
+			fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"ok\":tr")
+			conn.Close()
+		}, connector.Result{Outcome: connector.Sent, Note: connector.NoteProviderIDUnread}},
+		{"409 is a refusal for a type that is not idempotent", "", status(http.StatusConflict, ""),
+			connector.Result{Outcome: connector.Refused, Class: "http_409"}},
 		{"200 id not string or number", "", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Provider-Id", "h-2")
 			fmt.Fprint(w, `{"id":{"nested":"x"}}`)
@@ -759,4 +769,16 @@ func FuzzMemberIsTheMapsValue(f *testing.F) {
 			t.Fatalf("member(%q, %q) = %q, json.Unmarshal into a map gives %q", body, name, got, want)
 		}
 	})
+}
+
+// An idempotent provider answers 409 while a request with the same key is in progress:
+// retried (after its Retry-After), never a refusal.
+func TestInProgressIsRetryableForIdempotentTypes(t *testing.T) {
+	srv := server(t, status(http.StatusConflict, "7"))
+	c := mustNew(t, Config{Targets: map[string]string{DefaultTarget: srv.URL}, Idempotent: true})
+	got := c.Send(context.Background(), testRequest("e-409"))
+	want := connector.Result{Outcome: connector.Retryable, Class: "http_409", RetryAfter: 7 * time.Second}
+	if got != want {
+		t.Fatalf("Send = %+v, want %+v", got, want)
+	}
 }
