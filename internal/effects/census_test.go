@@ -39,9 +39,12 @@ var requeueCensus = map[string][]string{
 	"postgres.EffectRequeueFailed": {"RequeueFailedOnlyTakesFailed", "RequeueFailedReplyLostQueuesOnce"},
 	"sqlite.EffectRequeueFailed":   {"RequeueFailedOnlyTakesFailed", "RequeueFailedReplyLostQueuesOnce"},
 	// Back to pending, fenced by the lease that tried (its owner is never reused).
-	"effects.planOutcome":   {"StaleRetryOutcomeLoses", "GroupOutcomeFaultsRecordEachOutcomeOnce"}, // finishIn and the batch of record.go apply its plan
-	"effects.block":         {"KillSwitchThatCommitsFirstWins", "KillSwitchHoldReplyLostHoldsOnce"},
-	"effects.requeueUnsent": {"SweeperCannotRequeueABegunSend", "SweepReplyLostChangesTheEffectOnce", "BeginMarkFailedIsRequeued"},
+	"effects.planOutcome": {"StaleRetryOutcomeLoses", "GroupOutcomeFaultsRecordEachOutcomeOnce"}, // finishIn and the batch of record.go apply its plan
+	// The grouped outcome statement (SET state = u.state: a retry's pending among them),
+	// fenced like each outcome by the lease owner; A's stale 503 goes through it on PostgreSQL.
+	"postgres.effectUpdateManyStatement": {"StaleRetryOutcomeLoses", "GroupOutcomeFaultsRecordEachOutcomeOnce"},
+	"effects.block":                      {"KillSwitchThatCommitsFirstWins", "KillSwitchHoldReplyLostHoldsOnce"},
+	"effects.requeueUnsent":              {"SweeperCannotRequeueABegunSend", "SweepReplyLostChangesTheEffectOnce", "BeginMarkFailedIsRequeued"},
 	// Back to pending by a decision on a row read earlier, fenced by its version.
 	"effects.reconcileOne": {"StaleReconcileAnswerLoses", "TwoInstancesNeverLookUpTheSameEffect", "LookupInFlightLosesToAnOperator", "ReconcileReplyLostAppliesOnce"},
 	"effects.Resolve":      {"OperatorDecisionOnAChangedEffectIsRefused", "LookupInFlightLosesToAnOperator", "ResolveReplyLostAppliesOnce"},
@@ -52,7 +55,7 @@ var requeueCensus = map[string][]string{
 
 var (
 	sendableConst = map[string]bool{"EffectPending": true, "EffectPlanned": true, "EffectSending": true}
-	setStateRe    = regexp.MustCompile(`(?is)UPDATE\s+effects\b.*?\bSET\s+state\s*=\s*('(\w+)'|[$?]\d+)`)
+	setStateRe    = regexp.MustCompile(`(?is)UPDATE\s+effects\b.*?\bSET\s+state\s*=\s*('(\w+)'|[$?]\d+|[\w.]+)`)
 	insertRe      = regexp.MustCompile(`(?i)INSERT\s+INTO\s+effects\b`)
 )
 
@@ -96,8 +99,8 @@ func sendableSites(t *testing.T, root string) map[string]bool {
 
 // sendableIn reports whether fn writes an effect into a sendable state: a store constant
 // for pending, planned or sending used as a value (not compared, not a From state), or,
-// in a backend, SQL that inserts effects or sets their state to one of those or to a
-// parameter.
+// in a backend, SQL that inserts effects or sets their state to one of those, to a
+// parameter or to any other expression (the grouped statement's u.state).
 func sendableIn(pkg string, fn *ast.FuncDecl) bool {
 	found := false
 	var stack []ast.Node
