@@ -262,6 +262,10 @@ func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result
 	case res.Outcome == connector.Sent:
 		id := res.ProviderID
 		pl.update.To, pl.update.ProviderID, pl.kind = store.EffectCompleted, &id, store.EventEffectCompleted
+		if e.NoneConfirmedAt != nil {
+			// Sent again because a lookup twice said "none": look it up once more later.
+			pl.update.RecheckAfter = s.policy.Settle(e.ActionType)
+		}
 		pl.detail.ProviderID, pl.detail.ProviderIDNote = &id, res.Note
 		pl.reconcilable = !expired
 	case (res.Outcome == connector.Retryable || res.Outcome == connector.Ambiguous && idempotent) && e.Attempts < retry.MaxAttempts:

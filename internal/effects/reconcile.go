@@ -87,10 +87,89 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			return first
 		}
 		if len(claimed) < reconcileBatch {
+			break
+		}
+	}
+	return s.recheck(ctx, types)
+}
+
+// recheckGiveUp is how many failed lookups a completed effect's recheck takes before it
+// is given up (logged): about an hour and a half of backoff.
+const recheckGiveUp = 8
+
+// recheck looks up, once more, completed effects that a confirmed "none" had queued
+// again, a settle window after their resend: a first request held past the window and
+// performed after all shows as a second record, and raises reconcile_several on the run
+// (the effect stays completed: it was sent; a person sees that it was sent twice).
+func (s *Service) recheck(ctx context.Context, types []string) error {
+	for range reconcileClaims {
+		var claimed []store.Effect
+		err := s.store.Transact(ctx, func(q store.Queries) error {
+			var err error
+			claimed, err = q.EffectClaimRecheck(ctx, types, s.At(), reconcileClaim, reconcileBatch)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("claim completed effects to recheck: %w", err)
+		}
+		var first error
+		for _, e := range claimed {
+			lk := s.connectors[e.ActionType].(connector.Lookup)
+			ids, err := lk.Lookup(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
+				ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
+			if err != nil {
+				s.log.WarnContext(ctx, "recheck lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
+			}
+			if err := s.recheckOne(ctx, e, ids, err); err != nil && first == nil {
+				first = fmt.Errorf("recheck effect %s: %w", e.ID, err)
+			}
+		}
+		if first != nil {
+			return first
+		}
+		if len(claimed) < reconcileBatch {
 			return nil
 		}
 	}
 	return nil
+}
+
+// recheckOne applies a recheck's lookup (lookupErr: it failed) to e, the row claimed.
+func (s *Service) recheckOne(ctx context.Context, e store.Effect, ids []string, lookupErr error) error {
+	const several = "reconcile_several"
+	var alert bool
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		alert = false
+		if lookupErr != nil && e.Checks < recheckGiveUp {
+			return s.checkLater(ctx, q, e)
+		}
+		if err := q.EffectRecheckDone(ctx, e.ID, e.Version); errors.Is(err, store.ErrNoMatch) {
+			return nil // changed since the claim (an operator): the recheck is moot
+		} else if err != nil {
+			return err
+		}
+		if lookupErr != nil {
+			s.log.WarnContext(ctx, "recheck given up: its lookup kept failing", "key", e.RunKey, "effect_id", e.EffectID,
+				"checks", e.Checks)
+			return nil
+		}
+		if len(ids) < 2 {
+			return nil
+		}
+		alert = true
+		if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectReconciled, 0, "airlock", nil,
+			map[string]any{"effect_id": e.EffectID, "found": len(ids), "provider_ids": ids, "recheck": true,
+				"provider_id": e.ProviderID}); err != nil {
+			return err
+		}
+		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
+			map[string]any{"alert": several, "effect_id": e.EffectID, "recheck": true})
+	})
+	if err == nil && alert {
+		s.alerts.Alert(ctx, several, e.RunKey, slog.String("effect_id", e.EffectID), slog.Int("found", len(ids)),
+			slog.Bool("recheck", true))
+	}
+	return err
 }
 
 // LookupNoneClass is the error class of an unknown effect whose authoritative lookup
@@ -169,7 +248,7 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 				}
 				return checkAt(ctx, q, moved, now.Add(window))
 			}
-			p.To, p.NotBefore, p.Unambiguous = store.EffectPending, &now, true
+			p.To, p.NotBefore, p.Unambiguous, p.NoneConfirmed = store.EffectPending, &now, true, true
 			detail["settle_window_ms"] = window.Milliseconds()
 		case len(ids) == 0:
 			return s.checkLater(ctx, q, e) // not proof of absence: a person decides

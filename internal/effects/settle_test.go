@@ -30,6 +30,7 @@ func runSettle(t *testing.T, b storetest.Backend) {
 		{"InProgressIsRetriedNotFailed", testInProgressRetried},
 		{"RefusalAfterAmbiguousIsUnknown", testRefusalAfterAmbiguous},
 		{"ConfirmedNoneQueuesAgainOnce", testConfirmedNone},
+		{"ResendIsRecheckedForASecondRecord", testRecheckAfterResend},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
 	}
@@ -219,4 +220,54 @@ func testConfirmedNone(t *testing.T, e *apptest.EffectsEnv) {
 	e.Tick(t)
 	apptest.Equal(t, "sent again", e.EffectState(t, eff.ID), store.EffectCompleted)
 	apptest.Equal(t, "requests", e.Provider.Requests(effects.ProviderKey(eff)), 2)
+}
+
+// The residual risk, made visible: the first request was held past the settle window
+// (both "none" answers came before it was performed), so the resend made a second
+// record. The completed resend is looked up once more a settle window later: two records
+// raise reconcile_several on the run. Without a late record, the recheck ends quietly.
+func testRecheckAfterResend(t *testing.T, e *apptest.EffectsEnv) {
+	e.Provider.SetReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			w.WriteHeader(http.StatusBadGateway) // held somewhere; performed much later
+			return
+		}
+		id := fmt.Sprintf("rec-%d", n)
+		e.Provider.Store(r.Header.Get("Idempotency-Key"), id)
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, `{"id":%q}`, id)
+	})
+	settle := e.Policy.Settle("invoice")
+	late := e.Queue(t, "late", "invoice", "default", `{"n":1}`)
+	quiet := e.Queue(t, "quiet", "invoice", "default", `{"n":2}`)
+	e.Tick(t)
+	e.Clock.Advance(settle)
+	confirmNone(t, e, e.Effects)
+	e.Tick(t)
+	for _, eff := range []store.Effect{late, quiet} {
+		got, _ := e.Effects.Get(ctx, eff.ID)
+		apptest.Equal(t, "resent "+eff.RunKey, got.State, store.EffectCompleted)
+		if got.NoneConfirmedAt == nil || got.NextCheckAt == nil {
+			t.Fatalf("%s: none confirmed at %v, next check %v: want both set", eff.RunKey, got.NoneConfirmedAt, got.NextCheckAt)
+		}
+	}
+	e.Provider.Store(effects.ProviderKey(late), "rec-held") // the held first request, performed
+	e.Clock.Advance(settle / 2)
+	reconcile(t, e.Effects) // not due yet
+	lookups := e.Provider.Lookups()
+	e.Clock.Advance(settle / 2)
+	reconcile(t, e.Effects)
+	apptest.Equal(t, "recheck lookups", e.Provider.Lookups()-lookups, 2)
+	apptest.Equal(t, "alerts", strings.Count(strings.Join(e.Alerts.Kinds(), " "), "reconcile_several:"), 1)
+	apptest.Equal(t, "alerted", strings.Count(strings.Join(e.Alerts.Kinds(), " "), "reconcile_several:late"), 1)
+	for _, eff := range []store.Effect{late, quiet} {
+		got, _ := e.Effects.Get(ctx, eff.ID)
+		apptest.Equal(t, "still completed "+eff.RunKey, got.State, store.EffectCompleted)
+		if got.NextCheckAt != nil {
+			t.Errorf("%s: next check %v after the recheck, want none", eff.RunKey, got.NextCheckAt)
+		}
+	}
+	e.Clock.Advance(time.Hour)
+	reconcile(t, e.Effects)
+	apptest.Equal(t, "lookups after the recheck", e.Provider.Lookups()-lookups, 2)
 }

@@ -180,7 +180,8 @@ var ErrUnbatchable = errors.New("store: this effect update is not an outcome a b
 func (p EffectUpdateParams) Batchable() bool {
 	return len(p.From) == 1 && p.From[0] == EffectSending && p.Owner != "" && p.To != EffectSending &&
 		p.To != "" && p.Version == 0 && p.Payload == nil && !p.ReleaseAttempt && !p.Started &&
-		!p.LeaseExpired && !p.NotStarted && p.Attempts == 0 && p.FromErrorClass == "" && !p.Ambiguous && !p.Unambiguous
+		!p.LeaseExpired && !p.NotStarted && p.Attempts == 0 && p.FromErrorClass == "" && !p.Ambiguous && !p.Unambiguous &&
+		!p.NoneConfirmed && p.RecheckAfter == 0
 }
 
 // Store is one database. Methods on Store itself run outside any transaction.
@@ -430,14 +431,17 @@ type Effect struct {
 	// was, or its absence was proven since). A lookup's "none" counts only once the
 	// action type's settle window has passed from here, and no later refusal records the
 	// effect failed: the ambiguous request may still have been performed.
-	AmbiguousAt    *time.Time
-	Checks         int // reconciliation checks of the unknown effect so far
-	ProviderID     string
-	Attempts       int
-	NotBefore      time.Time
-	LastErrorClass string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	AmbiguousAt *time.Time
+	// NoneConfirmedAt is when a confirmed "none" queued the effect again: once its resend
+	// completes, it is looked up once more (NextCheckAt on the completed row).
+	NoneConfirmedAt *time.Time
+	Checks          int // reconciliation checks of the unknown effect so far
+	ProviderID      string
+	Attempts        int
+	NotBefore       time.Time
+	LastErrorClass  string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 	// Version is 1 when queued; every statement that changes the effect adds one. A
 	// decision taken on a row read earlier is applied by compare-and-set on its version.
 	Version int64
@@ -513,7 +517,12 @@ type EffectUpdateParams struct {
 	// sent").
 	Ambiguous   bool
 	Unambiguous bool
-	Now         *time.Time
+	// NoneConfirmed records that a confirmed "none" queues the effect again
+	// (NoneConfirmedAt = Now). RecheckAfter, with To completed, makes the completed
+	// effect due for one more lookup that long after Now.
+	NoneConfirmed bool
+	RecheckAfter  time.Duration
+	Now           *time.Time
 }
 
 // CheckFenced refuses an update that makes an effect sendable again (To pending or
@@ -561,9 +570,16 @@ type EffectQueries interface {
 	// two instances never look up the same effect at once. The claimed rows are returned
 	// at their new version.
 	EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]Effect, error)
-	// EffectCheckLater counts one reconciliation check of an unknown effect still at
-	// version and sets when it is next due; ErrNoMatch if the effect moved on.
+	// EffectCheckLater counts one reconciliation check of an unknown effect (or of a
+	// completed one due for its recheck) still at version and sets when it is next due;
+	// ErrNoMatch if the effect moved on.
 	EffectCheckLater(ctx context.Context, id string, version int64, at time.Time) error
+	// EffectClaimRecheck claims, as EffectClaimUnknown does, up to limit completed
+	// dispatcher effects of the given types whose recheck (one more lookup after a resend
+	// that a confirmed "none" allowed) is due at now.
+	EffectClaimRecheck(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]Effect, error)
+	// EffectRecheckDone ends a completed effect's recheck, if it is still at version.
+	EffectRecheckDone(ctx context.Context, id string, version int64) error
 	// EffectCancelPending cancels the run's pending effects (its run ended: they never
 	// leave) and returns them.
 	EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]Effect, error)

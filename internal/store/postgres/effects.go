@@ -23,7 +23,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at`
+	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at`
 
 func scanEffect(row pgx.Row) (store.Effect, error) {
 	var e store.Effect
@@ -31,7 +31,7 @@ func scanEffect(row pgx.Row) (store.Effect, error) {
 	var payload []byte
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
-		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version, &e.AmbiguousAt)
+		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version, &e.AmbiguousAt, &e.NoneConfirmedAt)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -224,9 +224,33 @@ func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *ti
 		RETURNING `+prefixed("e.", effectColumns), types, now, limit, micros(claim)))
 }
 
+func (q queries) EffectClaimRecheck(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	return collectEffects(q.db.Query(ctx, `
+		WITH due AS (
+		  SELECT id FROM effects
+		  WHERE state = 'completed' AND next_check_at IS NOT NULL AND next_check_at <= coalesce($2::timestamptz, now())
+		    AND executor = 'dispatcher' AND action_type = ANY($1)
+		  ORDER BY next_check_at LIMIT $3
+		  FOR UPDATE SKIP LOCKED
+		)
+		UPDATE effects e SET next_check_at = coalesce($2::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+		  version = e.version + 1
+		FROM due WHERE e.id = due.id
+		RETURNING `+prefixed("e.", effectColumns), types, now, limit, micros(claim)))
+}
+
+func (q queries) EffectRecheckDone(ctx context.Context, id string, version int64) error {
+	tag, err := q.db.Exec(ctx, `UPDATE effects SET next_check_at = NULL, version = version + 1
+		WHERE id = $1 AND version = $2 AND state = 'completed'`, id, version)
+	if err == nil && tag.RowsAffected() == 0 {
+		return store.ErrNoMatch
+	}
+	return err
+}
+
 func (q queries) EffectCheckLater(ctx context.Context, id string, version int64, at time.Time) error {
 	tag, err := q.db.Exec(ctx, `UPDATE effects SET next_check_at = $3, checks = checks + 1, version = version + 1
-		WHERE id = $1 AND version = $2 AND state = 'unknown'`, id, version, at)
+		WHERE id = $1 AND version = $2 AND state IN ('unknown', 'completed')`, id, version, at)
 	if err == nil && tag.RowsAffected() == 0 {
 		return store.ErrNoMatch
 	}
@@ -365,7 +389,10 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    lease_expires_at = CASE WHEN $3 = 'sending' THEN lease_expires_at ELSE NULL END,
 		    send_started_at = CASE WHEN $3 <> 'sending' THEN NULL
 		                           WHEN $10 THEN coalesce($9::timestamptz, now()) ELSE send_started_at END,
-		    next_check_at = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN next_check_at END,
+		    next_check_at = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN next_check_at
+		                         WHEN $3 = 'completed' AND $20::bigint > 0
+		                           THEN coalesce($9::timestamptz, now()) + $20::bigint * interval '1 microsecond' END,
+		    none_confirmed_at = CASE WHEN $19 THEN coalesce($9::timestamptz, now()) ELSE none_confirmed_at END,
 		    checks = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
 		    ambiguous_at = CASE WHEN $17 THEN coalesce(send_started_at, $9::timestamptz, now())
 		                        WHEN $18 THEN NULL ELSE ambiguous_at END,
@@ -377,7 +404,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		  AND ($14 = 0 OR attempts = $14) AND ($15 = '' OR last_error_class = $15)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
 		p.ErrorClass, p.ReleaseAttempt, p.Now, p.Started, p.LeaseExpired, p.NotStarted, jsonArg(p.Payload),
-		p.Attempts, p.FromErrorClass, p.Version, p.Ambiguous, p.Unambiguous))
+		p.Attempts, p.FromErrorClass, p.Version, p.Ambiguous, p.Unambiguous, p.NoneConfirmed, p.RecheckAfter.Microseconds()))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
 	}

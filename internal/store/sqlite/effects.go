@@ -25,23 +25,23 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at`
+	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at`
 
 func scanEffect(row scanner) (store.Effect, error) {
 	var e store.Effect
 	var state string
 	var payload sql.NullString
-	var leaseExp, started, nextCheck, ambiguous sql.NullInt64
+	var leaseExp, started, nextCheck, ambiguous, noneConfirmed sql.NullInt64
 	var notBefore, created, updated int64
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &started, &e.ProviderID, &e.Attempts,
-		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks, &e.Version, &ambiguous)
+		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks, &e.Version, &ambiguous, &noneConfirmed)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
 	e.State, e.Payload, e.LeaseExpiresAt, e.SendStartedAt = store.EffectState(state), optJSON(payload), optTime(leaseExp), optTime(started)
 	e.NotBefore, e.CreatedAt, e.UpdatedAt = fromMicros(notBefore), fromMicros(created), fromMicros(updated)
-	e.NextCheckAt, e.AmbiguousAt = optTime(nextCheck), optTime(ambiguous)
+	e.NextCheckAt, e.AmbiguousAt, e.NoneConfirmedAt = optTime(nextCheck), optTime(ambiguous), optTime(noneConfirmed)
 	return e, nil
 }
 
@@ -204,9 +204,42 @@ func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *ti
 		RETURNING `+effectColumns, args...)
 }
 
+func (q queries) EffectClaimRecheck(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	at := q.at(now)
+	args := []any{at, limit, at + claim.Microseconds()}
+	for _, t := range types {
+		args = append(args, t)
+	}
+	return selectAll(ctx, q.db, scanEffect, `UPDATE effects SET next_check_at = ?3, version = version + 1
+		WHERE id IN (SELECT id FROM effects
+		  WHERE state = 'completed' AND next_check_at IS NOT NULL AND next_check_at <= ?1
+		    AND executor = 'dispatcher' AND action_type IN (`+numbered(4, len(types))+`)
+		  ORDER BY next_check_at LIMIT ?2)
+		RETURNING `+effectColumns, args...)
+}
+
+func (q queries) EffectRecheckDone(ctx context.Context, id string, version int64) error {
+	return q.exactlyOne(q.db.ExecContext(ctx, `UPDATE effects SET next_check_at = NULL, version = version + 1
+		WHERE id = ? AND version = ? AND state = 'completed'`, id, version))
+}
+
+// exactlyOne turns an update that changed no row into store.ErrNoMatch.
+func (q queries) exactlyOne(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return cmp.Or(err, store.ErrNoMatch)
+	}
+	return nil
+}
+
 func (q queries) EffectCheckLater(ctx context.Context, id string, version int64, at time.Time) error {
 	res, err := q.db.ExecContext(ctx, `UPDATE effects SET next_check_at = ?, checks = checks + 1, version = version + 1
-		WHERE id = ? AND version = ? AND state = 'unknown'`, at.UnixMicro(), id, version)
+		WHERE id = ? AND version = ? AND state IN ('unknown', 'completed')`, at.UnixMicro(), id, version)
 	if err != nil {
 		return err
 	}
@@ -250,7 +283,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		return store.Effect{}, err
 	}
 	args := []any{p.ID, string(p.To), p.Owner, p.ProviderID, nil, p.ErrorClass, p.ReleaseAttempt, q.at(p.Now), p.Started,
-		p.LeaseExpired, p.NotStarted, nil, p.Attempts, p.FromErrorClass, p.Version, p.Ambiguous, p.Unambiguous}
+		p.LeaseExpired, p.NotStarted, nil, p.Attempts, p.FromErrorClass, p.Version, p.Ambiguous, p.Unambiguous, p.NoneConfirmed, p.RecheckAfter.Microseconds()}
 	if p.Payload != nil {
 		args[11] = string(p.Payload)
 	}
@@ -271,7 +304,9 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    lease_owner = CASE WHEN ?2 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN ?2 = 'sending' THEN lease_expires_at ELSE NULL END,
 		    send_started_at = CASE WHEN ?2 <> 'sending' THEN NULL WHEN ?9 THEN ?8 ELSE send_started_at END,
-		    next_check_at = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN next_check_at END,
+		    next_check_at = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN next_check_at
+		                         WHEN ?2 = 'completed' AND ?19 > 0 THEN ?8 + ?19 END,
+		    none_confirmed_at = CASE WHEN ?18 THEN ?8 ELSE none_confirmed_at END,
 		    checks = CASE WHEN ?2 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
 		    ambiguous_at = CASE WHEN ?16 THEN coalesce(send_started_at, ?8) WHEN ?17 THEN NULL ELSE ambiguous_at END,
 		    updated_at = ?8,
@@ -279,7 +314,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		WHERE id = ?1 AND (?3 = '' OR lease_owner = ?3) AND (?15 = 0 OR version = ?15)
 		  AND (NOT ?10 OR lease_expires_at <= ?8) AND (NOT ?11 OR send_started_at IS NULL)
 		  AND (?13 = 0 OR attempts = ?13) AND (?14 = '' OR last_error_class = ?14)
-		  AND state IN (`+numbered(18, len(p.From))+`)
+		  AND state IN (`+numbered(20, len(p.From))+`)
 		RETURNING `+effectColumns, args...))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, store.ErrNoMatch
