@@ -56,6 +56,8 @@ type Options struct {
 	Web []web.Option
 	// MaxBodyBytes is AIRLOCK_MAX_BODY_BYTES; 0: 1 MiB.
 	MaxBodyBytes int64
+	// RequestTimeout bounds an API request's work (0: httpapi.DefaultRequestTimeout).
+	RequestTimeout time.Duration
 	APIKeys      *apikeys.Cache  // nil: every request's key is looked up in the store
 	Tracer       *tracing.Tracer // nil: no tracing
 	Instance     string          // "": httpapi.InstanceName()
@@ -122,7 +124,7 @@ func New(o Options) (*App, error) {
 	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)
 	a.Deps = httpapi.Deps{Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
 		Ledger: a.Ledger, Web: a.Web, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
-		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance}
+		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance, RequestTimeout: o.RequestTimeout}
 	a.Handler = httpapi.New(a.Deps)
 	return a, nil
 }

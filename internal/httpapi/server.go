@@ -58,7 +58,15 @@ type Deps struct {
 	// Instance names this process in the readiness table ("" : the host name and a
 	// random suffix).
 	Instance string
+	// RequestTimeout bounds each API request's work (0: DefaultRequestTimeout): a
+	// database that cannot commit — a synchronous standby gone under strict synchronous
+	// mode, a lock held — is answered 503 within it, not when the client gives up.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is the bound of an API request's work: inside the server's
+// 60 s write timeout, so the 503 still reaches the client.
+const DefaultRequestTimeout = 30 * time.Second
 
 type server struct {
 	Deps
@@ -132,6 +140,9 @@ func New(d Deps) http.Handler {
 	}
 	if d.Instance == "" {
 		d.Instance = InstanceName()
+	}
+	if d.RequestTimeout <= 0 {
+		d.RequestTimeout = DefaultRequestTimeout
 	}
 	mux := http.NewServeMux()
 	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}), mux: mux, traced: map[string]bool{}}
@@ -217,7 +228,9 @@ func (s *server) handle(h handlerFunc) http.Handler {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 		}
-		if err := h(w, r); err != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.RequestTimeout)
+		defer cancel()
+		if err := h(w, r.WithContext(ctx)); err != nil {
 			s.render(w, r, err)
 		}
 	})
