@@ -58,9 +58,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// RequestTimeout bounds an API request's work (0: httpapi.DefaultRequestTimeout).
 	RequestTimeout time.Duration
-	APIKeys      *apikeys.Cache  // nil: every request's key is looked up in the store
-	Tracer       *tracing.Tracer // nil: no tracing
-	Instance     string          // "": httpapi.InstanceName()
+	APIKeys        *apikeys.Cache  // nil: every request's key is looked up in the store
+	Tracer         *tracing.Tracer // nil: no tracing
+	Instance       string          // "": httpapi.InstanceName()
 }
 
 // App is the wired graph.
