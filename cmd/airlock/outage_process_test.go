@@ -31,6 +31,7 @@ type pgCluster struct {
 	dir    string
 	port   int
 	asUser *user.User // nil: run the binaries as ourselves
+	opts   string     // more server options for start (-c name=value …)
 }
 
 func pgBindir() string {
@@ -56,6 +57,16 @@ func pgBindir() string {
 
 // newPGCluster creates and starts a cluster; it is stopped and removed when t ends.
 func newPGCluster(t *testing.T) *pgCluster {
+	t.Helper()
+	c := newPGClusterDir(t)
+	c.run("initdb", "-D", c.data(), "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-locale", "--no-sync")
+	c.start()
+	return c
+}
+
+// newPGClusterDir prepares a cluster's directory and port, with nothing in it yet (a
+// standby's comes from pg_basebackup); whatever runs there is stopped when t ends.
+func newPGClusterDir(t *testing.T) *pgCluster {
 	t.Helper()
 	storetest.PostgresURL(t) // PostgreSQL tests run (under CI they must)
 	c := &pgCluster{t: t, bindir: pgBindir()}
@@ -87,8 +98,6 @@ func newPGCluster(t *testing.T) *pgCluster {
 	}
 	c.port = ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	c.run("initdb", "-D", c.data(), "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-locale", "--no-sync")
-	c.start()
 	t.Cleanup(func() {
 		if _, err := os.Stat(filepath.Join(c.data(), "postmaster.pid")); err == nil {
 			c.run("pg_ctl", "-D", c.data(), "-m", "immediate", "-w", "-t", "30", "stop")
@@ -118,7 +127,7 @@ func (c *pgCluster) start() {
 	c.t.Helper()
 	// fsync off: the test is about availability, and the disk is shared.
 	c.run("pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60",
-		"-o", fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c max_connections=100", c.port, c.dir), "start")
+		"-o", fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c max_connections=100 %s", c.port, c.dir, c.opts), "start")
 }
 
 // stop shuts the server down: fast (sessions are ended with 57P01) or immediate (a crash;

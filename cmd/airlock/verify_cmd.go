@@ -37,9 +37,9 @@ type verifyOptions struct {
 // verifyResult is one check's line.
 type verifyResult struct {
 	Name   string
-	Status string // PASS, FAIL or SKIP
+	Status string // PASS, WARN, FAIL or SKIP (only FAIL makes verify exit non-zero)
 	Detail string
-	Fix    string // FAIL only: what to change
+	Fix    string // FAIL and WARN: what to change
 }
 
 func verifyCmd() *cobra.Command {
@@ -51,13 +51,15 @@ func verifyCmd() *cobra.Command {
 with --http-url, against a running instance: concurrent claims of one key yield one lease,
 a stale compare-and-set is refused, leases expire on the database clock, the kill switch
 stops a send, LISTEN/NOTIFY wake-ups arrive (or polling is in force), transaction-scoped
-advisory locks exclude, transactions run at the isolation level airlock expects, and the
-clocks of this host, the instance and the database agree within the lease margin.
+advisory locks exclude, transactions run at the isolation level airlock expects, a commit
+is on a synchronous standby before it is acknowledged (when standbys stream from the
+server) and synchronous_commit does not weaken that, and the clocks of this host, the
+instance and the database agree within the lease margin.
 
 It works in a scratch namespace (run keys airlock-verify-<random>-…, action type
 airlock-verify-<random>) and removes it afterwards. It prints one line per check
-(PASS, FAIL with what to fix, or SKIP saying why the check does not apply) and exits
-non-zero if any check fails. It never creates or migrates a database.`,
+(PASS, FAIL with what to fix, WARN with what to look at, or SKIP saying why the check
+does not apply) and exits non-zero if any check fails. It never creates or migrates a database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -113,9 +115,9 @@ func printVerify(w io.Writer, results []verifyResult) (failed int) {
 		line := fmt.Sprintf("%s  %-22s %s", r.Status, r.Name, r.Detail)
 		if r.Status == "FAIL" {
 			failed++
-			if r.Fix != "" {
-				line += " — fix: " + r.Fix
-			}
+		}
+		if (r.Status == "FAIL" || r.Status == "WARN") && r.Fix != "" {
+			line += " — fix: " + r.Fix
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -178,6 +180,8 @@ func runVerify(ctx context.Context, st store.Store, cfg config.Config, o verifyO
 		{"advisory-locks", v.advisoryLocks},
 		{"isolation-level", v.isolation},
 		{"pooler", v.pooler},
+		{"replication", v.replication},
+		{"synchronous-commit", v.synchronousCommit},
 		{"clock-skew", v.clockSkew},
 		{"http-readiness", v.httpReadiness},
 		{"http-claims", v.httpClaims},
@@ -215,6 +219,10 @@ func skip(format string, a ...any) verifyResult {
 
 func fail(fix, format string, a ...any) verifyResult {
 	return verifyResult{Status: "FAIL", Detail: fmt.Sprintf(format, a...), Fix: fix}
+}
+
+func warn(fix, format string, a ...any) verifyResult {
+	return verifyResult{Status: "WARN", Detail: fmt.Sprintf(format, a...), Fix: fix}
 }
 
 func (v *verifyRun) claim(ctx context.Context, key, owner string, lease time.Duration) (store.ClaimOutcome, error) {

@@ -16,7 +16,8 @@ import (
 
 // verifyChecks are the lines every verify run prints, in order.
 var verifyChecks = []string{"concurrent-claims", "stale-cas", "lease-expiry-clock", "kill-switch", "listen-notify",
-	"advisory-locks", "isolation-level", "pooler", "clock-skew", "http-readiness", "http-claims", "cleanup"}
+	"advisory-locks", "isolation-level", "pooler", "replication", "synchronous-commit", "clock-skew", "http-readiness",
+	"http-claims", "cleanup"}
 
 // verifyLines parses verify's output into check → status, failing on a line of another form.
 func verifyLines(t *testing.T, out string) map[string]string {
@@ -24,7 +25,7 @@ func verifyLines(t *testing.T, out string) map[string]string {
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 3 || (f[0] != "PASS" && f[0] != "FAIL" && f[0] != "SKIP") {
+		if len(f) < 3 || (f[0] != "PASS" && f[0] != "FAIL" && f[0] != "WARN" && f[0] != "SKIP") {
 			t.Fatalf("verify printed %q: not STATUS CHECK DETAIL", line)
 		}
 		got[f[1]] = f[0]
@@ -54,13 +55,17 @@ func TestVerifyPasses(t *testing.T) {
 			got := verifyLines(t, out)
 			want := map[string]string{"concurrent-claims": "PASS", "stale-cas": "PASS", "lease-expiry-clock": "PASS",
 				"kill-switch": "PASS", "clock-skew": "PASS", "cleanup": "PASS", "http-readiness": "SKIP", "http-claims": "SKIP"}
-			for _, c := range []string{"listen-notify", "advisory-locks", "isolation-level", "pooler"} {
+			for _, c := range []string{"listen-notify", "advisory-locks", "isolation-level", "pooler", "replication", "synchronous-commit"} {
 				want[c] = map[string]string{"sqlite": "SKIP", "postgres": "PASS"}[backend]
 			}
 			for c, s := range want {
 				if got[c] != s {
 					t.Errorf("%s: %s, want %s\n%s", c, got[c], s, out)
 				}
+			}
+			// A single server is no failure: the line says what durability rests on.
+			if backend == "postgres" && !strings.Contains(out, "no standby streams from this server") {
+				t.Errorf("replication line does not say there is no standby:\n%s", out)
 			}
 			m := scratchPrefix.FindStringSubmatch(out)
 			if m == nil {
@@ -130,7 +135,7 @@ func TestVerifyFailsOnClockSkew(t *testing.T) {
 			if err == nil {
 				t.Fatalf("verify passed with a clock an hour off:\n%s", out)
 			}
-			if !strings.Contains(stderr, "1 of 12 checks failed") {
+			if !strings.Contains(stderr, "1 of 14 checks failed") {
 				t.Errorf("stderr %q, want the failed count", stderr)
 			}
 			got := verifyLines(t, out)
