@@ -84,6 +84,7 @@ export class InvariantsChangedError extends APIError { static readonly code: 'in
 export class ReconcileFirstError extends APIError { static readonly code: 'reconcile_first'; readonly code: 'reconcile_first'; }
 export class InputMismatchError extends APIError { static readonly code: 'input_mismatch'; readonly code: 'input_mismatch'; }
 export class NotPlannedError extends APIError { static readonly code: 'not_planned'; readonly code: 'not_planned'; }
+export class NotSettledError extends APIError { static readonly code: 'not_settled'; readonly code: 'not_settled'; }
 export class InvalidLedgerError extends APIError { static readonly code: 'invalid_ledger'; readonly code: 'invalid_ledger'; }
 export class ApprovalNotFoundError extends APIError { static readonly code: 'approval_not_found'; readonly code: 'approval_not_found'; }
 export class ApprovalNotPendingError extends APIError { static readonly code: 'approval_not_pending'; readonly code: 'approval_not_pending'; }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
@@ -77,6 +78,7 @@ var errorTable = []struct {
 	{ledger.ErrReconcileFirst, http.StatusConflict, "reconcile_first"},
 	{ledger.ErrInputMismatch, http.StatusConflict, "input_mismatch"},
 	{ledger.ErrNotPlanned, http.StatusConflict, "not_planned"},
+	{ledger.ErrNotSettled, http.StatusConflict, "not_settled"}, // with Retry-After: toAPIError
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }
@@ -109,6 +111,12 @@ func toAPIError(err error) (*Error, bool) {
 	if errors.As(err, &ie) {
 		e := apiError(http.StatusUnprocessableEntity, "invalid_input", ie.Error())
 		e.Errors = ie.Errors
+		return e, true
+	}
+	var ns *ledger.NotSettledError
+	if errors.As(err, &ns) {
+		e := apiError(http.StatusConflict, "not_settled", messageOf(err, ledger.ErrNotSettled))
+		e.RetryAfter = max(1, int((ns.RetryAfter+time.Second-1)/time.Second))
 		return e, true
 	}
 	var le *ledger.InvalidError

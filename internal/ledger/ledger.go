@@ -45,6 +45,10 @@ var (
 	ErrReconcileFirst    = errors.New("this effect was planned but not confirmed (or its outcome is unknown): search the external system and reconcile it first")
 	ErrInputMismatch     = errors.New("the effect id was planned with another input: the run stops for a person")
 	ErrNotPlanned        = errors.New("the effect is not planned")
+	// ErrNotSettled: a search found nothing, but the planned effect's settle window has
+	// not passed since it was planned: the earlier holder's call may still be in
+	// progress at the provider. Ask again after NotSettledError.RetryAfter.
+	ErrNotSettled = errors.New("the effect's settle window has not passed: a call made under the earlier plan may still be in progress")
 )
 
 // InvalidError is a ledger that fails the published schema or the rules around it.
@@ -456,6 +460,17 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		case len(found) == 1:
 			p.To, p.ProviderID = store.EffectCompleted, &found[0]
 		default:
+			// "None" clears the effect only once a call made under the plan can no longer
+			// arrive: the type's settle window (actions.T.settle_window) from the plan.
+			if w := s.policy.Settle(e.ActionType); w > 0 {
+				now, err := s.Read(ctx, q)
+				if err != nil {
+					return err
+				}
+				if wait := e.UpdatedAt.Add(w).Sub(now); wait > 0 {
+					return &NotSettledError{RetryAfter: wait}
+				}
+			}
 			p.To = store.EffectPending
 		}
 		if _, err := q.EffectUpdate(ctx, p); errors.Is(err, store.ErrNoMatch) {
@@ -619,3 +634,12 @@ func (s *Service) RecordCall(ctx context.Context, key string, c Call, actor stri
 	}
 	return nil
 }
+
+// NotSettledError is ErrNotSettled with how long to wait before asking again.
+type NotSettledError struct{ RetryAfter time.Duration }
+
+func (e *NotSettledError) Error() string {
+	return fmt.Sprintf("%v; search again in %s", ErrNotSettled, e.RetryAfter.Round(time.Second))
+}
+
+func (e *NotSettledError) Unwrap() error { return ErrNotSettled }

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/ledger"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -38,6 +39,7 @@ func runLedger(t *testing.T, b storetest.Backend) {
 		{"GatedAgentEffect", testGatedAgentEffect},
 		{"KillSwitchRefusesPlan", testPlanKillSwitch},
 		{"ConfirmedResultAnsweredUntilPurged", testConfirmedResult},
+		{"NoneInsideTheSettleWindowClearsNothing", testReconcileSettle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
@@ -322,5 +324,38 @@ func testConfirmedResult(t *testing.T, e *apptest.EffectsEnv) {
 	res, err = e.Plan("report-1", "mcp.write_file.1", "in-1")
 	if err != nil || res.Execute || res.Receipt != "sha256:abc" || res.Result != nil {
 		t.Fatalf("plan after retention: %+v (result %s) %v", res, res.Result, err)
+	}
+}
+
+// An agent type with a settle window: a search's "none" soon after the plan clears
+// nothing — the earlier holder's call may still be at the provider — and says when to
+// ask again; past the window it clears the effect. A record found confirms it at once.
+func testReconcileSettle(t *testing.T, e *apptest.EffectsEnv) {
+	e.Policy.Actions["create_internal_draft"].SettleWindow = policy.Duration(3 * time.Minute)
+	e.ClaimRun(t, "settle-1")
+	o := e.Owner(t, "settle-1")
+	if _, _, err := e.Ledger.Save(ctx, "settle-1", o, apptest.LedgerDoc("settle-1", 1, "create_internal_draft"), "t"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"slow", "found"} {
+		if _, err := e.Plan("settle-1", id, "in"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Clock.Advance(time.Minute)
+	_, err := e.Ledger.Reconcile(ctx, "settle-1", "slow", o, []string{}, false, "t")
+	var ns *ledger.NotSettledError
+	if !errors.As(err, &ns) || ns.RetryAfter != 2*time.Minute {
+		t.Fatalf("none a minute after the plan: %v, want not settled for 2m", err)
+	}
+	if _, err := e.Plan("settle-1", "slow", "in"); !errors.Is(err, ledger.ErrReconcileFirst) {
+		t.Fatalf("plan while unsettled: %v, want reconcile_first", err)
+	}
+	if got, err := e.Ledger.Reconcile(ctx, "settle-1", "found", o, []string{"doc://1"}, false, "t"); err != nil || got != "confirmed" {
+		t.Fatalf("found inside the window: %s %v", got, err)
+	}
+	e.Clock.Advance(2 * time.Minute) // inside the run's lease still
+	if got, err := e.Ledger.Reconcile(ctx, "settle-1", "slow", o, []string{}, false, "t"); err != nil || got != "cleared" {
+		t.Fatalf("none past the window: %s %v, want cleared", got, err)
 	}
 }

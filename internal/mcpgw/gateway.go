@@ -837,6 +837,11 @@ func (g *Gateway) reconcile(ctx context.Context, runID, owner, effectID string, 
 	case client.IsCode(err, "not_planned"):
 		call.Decision = "reconcile_first"
 		return false, nil, refuse("reconcile_first", "%s", person)
+	case client.IsCode(err, "not_settled"):
+		// The lookup found nothing, but the earlier call may still be in progress at
+		// the server: not sent again now; asked again after the settle window.
+		call.Decision = "reconcile_first"
+		return false, nil, refuse("reconcile_first", "effect %s of run %s was planned recently and its earlier call may still be in progress: it is not sent again yet. %v", effectID, runID, err)
 	case err != nil:
 		return false, nil, refuse("airlock_unavailable", "airlock could not be asked, so the call was not sent: %v", err)
 	}

@@ -574,7 +574,9 @@ func (p *Policy) defaults(set func(path ...string) bool) {
 				a.SMTP.Timeout = Duration(30 * time.Second)
 			}
 		}
-		if a.SettleWindow == 0 && !set("actions", name, "settle_window") {
+		if a.SettleWindow == 0 && !set("actions", name, "settle_window") && a.Connector != ConnectorWorker {
+			// A worker or agent type sets its own: how long a call its performer made may
+			// still reach the provider (0: a search's "none" clears the effect at once).
 			a.SettleWindow = Duration(a.SendTimeout() + DefaultSettleGrace)
 		}
 	}

@@ -287,6 +287,10 @@ class NotPlannedError(APIError):
     code = "not_planned"
 
 
+class NotSettledError(APIError):
+    code = "not_settled"
+
+
 class InvalidLedgerError(APIError):
     code = "invalid_ledger"
 
