@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -97,7 +98,13 @@ func (h *harness) cleanStop(midMark bool) {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	}
-	if s.err != nil {
+	armed := slices.ContainsFunc(s.cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "AIRLOCK_TEST_CRASH_AT=") })
+	switch ee, ok := s.err.(*exec.ExitError); {
+	case s.err == nil:
+	case armed && ok && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+		h.count("clean_stop_met_crash_point") // its armed crash point came first
+		h.kills.Add(1)
+	default:
 		h.t.Errorf("seed %d: instance %d (%s) exited with %v after SIGTERM; its last lines:\n%s", h.seed, i, s.URL, s.err, lastLines(s.Logs(), 20))
 	}
 	to := time.Now()
