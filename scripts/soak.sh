@@ -4,7 +4,9 @@
 # The long run of the fault-injecting harness (cmd/airlock/harness_test.go): every seed
 # runs for DURATION (default 5m) on PostgreSQL (3 instances) and SQLite (2 processes on one
 # file), and on PostgreSQL the server itself is restarted now and then (pg_ctl restart
-# -m fast and -m immediate) besides the faults of the short run. It uses a throwaway
+# -m fast and -m immediate) besides the faults of the short run (those include the slow
+# providers, clean stops and agents paused past their lease: docs/testing.md, "The
+# fault-injecting harness"). It uses a throwaway
 # PostgreSQL of its own and leaves nothing running. A failing run prints its seed:
 #   AIRLOCK_HARNESS_SEEDS=<seed> AIRLOCK_HARNESS_DURATION=<d> bash scripts/soak.sh
 set -euo pipefail
