@@ -369,19 +369,45 @@ export class LeaseKeeper {
 			this.last = await this.client.heartbeat(this.key, this.lease_owner, this.version, { lease_seconds: this.lease_seconds }, { signal: this.#ctl.signal });
 			this.beats++;
 		} catch (e) {
-			if (e instanceof LeaseLostError || e instanceof VersionConflictError || e instanceof LeaseLifetimeExceededError) {
-				this.error = e;
-				clearInterval(this.#timer);
-				this.#ctl.abort(e);
-			}
+			this.#lose(e);
 		} finally {
 			this.#busy = false;
 		}
 	}
 
-	/** check throws the lease's loss (LeaseLostError, …) if it was lost. */
+	#lose(e) {
+		if (e instanceof LeaseLostError || e instanceof VersionConflictError || e instanceof LeaseLifetimeExceededError) {
+			this.error = e;
+			clearInterval(this.#timer);
+			this.#ctl.abort(e);
+		}
+	}
+
+	/**
+	 * check throws the lease's loss (LeaseLostError, …) if it was lost. It reads only what
+	 * the last heartbeat learnt: after a pause it can pass while the lease is already gone.
+	 * Right before acting, await verify().
+	 */
 	check() {
 		if (this.error) throw this.error;
+	}
+
+	/**
+	 * verify asks airlock now whether this process still holds the lease: a heartbeat, which
+	 * also renews it. It resolves to the renewed lease, or throws the loss (and marks the
+	 * lease lost) or the request's error; either way, do not act. Await it right before each
+	 * external effect, after plan answered execute.
+	 */
+	async verify() {
+		this.check();
+		try {
+			this.last = await this.client.heartbeat(this.key, this.lease_owner, this.version, { lease_seconds: this.lease_seconds });
+		} catch (e) {
+			this.#lose(e);
+			throw e;
+		}
+		this.beats++;
+		return this.last;
 	}
 
 	stop() {

@@ -442,6 +442,9 @@ export declare class LeaseKeeper {
 	readonly last: Lease | null;
 	readonly signal: AbortSignal;
 	readonly lost: boolean;
+	/** Throws the loss a heartbeat found; reads no more than the last heartbeat learnt. */
 	check(): void;
+	/** A heartbeat now: resolves to the renewed lease or throws the loss. Await it right before acting. */
+	verify(): Promise<Lease>;
 	stop(): void;
 }

@@ -62,8 +62,48 @@ func (s *Service) WorkerReport(ctx context.Context, id, owner string, res connec
 		return store.Effect{}, err
 	}
 	if e.Executor != store.ExecutorWorker || e.State != store.EffectSending || e.LeaseOwner != owner {
+		if e.Executor == store.ExecutorWorker && e.State == store.EffectCompleted && res.Outcome == connector.Sent {
+			return store.Effect{}, s.lateCompletion(ctx, e, res)
+		}
 		return store.Effect{}, ErrEffectLeaseLost
 	}
 	out, err := s.finish(ctx, e, owner, res, actor)
 	return out, err
+}
+
+// lateCompletion answers a completion reported for an effect that another attempt has
+// completed: refused, as any report without the lease, but a different receipt is a
+// second performance and goes on the record (once per receipt) and to the alerter.
+func (s *Service) lateCompletion(ctx context.Context, e store.Effect, res connector.Result) error {
+	late, _ := connector.SafeProviderID(res.ProviderID) // as it would have been stored
+	if late == e.ProviderID {
+		return ErrEffectLeaseLost // the same completion again
+	}
+	p := SecondPerformance{RunKey: e.RunKey, EffectID: e.EffectID, State: store.EffectCompleted, LateReceipt: late,
+		Source: SourceWorkerReport}
+	var evidence, written bool
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		evidence, written = false, false
+		cur, err := q.EffectGet(ctx, e.ID)
+		if err != nil {
+			return err
+		}
+		if cur.State != store.EffectCompleted || cur.ProviderID == late {
+			return nil
+		}
+		evidence, p.Receipt = true, cur.ProviderID
+		written, err = RecordPerformedTwice(ctx, q, s.At(), p)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record late completion of effect %s: %w", e.ID, err)
+	}
+	if written {
+		RaisePerformedTwice(ctx, s.alerts, p)
+	}
+	if !evidence {
+		return ErrEffectLeaseLost
+	}
+	return fmt.Errorf("%w: another attempt completed it with another receipt; this report was recorded as a second performance (alert %s)",
+		ErrEffectLeaseLost, PerformedTwiceAlert)
 }

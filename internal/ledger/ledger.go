@@ -401,9 +401,28 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 // Confirm records the receipt of an effect the agent performed, and optionally its
 // result (kept as the effect's payload, so retention purges it with every payload; a
 // later plan of the same effect answers it instead of executing again).
+//
+// A confirmation airlock refuses — the caller's lease is lost, or the effect is already
+// confirmed with another receipt — changes nothing, but when the record shows that
+// someone else performed the effect, or was told to (see secondPerformance), the refused
+// receipt is the evidence of a second performance: an alert event on the run, in the same
+// transaction, raised after the commit. The caller is still refused (lease_lost,
+// not_planned).
 func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt string, result json.RawMessage, actor string) error {
+	var refused error
+	var twice *effects.SecondPerformance
+	var written bool
 	err := s.store.Transact(ctx, func(q store.Queries) error {
+		refused, twice, written = nil, nil, false // Transact may run this again
 		run, err := s.holder(ctx, q, key, owner)
+		if errors.Is(err, runs.ErrLeaseLost) {
+			refused = err
+			twice, err = s.secondPerformance(ctx, q, key, effectID, owner, receipt)
+			if err == nil && twice != nil {
+				written, err = effects.RecordPerformedTwice(ctx, q, s.At(), *twice)
+			}
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -417,6 +436,14 @@ func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt str
 		if e.State == store.EffectCompleted && e.ProviderID == receipt {
 			return nil // the same confirmation again
 		}
+		if e.State == store.EffectCompleted && e.Executor == store.ExecutorAgent {
+			// The holder confirms another receipt for a confirmed effect: it performed it again.
+			refused = fmt.Errorf("%w: it is %s", ErrNotPlanned, Status(e.State))
+			twice = &effects.SecondPerformance{RunKey: key, EffectID: effectID, State: e.State, Receipt: e.ProviderID,
+				LateReceipt: receipt, Source: effects.SourceConfirm}
+			written, err = effects.RecordPerformedTwice(ctx, q, s.At(), *twice)
+			return err
+		}
 		if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPlanned},
 			To: store.EffectCompleted, ProviderID: &receipt, Payload: result, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
 			return fmt.Errorf("%w: it is %s", ErrNotPlanned, Status(e.State))
@@ -429,7 +456,92 @@ func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt str
 	if err != nil {
 		return fmt.Errorf("confirm %s on %q: %w", effectID, key, err)
 	}
+	if written {
+		effects.RaisePerformedTwice(ctx, s.alerts, *twice)
+	}
+	if refused != nil {
+		if twice != nil {
+			refused = fmt.Errorf("%w; this receipt was recorded as a second performance of the effect (alert %s): "+
+				"the external system may now hold it twice", refused, effects.PerformedTwiceAlert)
+		}
+		return fmt.Errorf("confirm %s on %q: %w", effectID, key, refused)
+	}
 	return nil
+}
+
+// secondPerformance decides whether a confirmation refused for a lost lease is evidence
+// of a second performance, reading the record in q's transaction. It is when the record
+// holds another receipt (someone confirmed it, or found it, with another id), or when
+// another holder has since been told to perform it: the effect was cleared to run again
+// (reconciled as not done), or planned under the lease that displaced the caller's. While
+// the effect is still the caller's own plan — its lease lapsed and nobody took the run, or
+// the new holder has not reached it yet — nothing else happened: the next holder
+// reconciles and finds the caller's receipt in the external system.
+func (s *Service) secondPerformance(ctx context.Context, q store.Queries, key, effectID, owner, receipt string) (*effects.SecondPerformance, error) {
+	e, err := q.EffectByRunEffectID(ctx, key, effectID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil || e.Executor != store.ExecutorAgent {
+		return nil, err
+	}
+	twice := &effects.SecondPerformance{RunKey: key, EffectID: effectID, State: e.State, LateReceipt: receipt,
+		Source: effects.SourceConfirm}
+	switch e.State {
+	case store.EffectCompleted:
+		if e.ProviderID == receipt {
+			return nil, nil // confirmed with this very receipt (or found by the next holder)
+		}
+		twice.Receipt = e.ProviderID
+		return twice, nil
+	case store.EffectPending, store.EffectPlanned:
+	default:
+		return nil, nil
+	}
+	run, err := q.RunGet(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if run.LeaseOwner == owner {
+		return nil, nil // the caller's lease lapsed, and nobody took the run since
+	}
+	if e.State == store.EffectPending {
+		return twice, nil
+	}
+	planned, claimed, err := planAndClaimVersions(ctx, q, key, effectID)
+	if err != nil || planned < claimed {
+		return nil, err // planned before the current holder took the run: the caller's plan
+	}
+	return twice, nil
+}
+
+// planAndClaimVersions reads the run's version at the effect's latest effect_planned event
+// and at the run's latest claim (claimed or lease_reclaimed).
+func planAndClaimVersions(ctx context.Context, q store.Queries, key, effectID string) (planned, claimed int64, err error) {
+	var after int64
+	for {
+		evs, err := q.EventList(ctx, key, after, 1000)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, ev := range evs {
+			switch store.EventKind(ev.Kind) {
+			case store.EventClaimed, store.EventLeaseReclaimed:
+				claimed = ev.Version
+			case store.EventEffectPlanned:
+				var d struct {
+					EffectID string `json:"effect_id"`
+				}
+				if json.Unmarshal(ev.Detail, &d) == nil && d.EffectID == effectID {
+					planned = ev.Version
+				}
+			}
+		}
+		if len(evs) < 1000 {
+			return planned, claimed, nil
+		}
+		after = evs[len(evs)-1].ID
+	}
 }
 
 // Reconcile records what the agent found when it searched the external system for a

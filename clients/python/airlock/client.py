@@ -431,7 +431,8 @@ class LeaseKeeper:
 
         with client.keep_lease(claim, lease_seconds=30) as lease:
             for step in steps:
-                lease.check()          # raises LeaseLostError once the lease is gone
+                lease.check()          # raises LeaseLostError once a heartbeat found it gone
+                lease.verify()         # right before an external effect: asks airlock now
                 do(step)
 
     A heartbeat answered lease_lost, version_conflict or lease_lifetime_exceeded stops
@@ -480,9 +481,32 @@ class LeaseKeeper:
             self._thread.join()
 
     def check(self) -> None:
-        """Raise the lease's loss (LeaseLostError, ...) if it was lost."""
+        """Raise the lease's loss (LeaseLostError, ...) if it was lost. It reads only what
+        the last heartbeat learnt: after a pause (GC, SIGSTOP, a laptop lid) it can pass
+        while the lease is already gone. Right before acting, call :meth:`verify`."""
         if self.lost.is_set() and self.error is not None:
             raise self.error
+
+    def verify(self) -> Lease:
+        """Ask airlock now whether this process still holds the lease: a heartbeat, which
+        also renews it for ``lease_seconds``. Returns the renewed lease; raises the loss
+        (LeaseLostError, ...) and marks the lease lost when it is gone, or the request's
+        error when airlock did not answer (then do not act either). Call it right before
+        each external effect, after ``plan`` answered execute."""
+        self.check()
+        try:
+            lease = self._client.heartbeat(self.key, self.lease_owner, self.version, lease_seconds=self.lease_seconds)
+        except (LeaseLostError, VersionConflictError, LeaseLifetimeExceededError) as e:
+            self._lose(e)
+            raise
+        self.last = lease
+        self.beats += 1
+        return lease
+
+    def _lose(self, e: APIError) -> None:
+        self.error = e
+        self.lost.set()
+        self._stop.set()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -490,8 +514,7 @@ class LeaseKeeper:
                 self.last = self._client.heartbeat(self.key, self.lease_owner, self.version, lease_seconds=self.lease_seconds)
                 self.beats += 1
             except (LeaseLostError, VersionConflictError, LeaseLifetimeExceededError) as e:
-                self.error = e
-                self.lost.set()
+                self._lose(e)
                 return
             except Exception:  # noqa: BLE001 - no answer or an outage: try again next tick
                 continue

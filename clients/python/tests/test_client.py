@@ -444,6 +444,22 @@ class ClientBase:
         with self.assertRaises(ValueError):
             c.keep_lease(other.__class__.from_json({"claimed": False, "key": "k"}), 5)
 
+    def test_verify_asks_airlock_before_acting(self):
+        c, key, cl = self.claim("verify", lease_seconds=1)
+        # No heartbeat between (interval 60 s): the keeper's view goes stale, as in a pause.
+        with c.keep_lease(cl, lease_seconds=1, interval=60) as lease:
+            renewed = lease.verify()  # held: renewed for another lease_seconds
+            self.assertIsNotNone(renewed.expires_at)
+            time.sleep(1.3)  # paused past the lease; another process takes the run over
+            other = c.claim(key, {"key": key}, lease_seconds=30)
+            self.assertTrue(other.reclaimed)
+            lease.check()  # the keeper has not seen it
+            with self.assertRaises(airlock.LeaseLostError):
+                lease.verify()
+            self.assertTrue(lease.lost.is_set())
+            with self.assertRaises(airlock.LeaseLostError):
+                lease.check()
+
 
 harness.per_backend(ClientBase, globals())
 

@@ -384,5 +384,24 @@ for (const backend of backends()) {
 				lease.stop();
 			}
 		});
+
+		test('verify asks airlock before acting', async () => {
+			const { c, key, cl } = await claimed('verify', 1);
+			// No heartbeat between (interval 60 s): the keeper's view goes stale, as in a pause.
+			const lease = c.keepLease(cl, { lease_seconds: 1, intervalMs: 60000 });
+			try {
+				const renewed = await lease.verify(); // held: renewed for another lease_seconds
+				assert.ok(renewed.expires_at);
+				await new Promise((r) => setTimeout(r, 1300)); // paused past the lease
+				const other = await c.claim(key, { payload: { key }, lease_seconds: 30 });
+				assert.ok(other.reclaimed);
+				lease.check(); // the keeper has not seen it
+				await assert.rejects(lease.verify(), airlock.LeaseLostError);
+				assert.ok(lease.lost);
+				assert.throws(() => lease.check(), airlock.LeaseLostError);
+			} finally {
+				lease.stop();
+			}
+		});
 	});
 }
