@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockhq/airlock/internal/alerts"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
-	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -60,7 +60,7 @@ func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error 
 	return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
 		log := operatorLog()
 		return fn(effects.NewService(effects.Options{Store: st, Policy: pol, Log: log,
-			Alerts: metrics.Alerter{Log: log, Metrics: metrics.New()}, AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true}))
+			Alerts: alerts.Polled{}, AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true}))
 	})
 }
 
@@ -233,7 +233,7 @@ own state. Your name and reason are recorded on the old run.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
-				svc := failures.NewService(st, pol, metrics.Alerter{Log: operatorLog(), Metrics: metrics.New()}, nil)
+				svc := failures.NewService(st, pol, alerts.Polled{}, nil)
 				r, err := svc.Replace(cmd.Context(), args[0], newKey, reason, cliActor())
 				if err != nil {
 					return err
@@ -259,7 +259,7 @@ API's POST /v1/runs/{key}/unpark and the console do the same.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
-				svc := failures.NewService(st, pol, metrics.Alerter{Log: operatorLog(), Metrics: metrics.New()}, nil)
+				svc := failures.NewService(st, pol, alerts.Polled{}, nil)
 				r, err := svc.Unpark(cmd.Context(), args[0], store.State(to), unparkReason, cliActor())
 				if err != nil {
 					return err

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
+	"github.com/airlockhq/airlock/internal/alerts"
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/config"
@@ -248,7 +249,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Every instance sweeps lapsed effect leases, dispatching or not: an external worker's
 	// lease must end even where no dispatcher runs.
 	sweep := min(pol.Dispatch.Interval.D()*10, 5*time.Second)
-	wg.Add(3)
+	wg.Add(4)
+	// Every instance relays the alert outbox: the services wake it after committing an
+	// alert; the poll raises what another process committed, or what a crash left.
+	go func() { defer wg.Done(); a.Alerts.Run(bg, alerts.PollInterval) }()
 	go func() { defer wg.Done(); every(bg, sweep, eff.SweepExpired, log) }()
 	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.Sweep, log) }()
 	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/alerts"
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/connector"
@@ -46,7 +47,8 @@ type Options struct {
 	Now     func() time.Time
 	Log     *slog.Logger     // nil: discarded
 	Metrics *metrics.Metrics // nil: a new registry
-	// Alerts receives the services' alerts; nil: logged and counted (metrics.Alerter).
+	// Alerts receives the alerts the relay raises from their committed events (at least
+	// once each, with event_id); nil: logged and counted (metrics.Alerter).
 	Alerts runs.Alerter
 	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment variable, if Set: unset or
 	// "true" lets the database's kill switch decide; anything else stops every send.
@@ -72,6 +74,10 @@ type App struct {
 	Ledger    *ledger.Service
 	Web       *web.Web
 	Metrics   *metrics.Metrics
+	// Alerts raises the alert outbox's rows through Options.Alerts: the services wake it
+	// after committing an alert; whoever runs the services' loops also runs its poll
+	// (Alerts.Run), which raises the alerts other processes committed.
+	Alerts *alerts.Relay
 	// Deps are what Handler serves; a test builds a second instance from a copy.
 	Deps    httpapi.Deps
 	Handler http.Handler
@@ -104,21 +110,21 @@ func New(o Options) (*App, error) {
 		o.MaxBodyBytes = 1 << 20
 	}
 	st, pol, m := o.Store, o.Policy, o.Metrics
-	a := &App{Metrics: m}
-	a.Failures = failures.NewService(st, pol, o.Alerts, o.Now)
+	a := &App{Metrics: m, Alerts: alerts.NewRelay(st, o.Alerts, o.Log)}
+	a.Failures = failures.NewService(st, pol, a.Alerts, o.Now)
 	a.Failures.Observer = m
 	a.Effects = effects.NewService(effects.Options{Store: st, Policy: pol, Connectors: o.Connectors, Log: o.Log,
-		Alerts: o.Alerts, Now: o.Now, Budgets: a.Failures.Budget,
+		Alerts: a.Alerts, Now: o.Now, Budgets: a.Failures.Budget,
 		AIActionsEnabled: o.AIActionsEnabled, AIActionsEnabledSet: o.AIActionsEnabledSet})
 	a.Effects.Observe = func(outcome string, d time.Duration) { m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds()) }
 	m.Registry.MustRegister(gauges(st, a.Effects, runs.Clock{Now: o.Now}))
-	a.Approvals = approvals.NewService(st, pol, o.Alerts, o.PublicURL, o.Now)
+	a.Approvals = approvals.NewService(st, pol, a.Alerts, o.PublicURL, o.Now)
 	a.Approvals.Observer = m
 	a.Approvals.Log = o.Log
 	a.Approvals.Settle = a.Effects.Settle
 	a.Approvals.Queued = a.Effects.Wake
-	a.Ledger = ledger.NewService(st, pol, a.Effects, a.Approvals, o.Alerts, a.Failures.Budget, o.Now)
-	a.Runs = runs.NewService(st, o.Runs, o.Alerts, o.Now)
+	a.Ledger = ledger.NewService(st, pol, a.Effects, a.Approvals, a.Alerts, a.Failures.Budget, o.Now)
+	a.Runs = runs.NewService(st, o.Runs, a.Alerts, o.Now)
 	a.Runs.Outcomes = func(outcome string) { m.Claims.WithLabelValues(outcome).Inc() }
 	a.Runs.Budgets = a.Failures.Budget
 	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)

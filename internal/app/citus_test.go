@@ -455,6 +455,8 @@ func citusRest(ctx context.Context, e *apptest.EffectsEnv, st *postgres.Store, a
 	now := e.Clock.Now()
 	steps := []func() error{
 		func() error { _, err := st.Clock(ctx); return err },
+		func() error { _, err := st.AlertOutboxTake(ctx, 10); return err },
+		func() error { return st.AlertOutboxDelete(ctx, []int64{0}) },
 		func() error {
 			return st.APIKeyInsert(ctx, store.APIKey{ID: "cit-key", Name: "cit", Hash: "cit-hash", Scopes: []string{"runs"}, CreatedAt: now})
 		},

@@ -90,7 +90,7 @@ type Person struct {
 type Service struct {
 	store     store.Store
 	policy    *policy.Policy
-	alerts    runs.Alerter
+	alerts    runs.AlertWaker
 	publicURL string
 	runs.Clock
 	// Observer, when set, counts decisions and gate waits.
@@ -122,7 +122,7 @@ func (s *Service) hook(point string) {
 	}
 }
 
-func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, publicURL string, now func() time.Time) *Service {
+func NewService(st store.Store, p *policy.Policy, alerts runs.AlertWaker, publicURL string, now func() time.Time) *Service {
 	return &Service{store: st, policy: p, alerts: alerts, publicURL: strings.TrimRight(publicURL, "/"), Clock: runs.Clock{Now: now}}
 }
 
@@ -538,7 +538,7 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("expire approval %s: %w", a.ID, err)
 		}
-		s.alerts.Alert(ctx, "approval_expired", a.RunKey, slog.String("approval_id", a.ID))
+		s.alerts.Wake()
 		if s.Observer != nil {
 			s.Observer.Decision(a.Mode, "expired", 0)
 		}
@@ -703,14 +703,20 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 		if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), a.RunKey, store.EventAutoApprovalReviewed, 0, who.Subject, nil,
-			map[string]any{"review_id": a.ID, "effect_id": a.EffectID, "decision": decision, "note": note})
+		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventAutoApprovalReviewed, 0, who.Subject, nil,
+			map[string]any{"review_id": a.ID, "effect_id": a.EffectID, "decision": decision, "note": note}); err != nil {
+			return err
+		}
+		if decision != Flag {
+			return nil
+		}
+		return runs.Alert(ctx, q, s.At(), a.RunKey, 0, "auto_approval_flagged", map[string]any{"review_id": a.ID})
 	})
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("review %s: %w", id, err)
 	}
 	if decision == Flag {
-		s.alerts.Alert(ctx, "auto_approval_flagged", a.RunKey, slog.String("review_id", a.ID))
+		s.alerts.Wake()
 	}
 	return out, nil
 }
@@ -724,7 +730,7 @@ func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
 	a := s.policy.Action(r.Approval.ActionType)
 	if r.Approval.UndecidableSince != nil && !r.Reissued {
 		// Marked, with its event, in the transaction that opened it.
-		s.alerts.Alert(ctx, AlertUndecidable, r.Approval.RunKey, slog.String("approval_id", r.Approval.ID))
+		s.alerts.Wake()
 	}
 	if a == nil || (hook == "" && len(a.Notify) == 0) {
 		return

@@ -162,7 +162,7 @@ func (s *Service) stepDue(ctx context.Context, step store.ApprovalStep, kind sto
 		}
 		title := "Approval expires soon: " + claimed.ActionType
 		if step == store.StepWarn {
-			s.alerts.Alert(ctx, AlertExpiryWarning, a.RunKey, slog.String("approval_id", a.ID))
+			s.alerts.Wake()
 		} else {
 			title = "Approval escalated: " + claimed.ActionType
 		}
@@ -261,7 +261,7 @@ func (s *Service) markUndecidable(ctx context.Context, a store.Approval) error {
 	if err != nil {
 		return fmt.Errorf("mark approval %s undecidable: %w", a.ID, err)
 	}
-	s.alerts.Alert(ctx, AlertUndecidable, a.RunKey, slog.String("approval_id", a.ID))
+	s.alerts.Wake()
 	return nil
 }
 

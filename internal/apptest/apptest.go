@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/alerts"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/audit"
@@ -64,6 +65,7 @@ func NewEnv(t testing.TB, b storetest.Backend, realClock bool) *Env {
 		now = e.Clock.Now
 	}
 	e.Store = b.Open(t, e.Clock)
+	e.Alerts.Relay = alerts.NewRelay(e.Store, e.Alerts, nil)
 	e.Runs = runs.NewService(e.Store, LeaseConfig, e.Alerts, now)
 	// Whatever a test did through airlock's own paths, every run's chain still verifies.
 	t.Cleanup(func() {
@@ -74,16 +76,30 @@ func NewEnv(t testing.TB, b storetest.Backend, realClock bool) *Env {
 	return e
 }
 
-// RecordingAlerter keeps the alerts raised, and passes them on to Next if set.
+// RecordingAlerter keeps the alerts raised, and passes them on to Next if set. It is also
+// the services' AlertWaker in tests: Wake raises the committed alerts at once, in the
+// caller's goroutine, through Relay (its own relay over the environment's store), so a
+// test sees an alert as soon as the call that committed it has returned.
 type RecordingAlerter struct {
-	mu    sync.Mutex
-	kinds []string
-	Next  runs.Alerter
+	mu     sync.Mutex
+	kinds  []string
+	ids    []int64
+	others []*alerts.Relay
+	Next   runs.Alerter
+	// Relay raises the store's alert outbox into this recorder (NewEnv sets it).
+	Relay *alerts.Relay
 }
 
 func (a *RecordingAlerter) Alert(ctx context.Context, kind, key string, attrs ...slog.Attr) {
+	var id int64
+	for _, at := range attrs {
+		if at.Key == "event_id" {
+			id = at.Value.Int64()
+		}
+	}
 	a.mu.Lock()
 	a.kinds = append(a.kinds, kind+":"+key)
+	a.ids = append(a.ids, id)
 	next := a.Next
 	a.mu.Unlock()
 	if next != nil {
@@ -91,10 +107,60 @@ func (a *RecordingAlerter) Alert(ctx context.Context, kind, key string, attrs ..
 	}
 }
 
+// Wake raises the outbox's alerts now (runs.AlertWaker).
+func (a *RecordingAlerter) Wake() {
+	if a.Relay != nil {
+		_, _ = a.Relay.Drain(ctx) // a failure leaves them for the next Wake or Kinds
+	}
+}
+
+// Also makes Kinds flush r first: another relay that raises into this recorder (an app's,
+// which drains in the background when woken).
+func (a *RecordingAlerter) Also(r *alerts.Relay) {
+	a.mu.Lock()
+	a.others = append(a.others, r)
+	a.mu.Unlock()
+}
+
+// Flush raises every alert committed so far: the other relays' background drains end,
+// then Relay drains what is left.
+func (a *RecordingAlerter) Flush(t testing.TB) {
+	t.Helper()
+	a.mu.Lock()
+	others := slices.Clone(a.others)
+	a.mu.Unlock()
+	for _, r := range append(others, a.Relay) {
+		if r == nil {
+			continue
+		}
+		if err := r.Flush(ctx); err != nil {
+			t.Fatalf("flush alerts: %v", err)
+		}
+	}
+}
+
+// Kinds are the alerts raised so far as kind:key, after raising the committed ones that
+// no relay has raised yet (Flush).
 func (a *RecordingAlerter) Kinds() []string {
+	a.mu.Lock()
+	others := slices.Clone(a.others)
+	a.mu.Unlock()
+	for _, r := range append(others, a.Relay) {
+		if r != nil {
+			_ = r.Flush(ctx)
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]string(nil), a.kinds...)
+}
+
+// EventIDs are the event ids of the alerts raised so far, in the order raised (a
+// repeated one was raised again).
+func (a *RecordingAlerter) EventIDs() []int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.ids)
 }
 
 // Claim claims key with payload hash hash, failing t on an error.
@@ -397,6 +463,7 @@ func NewEffectsEnv(t testing.TB, b storetest.Backend, envOverride string) *Effec
 		t.Fatal(err)
 	}
 	e.Runs, e.Failures, e.Effects, e.Approvals, e.Ledger = a.Runs, a.Failures, a.Effects, a.Approvals, a.Ledger
+	e.Alerts.Also(a.Alerts)
 	e.Dispatcher = &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
 	return e
 }

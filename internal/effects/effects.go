@@ -43,7 +43,7 @@ type Service struct {
 	store      store.Store
 	policy     *policy.Policy
 	connectors map[string]connector.Connector // by action type
-	alerts     runs.Alerter
+	alerts     runs.AlertWaker
 	log        *slog.Logger
 	runs.Clock
 	// envEnabled is AI_ACTIONS_ENABLED: nil unset; false stops every send.
@@ -98,7 +98,7 @@ type Options struct {
 	Store      store.Store
 	Policy     *policy.Policy
 	Connectors map[string]connector.Connector
-	Alerts     runs.Alerter
+	Alerts     runs.AlertWaker // told after a commit that wrote an alert event
 	Log        *slog.Logger
 	Now        func() time.Time
 	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment value and whether it is set.
@@ -154,7 +154,7 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 	if err != nil {
 		return store.Effect{}, fmt.Errorf("record outcome of effect %s: %w", e.ID, err)
 	}
-	s.raise(ctx, e, res, out.alert)
+	s.alerted(out.alert)
 	return out.effect, nil
 }
 
@@ -162,12 +162,13 @@ func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res 
 type outcome struct {
 	effect store.Effect      // the effect as recorded (only where the store read it back)
 	state  store.EffectState // the state it was recorded in
-	alert  string            // the alert to raise after commit, if any
+	alert  string            // the kind of the alert event it wrote, if any
 }
 
-func (s *Service) raise(ctx context.Context, e store.Effect, res connector.Result, alert string) {
+// alerted wakes the alert relay after a commit that wrote an alert event (alert != "").
+func (s *Service) alerted(alert string) {
 	if alert != "" {
-		s.alerts.Alert(ctx, alert, e.RunKey, slog.String("effect_id", e.EffectID), slog.String("error_class", res.Class))
+		s.alerts.Wake()
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/connector"
@@ -283,7 +282,7 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 		}
 		if alert {
 			if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
-				map[string]any{"alert": several, "effect_id": e.EffectID}); err != nil {
+				map[string]any{"alert": several, "effect_id": e.EffectID, "found": len(ids)}); err != nil {
 				return err
 			}
 			return s.checkLater(ctx, q, moved)
@@ -291,7 +290,7 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 		return nil
 	})
 	if err == nil && alert {
-		s.alerts.Alert(ctx, several, e.RunKey, slog.String("effect_id", e.EffectID), slog.Int("found", len(ids)))
+		s.alerts.Wake()
 	}
 	if err == nil && len(ids) == 0 && authoritative {
 		s.Wake()

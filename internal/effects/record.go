@@ -361,7 +361,7 @@ func (d *Dispatcher) deliver(sendCtx context.Context, e store.Effect, owner stri
 	for {
 		out, err := d.rec.record(ctx, e, owner, res)
 		if err == nil {
-			d.raise(ctx, e, res, out.alert)
+			d.alerted(out.alert)
 			return
 		}
 		if errors.Is(err, ErrEffectLeaseLost) || errors.Is(err, store.ErrInvalidValue) {
@@ -483,7 +483,7 @@ func (d *Dispatcher) applyOneLate(ctx context.Context, l *lateOutcome) {
 	case err == nil:
 		d.log.InfoContext(ctx, "late dispatch outcome applied", "key", e.RunKey, "effect_id", e.EffectID,
 			"provider_id", id, "state", out.state)
-		d.raise(ctx, e, l.res, out.alert)
+		d.alerted(out.alert)
 	case errors.Is(err, ErrEffectLeaseLost):
 		d.log.WarnContext(ctx, "late dispatch outcome not applied: the effect moved on (resolved, reconciled or leased again)",
 			"key", e.RunKey, "effect_id", e.EffectID, "provider_id", id)

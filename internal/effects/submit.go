@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -107,7 +106,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, ap *approvals.Se
 		return g.queued(ctx, t, e, created)
 	})
 	if err == nil && t.exhausted != "" {
-		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", t.exhausted))
+		s.alerts.Wake()
 		err = fmt.Errorf("%w (%s)", runs.ErrBudgetExhausted, t.exhausted)
 	}
 	if err != nil {
@@ -228,7 +227,7 @@ func (t *submission) withinBudget(ctx context.Context) (bool, error) {
 	if t.exhausted = runs.BudgetExceeded(t.run, t.s.budgets(actionType), now); t.exhausted == "" {
 		return true, nil
 	}
-	t.run, err = runs.Terminate(ctx, t.q, t.now, t.run, "budget_exhausted", true, map[string]any{"budget": t.exhausted})
+	t.run, err = runs.Terminate(ctx, t.q, t.now, t.run, "budget_exhausted", map[string]any{"budget": t.exhausted}, map[string]any{"budget": t.exhausted})
 	return false, err
 }
 

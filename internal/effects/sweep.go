@@ -52,7 +52,7 @@ func (s *Service) SweepExpired(ctx context.Context) error {
 				return err
 			})
 			if err == nil {
-				s.raise(ctx, e, res, out.alert)
+				s.alerted(out.alert)
 			}
 			if err != nil && !errors.Is(err, ErrEffectLeaseLost) {
 				return err

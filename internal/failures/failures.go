@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -42,7 +41,7 @@ func (e *InputError) Error() string { return "the payload does not match its tri
 type Service struct {
 	store  store.Store
 	policy *policy.Policy
-	alerts runs.Alerter
+	alerts runs.AlertWaker
 	runs.Clock
 	// Observer, when set, counts validation results and retry-cap hits.
 	Observer interface {
@@ -51,7 +50,7 @@ type Service struct {
 	}
 }
 
-func NewService(st store.Store, p *policy.Policy, alerts runs.Alerter, now func() time.Time) *Service {
+func NewService(st store.Store, p *policy.Policy, alerts runs.AlertWaker, now func() time.Time) *Service {
 	if p == nil {
 		p = policy.Empty()
 	}
@@ -143,7 +142,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 			return err
 		}
 		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
-			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
 			return err
 		}
 		value, extracted, parsed := parseOutput(req.Output)
@@ -192,7 +191,8 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		}
 		res.Run = run
 		if terminated {
-			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "validation_failed", true,
+			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "validation_failed",
+				map[string]any{"action_type": req.ActionType, "errors": len(errs)},
 				map[string]any{"action_type": req.ActionType, "errors": errs})
 		}
 		return err
@@ -201,7 +201,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		return ValidateResult{}, fmt.Errorf("validate %q: %w", req.Key, err)
 	}
 	if exhausted != "" {
-		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		s.alerts.Wake()
 		return res, fmt.Errorf("validate %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
 	}
 	if s.Observer != nil {
@@ -215,7 +215,7 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		}
 	}
 	if terminated {
-		s.alerts.Alert(ctx, "validation_failed", req.Key, slog.String("action_type", req.ActionType), slog.Int("errors", len(res.Errors)))
+		s.alerts.Wake()
 	}
 	return res, nil
 }
@@ -317,20 +317,26 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 				map[string]any{"from": store.StateProcessing, "to": store.StateAwaitingHuman, "reason": "unknown_commit"}); err != nil {
 				return err
 			}
+			if err := runs.Alert(ctx, q, s.At(), run.Key, d.Run.Version, "unknown_commit",
+				map[string]any{"class": req.Class, "attempts": d.Attempts}); err != nil {
+				return err
+			}
 		case rule.Retry == policy.RetryNever:
 			d.Decision, d.Reason = DecisionTerminal, "never"
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried", false, map[string]any{"class": req.Class})
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried", nil, map[string]any{"class": req.Class})
 		case d.Attempts >= rule.MaxAttempts:
 			d.Decision, d.Reason, alert = DecisionTerminal, "retry_cap", "retry_cap"
 			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventRetryCap, run.Version, "airlock", nil,
 				map[string]any{"class": req.Class, "attempts": d.Attempts, "max_attempts": rule.MaxAttempts}); err != nil {
 				return err
 			}
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "retry_cap", true, map[string]any{"class": req.Class})
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "retry_cap",
+				map[string]any{"class": req.Class, "attempts": d.Attempts}, map[string]any{"class": req.Class})
 		case deadline > 0 && now.Add(wait).After(run.CreatedAt.Add(deadline)):
 			// A retry would end past the run's deadline: stop now rather than stack timeouts.
 			d.Decision, d.Reason, alert = DecisionTerminal, "deadline", "deadline"
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "deadline", true,
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "deadline",
+				map[string]any{"class": req.Class, "attempts": d.Attempts},
 				map[string]any{"class": req.Class, "retry_in_ms": wait.Milliseconds()})
 		default:
 			d.Decision, d.Level, d.RetryAfter = DecisionRetry, rule.Retry, wait
@@ -367,7 +373,7 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 		return Decision{}, fmt.Errorf("failure on %q: %w", req.Key, err)
 	}
 	if alert != "" {
-		s.alerts.Alert(ctx, alert, req.Key, slog.String("class", req.Class), slog.Int("attempts", d.Attempts))
+		s.alerts.Wake()
 	}
 	if d.Reason == "retry_cap" && s.Observer != nil {
 		s.Observer.RetryCap()
@@ -421,7 +427,7 @@ func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls i
 			return err
 		}
 		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
-			run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+			run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
 		}
 		return err
 	})
@@ -429,7 +435,7 @@ func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls i
 		return store.Run{}, fmt.Errorf("usage on %q: %w", req.Key, err)
 	}
 	if exhausted != "" {
-		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		s.alerts.Wake()
 		return run, fmt.Errorf("usage on %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
 	}
 	return run, nil

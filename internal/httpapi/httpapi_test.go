@@ -92,6 +92,7 @@ func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *apptest.E
 	if err != nil {
 		t.Fatal(err)
 	}
+	env.Alerts.Also(a.Alerts)
 	// The environment's services are the ones the API serves: a test drives them directly
 	// as a second caller would.
 	env.Policy, env.Conns = o.Policy, o.Connectors

@@ -73,6 +73,7 @@ func TestMetricsScenario(t *testing.T) {
 		}
 		expect(t, h.do("PUT", "/v1/admin/kill-switch", h.adminKy, "application/json", `{"enabled":false,"reason":"test"}`), 200, "")
 
+		h.env.Alerts.Flush(t) // the relay raises alerts in the background
 		text := h.do("GET", "/metrics", "", "", "").raw
 		for series, want := range map[string]float64{
 			`airlock_claims_total{outcome="claimed"}`:                                     7,

@@ -83,6 +83,7 @@ func TestStuckApprovalsOverHTTP(t *testing.T) {
 
 		metric := func(want ...string) {
 			t.Helper()
+			h.env.Alerts.Flush(t) // the relay raises alerts in the background
 			text := h.do("GET", "/metrics", "", "", "").raw
 			for _, w := range want {
 				if !strings.Contains(text, w+"\n") {

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -100,12 +99,12 @@ type Service struct {
 	policy    *policy.Policy
 	effects   *effects.Service
 	approvals *approvals.Service
-	alerts    runs.Alerter
+	alerts    runs.AlertWaker
 	budgets   func(string) runs.Budget
 	runs.Clock
 }
 
-func NewService(st store.Store, p *policy.Policy, eff *effects.Service, ap *approvals.Service, alerts runs.Alerter, budgets func(string) runs.Budget, now func() time.Time) *Service {
+func NewService(st store.Store, p *policy.Policy, eff *effects.Service, ap *approvals.Service, alerts runs.AlertWaker, budgets func(string) runs.Budget, now func() time.Time) *Service {
 	return &Service{store: st, policy: p, effects: eff, approvals: ap, alerts: alerts, budgets: budgets, Clock: runs.Clock{Now: now}}
 }
 
@@ -310,7 +309,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 				return err
 			}
 			if exhausted = runs.BudgetExceeded(run, s.budgets(run.ActionType), now); exhausted != "" {
-				_, err := runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", true, map[string]any{"budget": exhausted})
+				_, err := runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
 				return err
 			}
 		}
@@ -328,8 +327,11 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 			if err != nil {
 				return err
 			}
-			return runs.Event(ctx, q, s.At(), run.Key, store.EventInputMismatch, moved.Version, req.Actor, req.Meta, map[string]any{
-				"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash})
+			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventInputMismatch, moved.Version, req.Actor, req.Meta, map[string]any{
+				"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash}); err != nil {
+				return err
+			}
+			return runs.Alert(ctx, q, s.At(), run.Key, moved.Version, "input_mismatch", map[string]any{"effect_id": req.EffectID})
 		case e.State == store.EffectCompleted:
 			res = PlanResult{Confirmed: true, Receipt: e.ProviderID, Result: e.Payload}
 			return nil
@@ -348,10 +350,10 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 	})
 	switch {
 	case err == nil && mismatch:
-		s.alerts.Alert(ctx, "input_mismatch", req.Key, slog.String("effect_id", req.EffectID))
+		s.alerts.Wake()
 		return PlanResult{}, fmt.Errorf("plan %s on %q: %w", req.EffectID, req.Key, ErrInputMismatch)
 	case err == nil && exhausted != "":
-		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		s.alerts.Wake()
 		return PlanResult{}, fmt.Errorf("plan on %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
 	case err != nil:
 		return PlanResult{}, fmt.Errorf("plan %s on %q: %w", req.EffectID, req.Key, err)
@@ -608,7 +610,7 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		return "", fmt.Errorf("reconcile %s on %q: %w", effectID, key, err)
 	}
 	if status == "unknown" {
-		s.alerts.Alert(ctx, "agent_effect_unknown", key, slog.String("effect_id", effectID))
+		s.alerts.Wake()
 	}
 	return status, nil
 }

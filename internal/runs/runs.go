@@ -130,16 +130,26 @@ type Config struct {
 	ReclaimAlertAfter int64 // more reclaims of one key than this raise an alert
 }
 
-// Alerter raises an alert after the event that records it has committed.
+// Alerter raises an alert: the log line and the counter (metrics.Alerter). Only the
+// alert relay (internal/alerts) calls it, once per committed alert event or more (a lost
+// commit raises it again), with the event's id as the attribute event_id.
 type Alerter interface {
 	Alert(ctx context.Context, kind, key string, attrs ...slog.Attr)
+}
+
+// AlertWaker is what the services tell after a transaction that wrote an alert event
+// has committed (the alert relay, internal/alerts): it raises the alert at once rather
+// than at its next poll. A service never raises an alert itself: the event is the
+// source, so no lost reply or crash after the commit silences one.
+type AlertWaker interface {
+	Wake()
 }
 
 // Service runs the lifecycle over a store.
 type Service struct {
 	store  store.Store
 	cfg    Config
-	alerts Alerter
+	alerts AlertWaker
 	Clock
 	// Outcomes, when set, counts claim outcomes (metrics).
 	Outcomes func(outcome string)
@@ -157,7 +167,7 @@ func (s *Service) hook(point string) {
 	}
 }
 
-func NewService(s store.Store, cfg Config, alerts Alerter, now func() time.Time) *Service {
+func NewService(s store.Store, cfg Config, alerts AlertWaker, now func() time.Time) *Service {
 	return &Service{store: s, cfg: cfg, alerts: alerts, Clock: Clock{Now: now}}
 }
 
@@ -231,7 +241,7 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 		s.count("duplicate")
 	}
 	if out.Alerted {
-		s.alerts.Alert(ctx, "lease_reclaims", req.Key, slog.Int64("reclaims", res.Run.Reclaims))
+		s.alerts.Wake()
 	}
 	return res, nil
 }
@@ -316,7 +326,7 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 				return err
 			}
 			if exhausted = BudgetExceeded(held, s.Budgets(held.ActionType), t); exhausted != "" {
-				run, err = Terminate(ctx, q, now, held, "budget_exhausted", true, map[string]any{"budget": exhausted})
+				run, err = Terminate(ctx, q, now, held, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
 				return err
 			}
 		}
@@ -335,7 +345,7 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 		return store.Run{}, fmt.Errorf("heartbeat %q: %w", req.Key, err)
 	}
 	if exhausted != "" {
-		s.alerts.Alert(ctx, "budget_exhausted", req.Key, slog.String("budget", exhausted))
+		s.alerts.Wake()
 		return run, fmt.Errorf("heartbeat %q: %w (%s)", req.Key, ErrBudgetExhausted, exhausted)
 	}
 	return run, nil
@@ -507,9 +517,10 @@ func BudgetExceeded(run store.Run, b Budget, now time.Time) string {
 
 // Terminate moves a run its caller holds the lease on to failed_terminal as airlock's
 // own decision (retry cap, budget, validation, a terminal failure class), with an event,
-// and an alert event when alert is set. Call it inside the transaction; raise the alert
-// after the commit.
-func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.Run, reason string, alert bool, detail map[string]any) (store.Run, error) {
+// and an alert event of kind reason when alert is not nil (its other fields: alert's,
+// the alert's log fields). Call it inside the transaction; wake the alert relay after
+// the commit.
+func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.Run, reason string, alert, detail map[string]any) (store.Run, error) {
 	out, err := q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
 		From: store.StateProcessing, To: store.StateFailedTerminal, Now: now})
 	if err != nil {
@@ -525,10 +536,22 @@ func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.R
 	if err := CancelPending(ctx, q, now, run.Key); err != nil {
 		return store.Run{}, err
 	}
-	if !alert {
+	if alert == nil {
 		return out, nil
 	}
-	return out, Event(ctx, q, now, run.Key, store.EventAlert, out.Version, "airlock", nil, map[string]any{"alert": reason})
+	return out, Alert(ctx, q, now, run.Key, out.Version, reason, alert)
+}
+
+// Alert writes an alert event of kind on key: detail {"alert": kind} and fields, which
+// become the alert's log fields when the relay raises it. Call it inside the transaction
+// of the change that raised it; wake the alert relay after the commit.
+func Alert(ctx context.Context, q store.Queries, now *time.Time, key string, version int64, kind string, fields map[string]any) error {
+	detail := make(map[string]any, len(fields)+1)
+	for k, v := range fields {
+		detail[k] = v
+	}
+	detail["alert"] = kind
+	return Event(ctx, q, now, key, store.EventAlert, version, "airlock", nil, detail)
 }
 
 // CancelPending withdraws the pending effects of a run that ended failed_terminal, each

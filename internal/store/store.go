@@ -254,6 +254,7 @@ type Queries interface {
 	ChainQueries
 	RunListQueries
 	StuckQueries
+	AlertQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
