@@ -162,11 +162,10 @@ func (s *Service) recheckOne(ctx context.Context, e store.Effect, ids []string, 
 			return err
 		}
 		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
-			map[string]any{"alert": several, "effect_id": e.EffectID, "recheck": true})
+			map[string]any{"alert": several, "effect_id": e.EffectID, "found": len(ids), "recheck": true})
 	})
 	if err == nil && alert {
-		s.alerts.Alert(ctx, several, e.RunKey, slog.String("effect_id", e.EffectID), slog.Int("found", len(ids)),
-			slog.Bool("recheck", true))
+		s.alerts.Wake()
 	}
 	return err
 }

@@ -6,7 +6,6 @@ package effects
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/runs"
@@ -89,9 +88,8 @@ func RecordPerformedTwice(ctx context.Context, q store.Queries, now *time.Time, 
 	return err == nil, err
 }
 
-// RaisePerformedTwice raises p's alert through alerts, after its event has committed.
-func RaisePerformedTwice(ctx context.Context, alerts runs.Alerter, p SecondPerformance) {
-	alerts.Alert(ctx, PerformedTwiceAlert, p.RunKey, slog.String("effect_id", p.EffectID),
-		slog.String("state", string(p.State)), slog.String("receipt", p.Receipt),
-		slog.String("late_receipt", p.LateReceipt), slog.String("source", p.Source))
+// RaisePerformedTwice wakes the alert relay after p's event has committed: the relay
+// raises it from the event (internal/alerts), at least once.
+func RaisePerformedTwice(alerts runs.AlertWaker) {
+	alerts.Wake()
 }

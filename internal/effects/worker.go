@@ -99,7 +99,7 @@ func (s *Service) lateCompletion(ctx context.Context, e store.Effect, res connec
 		return fmt.Errorf("record late completion of effect %s: %w", e.ID, err)
 	}
 	if written {
-		RaisePerformedTwice(ctx, s.alerts, p)
+		RaisePerformedTwice(s.alerts)
 	}
 	if !evidence {
 		return ErrEffectLeaseLost

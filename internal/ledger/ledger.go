@@ -459,7 +459,7 @@ func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt str
 		return fmt.Errorf("confirm %s on %q: %w", effectID, key, err)
 	}
 	if written {
-		effects.RaisePerformedTwice(ctx, s.alerts, *twice)
+		effects.RaisePerformedTwice(s.alerts)
 	}
 	if refused != nil {
 		if twice != nil {
