@@ -10,6 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -77,6 +78,7 @@ var errorTable = []struct {
 	{ledger.ErrReconcileFirst, http.StatusConflict, "reconcile_first"},
 	{ledger.ErrInputMismatch, http.StatusConflict, "input_mismatch"},
 	{ledger.ErrNotPlanned, http.StatusConflict, "not_planned"},
+	{fleet.ErrLevelBehind, http.StatusServiceUnavailable, "writer_level_behind"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -44,7 +45,7 @@ const (
 type notReady struct {
 	Code    string `json:"error"`
 	Message string `json:"message"`
-	Check   string `json:"check"` // read, schema, write or space
+	Check   string `json:"check"` // level, read, schema, write or space
 	err     error
 }
 
@@ -79,6 +80,11 @@ func (rd *readiness) get(ctx context.Context, check func(context.Context) *notRe
 func (s *server) checkReady(ctx context.Context) *notReady {
 	unavailable := func(check, msg string, err error) *notReady {
 		return &notReady{Code: "store_unavailable", Check: check, Message: msg, err: err}
+	}
+	if s.Writers != nil {
+		if err := s.Writers.Err(); errors.Is(err, fleet.ErrLevelBehind) {
+			return &notReady{Code: "writer_level_behind", Check: "level", err: err, Message: err.Error()}
+		}
 	}
 	if err := s.Store.Ping(ctx); err != nil {
 		return unavailable("read", "the database does not answer", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -58,6 +59,10 @@ type Deps struct {
 	// Instance names this process in the readiness table ("" : the host name and a
 	// random suffix).
 	Instance string
+	// Writers says whether this process may write (internal/fleet's Member): while its
+	// Err is not nil, every request that is not a GET, HEAD or OPTIONS is answered with
+	// it (503), and readiness fails. nil: always.
+	Writers interface{ Err() error }
 }
 
 type server struct {
@@ -69,6 +74,8 @@ type server struct {
 	routeMu     sync.RWMutex
 	routeStats  map[routeCode]*routeMetrics // see requestMetrics
 	ready       readiness
+	// behindLogged: the first request refused for the writer level is logged, not each.
+	behindLogged sync.Once
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -153,7 +160,32 @@ func New(d Deps) http.Handler {
 	}
 	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy()})
 	d.Web.Register(mux)
-	return s.observe(s.jsonFallback(mux))
+	return s.observe(s.writerGate(s.jsonFallback(mux)))
+}
+
+// writerGate refuses requests that may write while the process may not (Deps.Writers):
+// a binary whose writer level is below the database's answers 503 writer_level_behind;
+// reads go on.
+func (s *server) writerGate(next http.Handler) http.Handler {
+	if s.Writers == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if err := s.Writers.Err(); err != nil {
+				if errors.Is(err, fleet.ErrLevelBehind) {
+					s.behindLogged.Do(func() {
+						s.Log.Error("refusing writes: this binary's writer level is below the database's", "err", err)
+					})
+				}
+				s.render(w, r, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // requestInfo is what the middleware learns of a request, in one context value: observe

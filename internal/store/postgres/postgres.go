@@ -269,11 +269,11 @@ func (s *Store) ReadinessWrite(ctx context.Context, instance string) error {
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
-	_, err := s.ApplyMigrations(ctx)
+	_, err := s.ApplyMigrations(ctx, store.MigrateParams{})
 	return err
 }
 
-func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
+func (s *Store) ApplyMigrations(ctx context.Context, p store.MigrateParams) ([]string, error) {
 	ms, err := store.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
@@ -295,12 +295,21 @@ func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		for _, m := range store.Pending(ms, applied) {
+		pending := store.Pending(ms, applied)
+		if err := guardLevel(ctx, db, pending, p); err != nil {
+			return err
+		}
+		for _, m := range pending {
 			if _, err := db.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 			if _, err := db.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.Name, err)
+			}
+			if m.WriterLevel > 0 {
+				if _, err := db.Exec(ctx, `UPDATE writer_level SET level = $1 WHERE level < $1`, m.WriterLevel); err != nil {
+					return fmt.Errorf("migration %s: raise the writer level: %w", m.Name, err)
+				}
 			}
 			done = append(done, m.Name)
 		}

@@ -309,11 +309,11 @@ func (s *Store) Headroom(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
-	_, err := s.ApplyMigrations(ctx)
+	_, err := s.ApplyMigrations(ctx, store.MigrateParams{})
 	return err
 }
 
-func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
+func (s *Store) ApplyMigrations(ctx context.Context, p store.MigrateParams) ([]string, error) {
 	ms, err := store.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
@@ -332,13 +332,22 @@ func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		for _, m := range store.Pending(ms, applied) {
+		pending := store.Pending(ms, applied)
+		if err := s.guardLevel(ctx, db, pending, p); err != nil {
+			return err
+		}
+		for _, m := range pending {
 			if _, err := db.ExecContext(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 			if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 				m.Version, m.Name, s.now().UnixMicro()); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.Name, err)
+			}
+			if m.WriterLevel > 0 {
+				if _, err := db.ExecContext(ctx, `UPDATE writer_level SET level = ? WHERE level < ?`, m.WriterLevel, m.WriterLevel); err != nil {
+					return fmt.Errorf("migration %s: raise the writer level: %w", m.Name, err)
+				}
 			}
 			done = append(done, m.Name)
 		}
