@@ -314,14 +314,23 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 func (s *Store) ApplyMigrations(ctx context.Context, p store.MigrateParams) ([]string, error) {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
+	ms, err := Migrations()
 	if err != nil {
 		return nil, err
 	}
+	return s.ApplyMigrationList(ctx, ms, p)
+}
+
+// Migrations are the migrations embedded in this backend.
+func Migrations() ([]store.Migration, error) { return store.LoadMigrations(migrationFS, "migrations") }
+
+// ApplyMigrationList is ApplyMigrations over ms instead of the embedded migrations: tests
+// play a later release's migrations (one that raises the writer level) with it.
+func (s *Store) ApplyMigrationList(ctx context.Context, ms []store.Migration, p store.MigrateParams) ([]string, error) {
 	var done []string
 	// BEGIN IMMEDIATE holds the write lock for the whole sequence, so processes that
 	// start together apply it once; SQLite DDL is transactional.
-	err = s.Transact(ctx, func(q store.Queries) error {
+	err := s.Transact(ctx, func(q store.Queries) error {
 		done = nil // a retried transaction starts over
 		db := q.(queries).db
 		if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
