@@ -54,7 +54,8 @@ type Config struct {
 	Role string
 	// Dispatch: the process runs the dispatcher and reconciliation.
 	Dispatch bool
-	// Level is the writer level the process implements; 0: store.WriterLevel.
+	// Level is the writer level the process implements: store.WriterLevel, or lower
+	// where a test plays an older binary.
 	Level int
 	Log   *slog.Logger // nil: discarded
 	// Interval is the heartbeat; 0: store.InstanceHeartbeat.
@@ -91,9 +92,6 @@ func NewID() string {
 // database does not answer; a database above this binary's level gives a Member whose
 // Err is a *LevelError.
 func Join(ctx context.Context, cfg Config) (*Member, error) {
-	if cfg.Level == 0 {
-		cfg.Level = store.WriterLevel
-	}
 	if cfg.Interval == 0 {
 		cfg.Interval = store.InstanceHeartbeat
 	}

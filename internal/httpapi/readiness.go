@@ -18,13 +18,14 @@ import (
 // Readiness (/readyz) says whether this instance can serve requests now: a load balancer
 // or an orchestrator sends it traffic only while it answers 200. It checks, in order:
 //
+//	level   this binary's writer level is not below the database's (Deps.Writers)
 //	read    the database answers (a ping)
 //	schema  every migration this binary embeds is applied (a read of schema_migrations)
 //	write   a write commits: this instance's row of readiness is rewritten, durably
 //	space   (SQLite) the database can still grow by minHeadroom on its file system
 //
-// The first that fails is the answer: 503 with its code (store_unavailable, or
-// schema_outdated) and the check's name. The result is kept for readyTTL, so probes from
+// The first that fails is the answer: 503 with its code (writer_level_behind,
+// store_unavailable, or schema_outdated) and the check's name. The result is kept for readyTTL, so probes from
 // many places cost the database at most one check a second; probes that come while a
 // check runs wait for it. Liveness (/healthz) checks none of this.
 //
