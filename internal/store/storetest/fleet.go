@@ -39,4 +39,3 @@ func ApplyLater(t testing.TB, st store.Store, level int, p store.MigrateParams) 
 	t.Fatalf("%T cannot apply a migration list", st)
 	return nil, nil
 }
-
