@@ -58,7 +58,12 @@ clocks of this host, the instance and the database agree within the lease margin
 It works in a scratch namespace (run keys airlock-verify-<random>-…, action type
 airlock-verify-<random>) and removes it afterwards. It prints one line per check
 (PASS, FAIL with what to fix, or SKIP saying why the check does not apply) and exits
-non-zero if any check fails. It never creates or migrates a database.`,
+non-zero if any check fails. It never creates or migrates a database.
+
+Before the checks it prints on stderr the database's writer level, this binary's, and the
+registered instances (serve and writing CLI commands: version, level, dispatch, started,
+last seen, live or silent); an instance below the database's level writes nothing, and
+a binary below it refuses to run the checks (they write).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -74,9 +79,10 @@ non-zero if any check fails. It never creates or migrates a database.`,
 				o.APIKey = os.Getenv("AIRLOCK_VERIFY_API_KEY")
 			}
 			return withExistingStore(cmd, cfg, func(st store.Store) error {
-				// The fleet first: it is what an upgrade needs to see, and it prints even
-				// where this binary may not write (its checks write, in a scratch namespace).
-				if err := printFleet(cmd.Context(), cmd.OutOrStdout(), st, writerLevel()); err != nil {
+				// The fleet first, on stderr beside the database's name (stdout is one line
+				// per check): it is what an upgrade needs to see, and it prints even where
+				// this binary may not write (its checks write, in a scratch namespace).
+				if err := printFleet(cmd.Context(), cmd.ErrOrStderr(), st, writerLevel()); err != nil {
 					return err
 				}
 				return asWriter(cmd, st, func(st store.Store) error {
