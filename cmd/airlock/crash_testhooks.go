@@ -5,9 +5,12 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // crashHook returns the test-only crash point from AIRLOCK_TEST_CRASH_AT: the process
@@ -39,4 +42,16 @@ func testClock() (func() time.Time, time.Duration, error) {
 		return nil, 0, fmt.Errorf("AIRLOCK_TEST_CLOCK_OFFSET: %w", err)
 	}
 	return func() time.Time { return time.Now().Add(d) }, d, nil
+}
+
+// writerLevel is the writer level this binary implements: store.WriterLevel, or in a test
+// build AIRLOCK_TEST_WRITER_LEVEL (the drill and the process tests play an older binary
+// with it).
+func writerLevel() int {
+	if v := os.Getenv("AIRLOCK_TEST_WRITER_LEVEL"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return store.WriterLevel
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -215,7 +216,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer stopTracing(context.Background())
-	a, err := app.New(app.Options{Store: st, Policy: pol, Connectors: conns, PublicURL: publicURL, Log: log,
+	// Registered as a writer before anything writes: the database's level decides whether
+	// this binary may (internal/fleet). Behind it, serve still answers reads.
+	member, err := fleet.Join(ctx, fleet.Config{Store: st, ID: instance, Role: "serve", Dispatch: !pol.Dispatch.Disabled, Level: writerLevel(), Log: log})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = member.Leave(context.Background()) }()
+	if err := member.Err(); err != nil {
+		log.Error("writer level behind: serving reads only; writes are refused with 503 writer_level_behind", "err", err)
+	}
+	a, err := app.New(app.Options{Store: st, Policy: pol, Connectors: conns, PublicURL: publicURL, Log: log, Writers: member,
 		Runs: runs.Config{DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 			MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter},
 		AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true, Web: webOpts,
@@ -239,23 +250,29 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	backend, _ := cfg.Backend()
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); member.Run(bg) }()
+	// Every background writer runs only while the member may write: a raised writer level
+	// stops it for good, a registry out of reach until a heartbeat gets through.
+	writer := func(fn func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); member.While(bg, writerPoll, fn) }()
+	}
 	if !pol.Dispatch.Disabled {
 		d := &effects.Dispatcher{Service: eff, BatchSize: pol.Dispatch.BatchSize, Concurrency: pol.Dispatch.Concurrency,
 			Lease: pol.Dispatch.Lease.D(), Interval: pol.Dispatch.Interval.D(), Drain: pol.Dispatch.Drain.D(), Crash: crashHook()}
-		wg.Add(2)
-		go func() { defer wg.Done(); d.Run(bg) }()
-		go func() { defer wg.Done(); every(bg, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) }()
+		writer(d.Run)
+		writer(func(ctx context.Context) { every(ctx, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) })
 	}
 	// Every instance sweeps lapsed effect leases, dispatching or not: an external worker's
 	// lease must end even where no dispatcher runs.
 	sweep := min(pol.Dispatch.Interval.D()*10, 5*time.Second)
-	wg.Add(4)
 	// Every instance relays the alert outbox: the services wake it after committing an
 	// alert; the poll raises what another process committed, or what a crash left.
-	go func() { defer wg.Done(); a.Alerts.Run(bg, alerts.PollInterval) }()
-	go func() { defer wg.Done(); every(bg, sweep, eff.SweepExpired, log) }()
-	go func() { defer wg.Done(); every(bg, 10*time.Second, gate.Sweep, log) }()
-	go func() { defer wg.Done(); every(bg, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) }()
+	writer(func(ctx context.Context) { a.Alerts.Run(ctx, alerts.PollInterval) })
+	writer(func(ctx context.Context) { every(ctx, sweep, eff.SweepExpired, log) })
+	writer(func(ctx context.Context) { every(ctx, 10*time.Second, gate.Sweep, log) })
+	writer(func(ctx context.Context) { every(ctx, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) })
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
 	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(), "instance", instance,
@@ -279,6 +296,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return nil
 }
 
+// writerPoll is how often a background writer looks whether it may still write (the
+// member learns it from its heartbeat, every store.InstanceHeartbeat).
+const writerPoll = time.Second
+
 // every runs fn each interval until ctx ends, logging failures.
 func every(ctx context.Context, interval time.Duration, fn func(context.Context) error, log *slog.Logger) {
 	t := time.NewTicker(interval)
@@ -296,11 +317,20 @@ func every(ctx context.Context, interval time.Duration, fn func(context.Context)
 }
 
 func migrateCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "migrate",
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "migrate [--force]",
 		Short: "Apply pending database migrations and exit",
 		Long: `migrate applies the migrations embedded in this binary that the database has not
-run yet. It is safe to run from several processes at once: they take turns.`,
+run yet. It is safe to run from several processes at once: they take turns.
+
+A migration that raises the writer level (CHANGELOG.md names them) is refused while a
+live instance (one whose heartbeat was seen in the last 20s) of a lower level is
+registered; migrate names them. Stop or upgrade them first (docs/deployment.md,
+Upgrades). --force applies it anyway: each of those instances goes on writing under the
+old rules until its next heartbeat (up to 5s, longer if the database is slow to answer
+it) — the window in which a fence it does not know can be broken (an effect sent
+twice) — and then refuses every write.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -313,7 +343,7 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 				return err
 			}
 			defer st.Close()
-			applied, err := st.ApplyMigrations(cmd.Context())
+			applied, err := st.ApplyMigrations(cmd.Context(), store.MigrateParams{Force: force})
 			if err != nil {
 				return err
 			}
@@ -327,6 +357,8 @@ run yet. It is safe to run from several processes at once: they take turns.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "raise the writer level even while live lower-level instances are registered (they write under the old rules until their next heartbeat)")
+	return cmd
 }
 
 // withStore opens the configured, migrated store for an operator command. It never
@@ -353,6 +385,37 @@ func withStore(cmd *cobra.Command, fn func(st store.Store) error) error {
 	if err := st.Migrate(cmd.Context()); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	if readOnlyCommands[cmd.CommandPath()] {
+		return fn(st)
+	}
+	return asWriter(cmd, st, fn)
+}
+
+// readOnlyCommands are the operator commands that write nothing; every other command that
+// opens the store writes, and runs only as a registered writer of the database's level.
+var readOnlyCommands = map[string]bool{
+	"airlock explain": true, "airlock report": true, "airlock audit verify": true,
+	"airlock effects list": true, "airlock actions status": true,
+	"airlock apikey list": true, "airlock user list": true,
+}
+
+// asWriter runs fn as a registered writer (internal/fleet): it refuses when the database's
+// writer level is above this binary's, heartbeats while fn runs (a long purge stays
+// visible to `airlock migrate`), and deregisters when fn returns.
+func asWriter(cmd *cobra.Command, st store.Store, fn func(st store.Store) error) error {
+	ctx := cmd.Context()
+	m, err := fleet.Join(ctx, fleet.Config{Store: st, Role: strings.TrimPrefix(cmd.CommandPath(), "airlock "), Level: writerLevel()})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = m.Leave(context.WithoutCancel(ctx)) }()
+	if err := m.Err(); err != nil {
+		return fmt.Errorf("refusing to write: %w", err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(hctx) }()
+	defer func() { stop(); <-done }()
 	return fn(st)
 }
 

@@ -79,6 +79,14 @@ func databases(t *testing.T) map[string][]string {
 // serveProcess starts `airlock serve` on a free port and returns its base URL.
 func serveProcess(t *testing.T, env []string) string {
 	t.Helper()
+	base, _ := serveProcessStop(t, env)
+	return base
+}
+
+// serveProcessStop is serveProcess that also returns a function stopping the process
+// (SIGTERM, then waiting for its exit) before the test ends; the cleanup does it otherwise.
+func serveProcessStop(t *testing.T, env []string) (string, func()) {
+	t.Helper()
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = append(os.Environ(), append(env, "AIRLOCK_LISTEN=127.0.0.1:0", "AIRLOCK_LOG_LEVEL=info")...)
 	stderr, err := cmd.StderrPipe()
@@ -103,7 +111,23 @@ func serveProcess(t *testing.T, env []string) string {
 			logMu.Unlock()
 		}
 	}()
-	t.Cleanup(func() {
+	var once sync.Once
+	stop := func() { once.Do(func() { stopServe(t, cmd, &logs, &logMu) }) }
+	t.Cleanup(stop)
+	select {
+	case a := <-addr:
+		return "http://" + a, stop
+	case <-time.After(60 * time.Second):
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Fatalf("airlock serve did not start:\n%s", logs.String())
+	}
+	return "", stop
+}
+
+// stopServe sends SIGTERM and waits for a clean exit.
+func stopServe(t *testing.T, cmd *exec.Cmd, logs *bytes.Buffer, logMu *sync.Mutex) {
+	{
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -118,16 +142,7 @@ func serveProcess(t *testing.T, env []string) string {
 			_ = cmd.Process.Kill()
 			t.Error("airlock serve did not stop on SIGTERM")
 		}
-	})
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case <-time.After(60 * time.Second):
-		logMu.Lock()
-		defer logMu.Unlock()
-		t.Fatalf("airlock serve did not start:\n%s", logs.String())
 	}
-	return ""
 }
 
 type claimReply struct {

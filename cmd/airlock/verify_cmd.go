@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,12 @@ instance and the database agree within the lease margin.
 It works in a scratch namespace (run keys airlock-verify-<random>-…, action type
 airlock-verify-<random>) and removes it afterwards. It prints one line per check
 (PASS, FAIL with what to fix, WARN with what to look at, or SKIP saying why the check
-does not apply) and exits non-zero if any check fails. It never creates or migrates a database.`,
+does not apply) and exits non-zero if any check fails. It never creates or migrates a database.
+
+Before the checks it prints on stderr the database's writer level, this binary's, and the
+registered instances (serve and writing CLI commands: version, level, dispatch, started,
+last seen, live or silent); an instance below the database's level writes nothing, and
+a binary below it refuses to run the checks (they write).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -75,12 +81,20 @@ does not apply) and exits non-zero if any check fails. It never creates or migra
 				o.APIKey = os.Getenv("AIRLOCK_VERIFY_API_KEY")
 			}
 			return withExistingStore(cmd, cfg, func(st store.Store) error {
-				results := runVerify(cmd.Context(), st, cfg, o)
-				failed := printVerify(cmd.OutOrStdout(), results)
-				if failed > 0 {
-					return fmt.Errorf("verify: %d of %d checks failed", failed, len(results))
+				// The fleet first, on stderr beside the database's name (stdout is one line
+				// per check): it is what an upgrade needs to see, and it prints even where
+				// this binary may not write (its checks write, in a scratch namespace).
+				if err := printFleet(cmd.Context(), cmd.ErrOrStderr(), st, writerLevel()); err != nil {
+					return err
 				}
-				return nil
+				return asWriter(cmd, st, func(st store.Store) error {
+					results := runVerify(cmd.Context(), st, cfg, o)
+					failed := printVerify(cmd.OutOrStdout(), results)
+					if failed > 0 {
+						return fmt.Errorf("verify: %d of %d checks failed", failed, len(results))
+					}
+					return nil
+				})
 			})
 		},
 	}
@@ -108,6 +122,41 @@ func withExistingStore(cmd *cobra.Command, cfg config.Config, fn func(st store.S
 		return err
 	}
 	return fn(st)
+}
+
+// printFleet prints the database's writer level and the registered instances (live: seen
+// within store.InstanceLiveWithin), flagging those below the level.
+func printFleet(ctx context.Context, w io.Writer, st store.Store, own int) error {
+	level, err := st.WriterLevelGet(ctx)
+	if err != nil {
+		return err
+	}
+	ins, err := st.InstanceList(ctx, time.Time{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "writer level: database %d, this binary %d\n", level, own)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tROLE\tVERSION\tLEVEL\tDISPATCH\tSTARTED\tLAST SEEN\tSTATE")
+	now, err := st.Clock(ctx) // the clock that stamped last_seen
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		state := "live"
+		if now.Sub(in.LastSeen) > store.InstanceLiveWithin {
+			state = "silent"
+		}
+		if in.Level < level {
+			state += ", below the database's level: writes nothing"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%s\t%s\t%s\n", in.ID, in.Role, in.Version, in.Level, in.Dispatch,
+			in.StartedAt.UTC().Format(time.RFC3339), in.LastSeen.UTC().Format(time.RFC3339), state)
+	}
+	if len(ins) == 0 {
+		fmt.Fprintln(tw, "(no instance registered)\t\t\t\t\t\t\t")
+	}
+	return tw.Flush()
 }
 
 func printVerify(w io.Writer, results []verifyResult) (failed int) {

@@ -52,6 +52,9 @@ func TestVerifyPasses(t *testing.T) {
 			if err != nil {
 				t.Fatalf("verify: %v\n%s\n%s", err, out, stderr)
 			}
+			if !strings.Contains(stderr, "writer level: database 1, this binary 1") || !strings.Contains(stderr, "LAST SEEN") {
+				t.Errorf("verify did not show the fleet on stderr:\n%s", stderr)
+			}
 			got := verifyLines(t, out)
 			want := map[string]string{"concurrent-claims": "PASS", "stale-cas": "PASS", "lease-expiry-clock": "PASS",
 				"kill-switch": "PASS", "clock-skew": "PASS", "cleanup": "PASS", "http-readiness": "SKIP", "http-claims": "SKIP"}

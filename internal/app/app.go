@@ -63,6 +63,8 @@ type Options struct {
 	APIKeys        *apikeys.Cache  // nil: every request's key is looked up in the store
 	Tracer         *tracing.Tracer // nil: no tracing
 	Instance       string          // "": httpapi.InstanceName()
+	// Writers says whether this process may write (internal/fleet); nil: always.
+	Writers interface{ Err() error }
 }
 
 // App is the wired graph.
@@ -130,7 +132,7 @@ func New(o Options) (*App, error) {
 	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)
 	a.Deps = httpapi.Deps{Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
 		Ledger: a.Ledger, Web: a.Web, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
-		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance, RequestTimeout: o.RequestTimeout}
+		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance, RequestTimeout: o.RequestTimeout, Writers: o.Writers}
 	a.Handler = httpapi.New(a.Deps)
 	return a, nil
 }

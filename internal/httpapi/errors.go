@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -79,6 +80,7 @@ var errorTable = []struct {
 	{ledger.ErrInputMismatch, http.StatusConflict, "input_mismatch"},
 	{ledger.ErrNotPlanned, http.StatusConflict, "not_planned"},
 	{ledger.ErrNotSettled, http.StatusConflict, "not_settled"}, // with Retry-After: toAPIError
+	{fleet.ErrLevelBehind, http.StatusServiceUnavailable, "writer_level_behind"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }

@@ -11,19 +11,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
 // Readiness (/readyz) says whether this instance can serve requests now: a load balancer
 // or an orchestrator sends it traffic only while it answers 200. It checks, in order:
 //
+//	level   this binary's writer level is not below the database's (Deps.Writers)
 //	read    the database answers (a ping)
 //	schema  every migration this binary embeds is applied (a read of schema_migrations)
 //	write   a write commits: this instance's row of readiness is rewritten, durably
 //	space   (SQLite) the database can still grow by minHeadroom on its file system
 //
-// The first that fails is the answer: 503 with its code (store_unavailable, or
-// schema_outdated) and the check's name. The result is kept for readyTTL, so probes from
+// The first that fails is the answer: 503 with its code (writer_level_behind,
+// store_unavailable, or schema_outdated) and the check's name. The result is kept for readyTTL, so probes from
 // many places cost the database at most one check a second; probes that come while a
 // check runs wait for it. Liveness (/healthz) checks none of this.
 //
@@ -44,7 +46,7 @@ const (
 type notReady struct {
 	Code    string `json:"error"`
 	Message string `json:"message"`
-	Check   string `json:"check"` // read, schema, write or space
+	Check   string `json:"check"` // level, read, schema, write or space
 	err     error
 }
 
@@ -79,6 +81,11 @@ func (rd *readiness) get(ctx context.Context, check func(context.Context) *notRe
 func (s *server) checkReady(ctx context.Context) *notReady {
 	unavailable := func(check, msg string, err error) *notReady {
 		return &notReady{Code: "store_unavailable", Check: check, Message: msg, err: err}
+	}
+	if s.Writers != nil {
+		if err := s.Writers.Err(); errors.Is(err, fleet.ErrLevelBehind) {
+			return &notReady{Code: "writer_level_behind", Check: "level", err: err, Message: err.Error()}
+		}
 	}
 	if err := s.Store.Ping(ctx); err != nil {
 		return unavailable("read", "the database does not answer", err)

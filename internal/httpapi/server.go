@@ -26,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
+	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
@@ -62,6 +63,10 @@ type Deps struct {
 	// database that cannot commit — a synchronous standby gone under strict synchronous
 	// mode, a lock held — is answered 503 within it, not when the client gives up.
 	RequestTimeout time.Duration
+	// Writers says whether this process may write (internal/fleet's Member): while its
+	// Err is not nil, every request that is not a GET, HEAD or OPTIONS is answered with
+	// it (503), and readiness fails. nil: always.
+	Writers interface{ Err() error }
 }
 
 // DefaultRequestTimeout is the bound of an API request's work: inside the server's
@@ -77,6 +82,8 @@ type server struct {
 	routeMu     sync.RWMutex
 	routeStats  map[routeCode]*routeMetrics // see requestMetrics
 	ready       readiness
+	// behindLogged: the first request refused for the writer level is logged, not each.
+	behindLogged sync.Once
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -164,7 +171,32 @@ func New(d Deps) http.Handler {
 	}
 	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy()})
 	d.Web.Register(mux)
-	return s.observe(s.jsonFallback(mux))
+	return s.observe(s.writerGate(s.jsonFallback(mux)))
+}
+
+// writerGate refuses requests that may write while the process may not (Deps.Writers):
+// a binary whose writer level is below the database's answers 503 writer_level_behind;
+// reads go on.
+func (s *server) writerGate(next http.Handler) http.Handler {
+	if s.Writers == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if err := s.Writers.Err(); err != nil {
+				if errors.Is(err, fleet.ErrLevelBehind) {
+					s.behindLogged.Do(func() {
+						s.Log.Error("refusing writes: this binary's writer level is below the database's", "err", err)
+					})
+				}
+				s.render(w, r, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // requestInfo is what the middleware learns of a request, in one context value: observe

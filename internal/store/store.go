@@ -224,8 +224,11 @@ type Store interface {
 	Migrate(ctx context.Context) error
 	// ApplyMigrations is Migrate that also says which migrations this call applied (their
 	// file names, in order; none when the schema was current or another process applied
-	// them first).
-	ApplyMigrations(ctx context.Context) ([]string, error)
+	// them first). A migration that raises the writer level is refused with
+	// ErrLowerWriters (a *LowerWriters naming them) while live instances of a lower level
+	// are registered, unless p.Force; the check runs in the migration's transaction, so
+	// an instance registering meanwhile either is seen or reads the raised level.
+	ApplyMigrations(ctx context.Context, p MigrateParams) ([]string, error)
 	// SchemaCurrent returns ErrSchemaOutdated when migrations are pending.
 	SchemaCurrent(ctx context.Context) error
 	Ping(ctx context.Context) error
@@ -235,6 +238,7 @@ type Store interface {
 	// write that is rolled back proves nothing — it needs no disk space, and a standby
 	// takes it until the end — so this one commits.
 	ReadinessWrite(ctx context.Context, instance string) error
+	FleetQueries
 	Backend() string
 	Close() error
 }

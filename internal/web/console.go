@@ -637,6 +637,16 @@ type killSwitchPage struct {
 	EnvDisabled bool
 	Global      *store.KillSwitch
 	Actions     []killSwitchRow
+	// The fleet: the database's writer level and the registered writers (what sends,
+	// and which binary does it).
+	Level     int
+	Instances []instanceRow
+}
+
+type instanceRow struct {
+	store.Instance
+	Live   bool // seen within store.InstanceLiveWithin
+	Behind bool // below the database's writer level: writes nothing
 }
 
 type killSwitchRow struct {
@@ -658,6 +668,20 @@ func (w *Web) consoleKillSwitch(rw http.ResponseWriter, r *http.Request, v viewe
 	p.Global = byScope[effects.GlobalScope]
 	for _, t := range w.console.Policy.ActionTypes() {
 		p.Actions = append(p.Actions, killSwitchRow{Type: t, Setting: byScope[effects.ActionScope(t)]})
+	}
+	if p.Level, err = w.store.WriterLevelGet(r.Context()); err != nil {
+		return fmt.Errorf("kill switch: %w", err)
+	}
+	ins, err := w.store.InstanceList(r.Context(), time.Time{})
+	if err != nil {
+		return fmt.Errorf("kill switch: %w", err)
+	}
+	now, err := w.store.Clock(r.Context()) // the clock that stamped last_seen
+	if err != nil {
+		return fmt.Errorf("kill switch: %w", err)
+	}
+	for _, in := range ins {
+		p.Instances = append(p.Instances, instanceRow{Instance: in, Live: now.Sub(in.LastSeen) <= store.InstanceLiveWithin, Behind: in.Level < p.Level})
 	}
 	return w.renderConsole(rw, http.StatusOK, "console_killswitch.html", p)
 }

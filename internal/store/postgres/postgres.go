@@ -269,19 +269,28 @@ func (s *Store) ReadinessWrite(ctx context.Context, instance string) error {
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
-	_, err := s.ApplyMigrations(ctx)
+	_, err := s.ApplyMigrations(ctx, store.MigrateParams{})
 	return err
 }
 
-func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
+func (s *Store) ApplyMigrations(ctx context.Context, p store.MigrateParams) ([]string, error) {
+	ms, err := Migrations()
 	if err != nil {
 		return nil, err
 	}
+	return s.ApplyMigrationList(ctx, ms, p)
+}
+
+// Migrations are the migrations embedded in this backend.
+func Migrations() ([]store.Migration, error) { return store.LoadMigrations(migrationFS, "migrations") }
+
+// ApplyMigrationList is ApplyMigrations over ms instead of the embedded migrations: tests
+// play a later release's migrations (one that raises the writer level) with it.
+func (s *Store) ApplyMigrationList(ctx context.Context, ms []store.Migration, p store.MigrateParams) ([]string, error) {
 	var done []string
 	// One transaction for all pending migrations: PostgreSQL DDL is transactional, and
 	// the advisory lock makes instances that start together wait for the first.
-	err = s.Transact(ctx, func(q store.Queries) error {
+	err := s.Transact(ctx, func(q store.Queries) error {
 		done = nil // a retried transaction starts over
 		db := q.(queries).db
 		if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
@@ -295,12 +304,21 @@ func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		for _, m := range store.Pending(ms, applied) {
+		pending := store.Pending(ms, applied)
+		if err := guardLevel(ctx, db, pending, p); err != nil {
+			return err
+		}
+		for _, m := range pending {
 			if _, err := db.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 			if _, err := db.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.Name, err)
+			}
+			if m.WriterLevel > 0 {
+				if _, err := db.Exec(ctx, `UPDATE writer_level SET level = $1 WHERE level < $1`, m.WriterLevel); err != nil {
+					return fmt.Errorf("migration %s: raise the writer level: %w", m.Name, err)
+				}
 			}
 			done = append(done, m.Name)
 		}

@@ -309,19 +309,28 @@ func (s *Store) Headroom(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) Migrate(ctx context.Context) error {
-	_, err := s.ApplyMigrations(ctx)
+	_, err := s.ApplyMigrations(ctx, store.MigrateParams{})
 	return err
 }
 
-func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
+func (s *Store) ApplyMigrations(ctx context.Context, p store.MigrateParams) ([]string, error) {
+	ms, err := Migrations()
 	if err != nil {
 		return nil, err
 	}
+	return s.ApplyMigrationList(ctx, ms, p)
+}
+
+// Migrations are the migrations embedded in this backend.
+func Migrations() ([]store.Migration, error) { return store.LoadMigrations(migrationFS, "migrations") }
+
+// ApplyMigrationList is ApplyMigrations over ms instead of the embedded migrations: tests
+// play a later release's migrations (one that raises the writer level) with it.
+func (s *Store) ApplyMigrationList(ctx context.Context, ms []store.Migration, p store.MigrateParams) ([]string, error) {
 	var done []string
 	// BEGIN IMMEDIATE holds the write lock for the whole sequence, so processes that
 	// start together apply it once; SQLite DDL is transactional.
-	err = s.Transact(ctx, func(q store.Queries) error {
+	err := s.Transact(ctx, func(q store.Queries) error {
 		done = nil // a retried transaction starts over
 		db := q.(queries).db
 		if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -332,13 +341,22 @@ func (s *Store) ApplyMigrations(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		for _, m := range store.Pending(ms, applied) {
+		pending := store.Pending(ms, applied)
+		if err := s.guardLevel(ctx, db, pending, p); err != nil {
+			return err
+		}
+		for _, m := range pending {
 			if _, err := db.ExecContext(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 			if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 				m.Version, m.Name, s.now().UnixMicro()); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.Name, err)
+			}
+			if m.WriterLevel > 0 {
+				if _, err := db.ExecContext(ctx, `UPDATE writer_level SET level = ? WHERE level < ?`, m.WriterLevel, m.WriterLevel); err != nil {
+					return fmt.Errorf("migration %s: raise the writer level: %w", m.Name, err)
+				}
 			}
 			done = append(done, m.Name)
 		}
