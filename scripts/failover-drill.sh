@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/failover-drill.sh [ROUNDS] [WORKERS]
 #        scripts/failover-drill.sh --short      (one failover, as fast as it goes: scripts/test.sh)
+#        scripts/failover-drill.sh --async      (Patroni's default, asynchronous replication:
+#                                                `airlock verify` must FAIL it; no load)
 #
 # The PostgreSQL failover drill (docs/deployment.md#postgresql-failover): etcd and two
 # Patroni-managed PostgreSQL 15 nodes on loopback with synchronous replication
@@ -24,9 +26,12 @@
 # it exit 2 (scripts/test.sh skips the short form then, except under CI=true).
 set -euo pipefail
 
-SHORT=
+SHORT= ASYNC=
 if [ "${1:-}" = --short ]; then
 	SHORT=1
+	shift
+elif [ "${1:-}" = --async ]; then
+	SHORT=1 ASYNC=1
 	shift
 fi
 ROUNDS=${1:-3}
@@ -75,6 +80,8 @@ PORT_1=$P1 PORT_2=$P2 REST_1=$R1 REST_2=$R2
 	--initial-cluster "e=http://127.0.0.1:$EP" >"$W/etcd.log" 2>&1 &
 PIDS+=($!)
 
+SYNC=true
+[ -z "$ASYNC" ] || SYNC=false
 node_yml() { # node port rest
 	cat >"$W/n$1.yml" <<Y
 scope: drill
@@ -86,8 +93,8 @@ bootstrap:
     ttl: $TTL
     loop_wait: 1
     retry_timeout: $RETRY
-    synchronous_mode: true
-    synchronous_mode_strict: true
+    synchronous_mode: $SYNC
+    synchronous_mode_strict: $SYNC
     postgresql:
       use_pg_rewind: true
       parameters: {wal_log_hints: 'on', max_wal_senders: 5, max_replication_slots: 5}
@@ -126,7 +133,8 @@ healthy() { cluster | python3 -c 'import json,sys
 try: m=json.load(sys.stdin)["members"]
 except Exception: sys.exit(1)
 r=sorted((x["role"],x["state"]) for x in m)
-sys.exit(0 if r==[("leader","running"),("sync_standby","running")] or r==[("leader","running"),("sync_standby","streaming")] else 1)'; }
+want=sys.argv[1]
+sys.exit(0 if r==[("leader","running"),(want,"running")] or r==[("leader","running"),(want,"streaming")] else 1)' "${STANDBY_ROLE:-sync_standby}"; }
 is_leader() { [ "$(leader)" = "$1" ]; }
 wait_for() { # seconds cmd...
 	local until=$((SECONDS + $1)); shift
@@ -140,14 +148,27 @@ PIDS+=($BUILD)
 # it and clones it (pg_basebackup, fast checkpoint).
 start_agent 1
 start_agent 2
+[ -z "$ASYNC" ] || STANDBY_ROLE=replica
 wait_for 90 healthy || die "the cluster did not come up: $(cluster)"
-log "cluster up: leader n$(leader), synchronous standby streaming"
+log "cluster up: leader n$(leader), ${STANDBY_ROLE:-synchronous standby} streaming"
 
 wait "$BUILD" || die "build failed: $(cat "$W/build.log")"
 log "built"
 DSN="host=127.0.0.1,127.0.0.1 port=$P1,$P2 user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=2"
 export AIRLOCK_DATABASE_URL="$DSN"
 "$W/airlock" migrate >/dev/null 2>&1
+# What the database promises must be what it keeps: verify passes the synchronous cluster's
+# replication and fails the asynchronous one, naming the setting.
+vrc=0
+"$W/airlock" verify >"$W/verify" 2>"$W/verify.err" || vrc=$?
+if [ -n "$ASYNC" ]; then
+	grep -q '^FAIL *replication.*synchronous_standby_names' "$W/verify" && [ "$vrc" -ne 0 ] ||
+		die "airlock verify did not fail asynchronous replication (exit $vrc): $(cat "$W/verify")"
+	log "airlock verify (exit $vrc): $(grep -m1 '^FAIL *replication' "$W/verify" | cut -c1-160)…"
+	exit 0
+fi
+grep -q '^PASS *replication' "$W/verify" || die "airlock verify did not pass synchronous replication: $(cat "$W/verify")"
+log "airlock verify: $(grep -m1 '^PASS *replication' "$W/verify")"
 KEY=$("$W/airlock" apikey create --name drill --scope runs,read,operator 2>/dev/null)
 AIRLOCK_USER_PASSWORD=drill-lead-pw "$W/airlock" user add drill-lead --role lead >/dev/null 2>&1
 
