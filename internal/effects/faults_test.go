@@ -39,6 +39,7 @@ var faultTests = []struct {
 	{"BeginMarkFailedIsRequeued", testBeginMarkFailed},
 	{"BeginRestFailedStillSendsTheMarked", testBeginRestFailed},
 	{"ShutdownDuringTheBeginMarkStillSends", testShutdownDuringMark},
+	{"ReconcileStoreErrorLooksUpTheRest", testReconcileStoreError},
 	{"LeaseReplyLostIsRequeued", testLeaseReplyLost},
 	{"SweepReplyLostChangesTheEffectOnce", testSweepReplyLost},
 	{"ReconcileReplyLostAppliesOnce", testReconcileReplyLost},
@@ -771,4 +772,42 @@ func testShutdownDuringMark(t *testing.T, e *apptest.EffectsEnv) {
 	}
 	apptest.Equal(t, "state after the shutdown", e.EffectState(t, eff.ID), store.EffectCompleted)
 	apptest.Equal(t, "requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
+}
+
+// A store error while applying one lookup's answer does not leave the rest of the claimed
+// batch unlooked-up until their claims lapse (5 minutes): the round goes on, then reports
+// the error; the failed one is looked up again once its claim lapses.
+func testReconcileStoreError(t *testing.T, e *apptest.EffectsEnv) {
+	e.Provider.SetReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		e.Provider.Store(r.Header.Get("Idempotency-Key"), fmt.Sprintf("rec-%d", n))
+		w.WriteHeader(http.StatusBadGateway) // performed, answer lost: unknown
+	})
+	a := e.Queue(t, "rse-a", "note", "default", `{"n":1}`)
+	b := e.Queue(t, "rse-b", "note", "default", `{"n":2}`)
+	e.Tick(t)
+	f := &storetest.Faults{}
+	var transacts atomic.Int32
+	f.Set(func(c storetest.Call) (storetest.When, error) {
+		if c.Op == storetest.OpTransact && !c.InTx && transacts.Add(1) == 2 { // the first answer's
+			return storetest.Before, nil
+		}
+		return storetest.Pass, nil
+	})
+	svc := faultyService(e, f, &apptest.LockedBuffer{})
+	if err := svc.Reconcile(ctx); !errors.Is(err, storetest.ErrInjected) {
+		t.Fatalf("reconcile with one answer's transaction failing: %v, want the injected fault", err)
+	}
+	apptest.Equal(t, "lookups in the round", e.Provider.Lookups(), 2)
+	done := 0
+	for _, eff := range []store.Effect{a, b} {
+		if e.EffectState(t, eff.ID) == store.EffectCompleted {
+			done++
+		}
+	}
+	apptest.Equal(t, "answers applied", done, 1)
+	e.Clock.Advance(6 * time.Minute) // the failed one's claim lapses
+	reconcile(t, e.Effects)
+	for _, eff := range []store.Effect{a, b} {
+		apptest.Equal(t, "state of "+eff.RunKey, e.EffectState(t, eff.ID), store.EffectCompleted)
+	}
 }
