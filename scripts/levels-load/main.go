@@ -3,9 +3,16 @@
 // in two answered 500 after it was stored, so the effect becomes unknown and is
 // reconciled through the authoritative lookup), and clients that claim fresh runs and
 // queue one effect each through whichever airlock instances DIR/urls lists at the moment.
-// It starts when DIR/go exists (with the API key in DIR/key), runs until DIR/stop exists, waits for every acknowledged effect to reach the
-// provider, and reports: effects acknowledged, stored twice, lost. Exit 1 when an effect
-// was stored twice or lost.
+// One run in three queues a gated effect instead (action type "gated", approve_before_act):
+// a signed-in approver (-approver, -password: a local account) decides it through the
+// approval page of whichever instance is listed, as scripts/failover-load does; one in
+// four of those a rejection. It starts when DIR/go exists (with the API key in DIR/key),
+// runs until DIR/stop exists, decides what is still open (then writes DIR/decided), keeps
+// its provider up until DIR/done exists and every acknowledged effect (and every approved
+// one) has reached it, or -settle has passed, and reports: effects
+// acknowledged, stored twice, lost; approvals approved and sent once, approved but not
+// sent, sent without an approval. Exit 1 when an effect was stored twice or lost, or a
+// gated effect went against its decision.
 package main
 
 import (
@@ -17,6 +24,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,14 +43,27 @@ type load struct {
 	statuses map[int]int
 	sends    atomic.Int64
 	lookups  atomic.Int64
+
+	user, password string
+	gated          []*gate // gated effects acknowledged (202), with the decision the approver takes
+	lostReplies    int     // decisions whose answer was lost and whose retry found the link used
+	signIns        int
+}
+
+type gate struct {
+	key, token, decision string
+	decided              bool
+	unanswered           bool // an attempt got no answer or a 5xx: it may have applied
 }
 
 func main() {
 	dir := flag.String("dir", "", "the drill's work directory (urls, stop)")
 	workers := flag.Int("workers", 4, "clients")
 	settle := flag.Duration("settle", 90*time.Second, "how long the outbox may take after the load")
+	user := flag.String("approver", "", "approver account name (gated effects need one)")
+	password := flag.String("password", "", "approver password")
 	flag.Parse()
-	l := &load{dir: *dir, records: map[string]int{}, byEffect: map[string]int{}, acked: map[string]bool{}, statuses: map[int]int{}}
+	l := &load{dir: *dir, user: *user, password: *password, records: map[string]int{}, byEffect: map[string]int{}, acked: map[string]bool{}, statuses: map[int]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -64,13 +86,25 @@ func main() {
 		wg.Add(1)
 		go func() { defer wg.Done(); l.worker(ctx, w) }()
 	}
+	var ap sync.WaitGroup
+	ap.Add(1)
+	go func() { defer ap.Done(); l.approver(ctx) }()
 	for !exists(filepath.Join(l.dir, "stop")) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	stop()
 	wg.Wait()
+	ap.Wait()
 	deadline := time.Now().Add(*settle)
-	for time.Now().Before(deadline) && l.missing() > 0 {
+	// Decide what is still open (the load has stopped; approvals go on until all are decided).
+	for time.Now().Before(deadline) && l.decideOpen() > 0 {
+		time.Sleep(300 * time.Millisecond)
+	}
+	// The provider (and its lookup) stays up until the script has seen every effect
+	// finish in the database (DIR/done), or the deadline: an effect a killed instance had
+	// claimed for reconciliation waits for that claim to lapse (5 min) before its lookup.
+	_ = os.WriteFile(filepath.Join(l.dir, "decided"), nil, 0o644)
+	for time.Now().Before(deadline) && (l.missing() > 0 || !exists(filepath.Join(l.dir, "done"))) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	os.Exit(l.report())
@@ -117,7 +151,8 @@ func (l *load) urls() []string {
 }
 
 // call sends one request with an Idempotency-Key to the instances in turn, retrying
-// refusals of availability (connection errors, 503) on the next one for up to a minute.
+// refusals of availability (connection errors, 503, 409 request_in_progress: the first
+// attempt's instance was killed mid-request) on the next one for up to a minute.
 func (l *load) call(path, idem, body string, out any, start int) int {
 	deadline := time.Now().Add(time.Minute)
 	for i := start; time.Now().Before(deadline); i++ {
@@ -131,7 +166,7 @@ func (l *load) call(path, idem, body string, out any, start int) int {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", idem)
 		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-		st := 0
+		st, inProgress := 0, false
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -139,11 +174,12 @@ func (l *load) call(path, idem, body string, out any, start int) int {
 			if out != nil {
 				_ = json.Unmarshal(b, out)
 			}
+			inProgress = st == http.StatusConflict && strings.Contains(string(b), "request_in_progress")
 		}
 		l.mu.Lock()
 		l.statuses[st]++
 		l.mu.Unlock()
-		if st != 0 && st != http.StatusServiceUnavailable {
+		if st != 0 && st != http.StatusServiceUnavailable && !inProgress {
 			return st
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -162,11 +198,28 @@ func (l *load) worker(ctx context.Context, w int) {
 		if st := l.call("/v1/runs/claim", "c-"+k, fmt.Sprintf(`{"key":%q,"payload":{"n":%d}}`, k, i), &c, i); st/100 != 2 || !c.Claimed {
 			continue
 		}
-		st := l.call("/v1/runs/"+k+"/effects", "q-"+k, fmt.Sprintf(`{"lease_owner":%q,"version":%d,"action_type":"note","target":"default","effect_id":"e1","payload":{"k":%q}}`,
-			c.Owner, c.Version, k), nil, i+1)
-		if st == 200 || st == 201 {
+		action := "note"
+		if l.user != "" && i%3 == 0 {
+			action = "gated"
+		}
+		var q struct {
+			URL string `json:"approve_url"`
+		}
+		st := l.call("/v1/runs/"+k+"/effects", "q-"+k, fmt.Sprintf(`{"lease_owner":%q,"version":%d,"action_type":%q,"target":"default","effect_id":"e1","payload":{"k":%q}}`,
+			c.Owner, c.Version, action, k), &q, i+1)
+		switch {
+		case action == "note" && (st == 200 || st == 201):
 			l.mu.Lock()
 			l.acked[k] = true
+			l.mu.Unlock()
+		case action == "gated" && st == 202:
+			_, token, _ := strings.Cut(q.URL, "/approve/")
+			dec := "approve"
+			if i%4 == 0 {
+				dec = "reject"
+			}
+			l.mu.Lock()
+			l.gated = append(l.gated, &gate{key: k, token: token, decision: dec})
 			l.mu.Unlock()
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -182,7 +235,101 @@ func (l *load) missing() int {
 			n++
 		}
 	}
+	for _, g := range l.gated {
+		if g.decided && g.decision == "approve" && l.records[g.key] == 0 {
+			n++
+		}
+	}
 	return n
+}
+
+// The approver: the same sign-in and decision flow as scripts/failover-load (a local
+// account signs in through POST /login, decides through POST /approve/{token} with the
+// page's form fields), through whichever instances DIR/urls lists at the moment.
+
+var jar, _ = cookiejar.New(nil)
+var signedIn atomic.Bool
+var browser = &http.Client{Jar: jar, Timeout: 15 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// approver decides the open approvals while the load runs.
+func (l *load) approver(ctx context.Context) {
+	if l.user == "" {
+		return
+	}
+	for ctx.Err() == nil {
+		l.decideOpen()
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// decideOpen tries each undecided approval once, signing in again whenever the session
+// is gone, retrying a decision that got no answer or a 5xx with the same decision; it
+// returns how many are still open.
+func (l *load) decideOpen() int {
+	l.mu.Lock()
+	var open []*gate
+	for _, g := range l.gated {
+		if !g.decided {
+			open = append(open, g)
+		}
+	}
+	l.mu.Unlock()
+	left := 0
+	for n, g := range open {
+		us := l.urls()
+		if len(us) == 0 {
+			return len(open)
+		}
+		base := us[n%len(us)]
+		if !signedIn.Load() {
+			st := l.form(base, "/login", url.Values{"username": {l.user}, "password": {l.password}})
+			if st != 303 && st != 200 {
+				left++
+				continue
+			}
+			signedIn.Store(true)
+			l.mu.Lock()
+			l.signIns++
+			l.mu.Unlock()
+		}
+		st := l.form(base, "/approve/"+g.token, url.Values{"decision": {g.decision}, "reason": {"drill"}})
+		if st == 303 || st == 401 || st == 403 {
+			signedIn.Store(false)
+		}
+		switch {
+		case st == 200:
+			l.mu.Lock()
+			g.decided = true
+			l.mu.Unlock()
+			continue
+		case st == 404 && g.unanswered:
+			// A used link answers like an unknown one: an earlier attempt whose answer
+			// was lost applied it (the report checks the database's decision).
+			l.mu.Lock()
+			g.decided = true
+			l.lostReplies++
+			l.mu.Unlock()
+			continue
+		case st == 0 || st >= 500:
+			g.unanswered = true
+		}
+		left++
+	}
+	return left
+}
+
+func (l *load) form(base, path string, v url.Values) int {
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(v.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", base)
+	resp, err := browser.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func (l *load) report() int {
@@ -203,7 +350,28 @@ func (l *load) report() int {
 	}
 	fmt.Printf("effects acknowledged %d, stored by the provider %d (sends %d, lookups %d), stored twice %d, lost %d, statuses %v\n",
 		len(l.acked), len(l.records), l.sends.Load(), l.lookups.Load(), twice, lost, l.statuses)
-	if twice > 0 || lost > 0 {
+	approvedSent, approvedUnsent, rejected, undecided, without := 0, 0, 0, 0, 0
+	for _, g := range l.gated {
+		c := l.records[g.key]
+		switch {
+		case g.decided && g.decision == "approve" && c == 1:
+			approvedSent++
+		case g.decided && g.decision == "approve" && c == 0:
+			approvedUnsent++
+			fmt.Printf("approved but not sent: %s\n", g.key)
+		case g.decided && g.decision == "approve": // c > 1: counted as stored twice above
+		case c > 0:
+			without++
+			fmt.Printf("sent without an approval (%s, decided %v): %s\n", g.decision, g.decided, g.key)
+		case g.decided:
+			rejected++
+		default:
+			undecided++
+		}
+	}
+	fmt.Printf("gated effects %d (sign-ins %d, decisions whose answer was lost %d): approved and sent once %d, approved but not sent %d, rejected and not sent %d, undecided %d, sent without an approval %d\n",
+		len(l.gated), l.signIns, l.lostReplies, approvedSent, approvedUnsent, rejected, undecided, without)
+	if twice > 0 || lost > 0 || approvedUnsent > 0 || without > 0 || undecided > 0 {
 		return 1
 	}
 	return 0
