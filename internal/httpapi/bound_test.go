@@ -22,7 +22,7 @@ func TestRequestsAreBounded(t *testing.T) {
 		const bound = time.Second
 		h := newHarnessWith(t, b, func(_ *apptest.EffectsEnv, o *app.Options) { o.RequestTimeout = bound })
 		ctx := context.Background()
-		release := func() {}
+		var release func()
 		switch st := h.env.Store.(type) {
 		case *postgres.Store:
 			tx, err := st.Pool().Begin(ctx)
