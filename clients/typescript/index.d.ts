@@ -36,6 +36,7 @@ export class NulCharacterError extends APIError { static readonly code: 'nul_cha
 export class NestingTooDeepError extends APIError { static readonly code: 'nesting_too_deep'; readonly code: 'nesting_too_deep'; }
 export class InvisibleCharacterError extends APIError { static readonly code: 'invisible_character'; readonly code: 'invisible_character'; }
 export class InvalidIdentityError extends APIError { static readonly code: 'invalid_identity'; readonly code: 'invalid_identity'; }
+export class ConfusableIdentityError extends APIError { static readonly code: 'confusable_identity'; readonly code: 'confusable_identity'; }
 export class UnsendablePayloadError extends APIError { static readonly code: 'unsendable_payload'; readonly code: 'unsendable_payload'; }
 export class MissingFieldError extends APIError { static readonly code: 'missing_field'; readonly code: 'missing_field'; }
 export class InvalidFieldError extends APIError { static readonly code: 'invalid_field'; readonly code: 'invalid_field'; }

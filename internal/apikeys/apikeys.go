@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -103,6 +104,11 @@ func CreateSpec(ctx context.Context, q store.Queries, spec Spec, now time.Time) 
 	onBehalfOf := strings.TrimSpace(spec.OnBehalfOf)
 	if len(onBehalfOf) > 200 || input.Identity(onBehalfOf) != nil {
 		return store.APIKey{}, "", errors.New("on-behalf-of: at most 200 characters, no control, invisible or bidirectional characters")
+	}
+	// The person the key acts for is a declared identity: one that reads like a known
+	// person's name without being it is refused, as meta.requested_by is.
+	if err := approvals.CheckDeclared(ctx, q, nil, onBehalfOf); err != nil {
+		return store.APIKey{}, "", fmt.Errorf("on-behalf-of: %w", err)
 	}
 	var types []string
 	for _, t := range spec.Types {

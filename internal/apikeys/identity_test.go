@@ -13,6 +13,13 @@ type insertKeys struct {
 	rows []store.APIKey
 }
 
+// The known identities are none: no accounts, no people seen, no keys yet.
+func (k *insertKeys) UserList(context.Context) ([]store.User, error) { return nil, nil }
+func (k *insertKeys) PeopleSeen(context.Context, time.Time) ([]store.PersonSeen, error) {
+	return nil, nil
+}
+func (k *insertKeys) APIKeyList(context.Context) ([]store.APIKey, error) { return k.rows, nil }
+
 func (k *insertKeys) APIKeyInsert(_ context.Context, row store.APIKey) error {
 	k.rows = append(k.rows, row)
 	return nil

@@ -327,8 +327,9 @@ func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor stri
 
 // May reports whether who may decide a: by role or subject (or by an escalation role
 // once the approval was escalated), and never their own request
-// under separation of duties — compared by skeleton (input.Skeleton: case, width,
-// invisible characters and look-alike letters do not tell two names apart), against every
+// under separation of duties — compared by skeletons (input.SameIdentity: case, width,
+// blanks, combining marks, invisible characters and look-alike letters of any script do
+// not tell two names apart), against every
 // identity of the requester (the API key, the person it acts for, the declared
 // requested_by).
 func May(a store.Approval, who Person) error {
@@ -340,10 +341,12 @@ func May(a store.Approval, who Person) error {
 		return ErrForbidden
 	}
 	if a.SeparationOfDuties && !slices.Equal(a.AllowedDecisions, []string{Cancel}) {
-		// By skeleton (UTS #39): "аna" with a Cyrillic а, or "an\u200ba", is ana. The stored
-		// requesters are Identity forms, whose skeletons are their names' skeletons.
-		me := input.Skeleton(who.Subject)
-		if me == "" || me == input.Skeleton(a.RequestedBy) || slices.ContainsFunc(a.Requesters, func(r string) bool { return input.Skeleton(r) == me }) {
+		// By skeletons (input.SameIdentity: UTS #39 around case folding, blanks and
+		// combining marks dropped): "аna" with a Cyrillic а, "ΑΝΑ", "ᴀɴᴀ" or "an\u200ba" is
+		// ana. The stored requesters are Identity forms, whose skeletons are their names'.
+		// A person without a subject is nobody's match, and may not decide.
+		if input.Skeleton(who.Subject) == "" || input.SameIdentity(who.Subject, a.RequestedBy) ||
+			slices.ContainsFunc(a.Requesters, func(r string) bool { return input.SameIdentity(who.Subject, r) }) {
 			return ErrSelfApproval
 		}
 	}

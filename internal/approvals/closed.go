@@ -15,7 +15,7 @@ func (s *Service) Action(actionType string) *policy.Action { return s.policy.Act
 // Closed is the approval of a link that can no longer be used (decided or expired), for
 // a person entitled to see what became of it: one who may decide it, or who decided it.
 // Everyone else, and every unknown or still open token, gets ErrNotFound, so a link
-// tells no one but its approvers whether it was ever valid.
+// tells no one but its approvers whether it was ever valid — its requester included.
 func (s *Service) Closed(ctx context.Context, tokenHash string, who Person) (store.Approval, error) {
 	a, err := s.store.ApprovalByTokenHash(ctx, tokenHash)
 	if errors.Is(err, store.ErrNotFound) {
@@ -31,8 +31,10 @@ func (s *Service) Closed(ctx context.Context, tokenHash string, who Person) (sto
 	if a.ConsumedAt == nil && a.ExpiresAt.After(now) {
 		return store.Approval{}, ErrNotFound // open: the card, not this
 	}
+	// The requester is no approver of their own request, whatever roles they hold
+	// (ErrSelfApproval): they learn neither the outcome nor who decided from the link.
 	decidedByMe := a.ConsumedAt != nil && a.ApproverSubject != "" && a.ApproverSubject == who.Subject
-	if err := May(a, who); err != nil && !decidedByMe && !errors.Is(err, ErrSelfApproval) {
+	if err := May(a, who); err != nil && !decidedByMe {
 		return store.Approval{}, ErrNotFound
 	}
 	return a, nil

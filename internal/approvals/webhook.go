@@ -94,40 +94,69 @@ func (c Card) facts() [][2]string {
 	return f
 }
 
-// slackEscape escapes what Slack's mrkdwn treats as control characters.
+// slackEscape escapes Slack's three control characters (&, <, >), the only escapes Slack
+// decodes.
 var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
+// Chat text is escaped for the chat's markup: a target, a key, a payload field (a
+// subject, a reason, a model's draft) can hold "[Click here to approve](https://evil…)",
+// "*urgent*" or a bare URL, and must arrive in the channel as the characters it is, never
+// as a link or emphasis beside the real button. Only airlock's own words (the labels) are
+// markup; every value is carried in a text object that the chat does not format.
+
 // SlackPayload is a Slack incoming-webhook message: text (the notification's fallback)
-// and Block Kit blocks — a header, the facts as fields, a button opening the page.
+// and Block Kit blocks — a header, the facts as fields, a button opening the page. Each
+// fact is two fields: its label in mrkdwn (bold, airlock's words) and its value as
+// plain_text with emoji off, which Slack shows unformatted: no *bold*, _italic_, ~strike~,
+// `code`, > quote, <url|link>, @mention or :emoji:, and no link made of a bare URL
+// (mrkdwn objects would auto-link one). The fallback text is sent with mrkdwn off and
+// carries only the title, the key and the console link.
 func SlackPayload(c Card) ([]byte, error) {
-	var fields []map[string]string
+	var fields []map[string]any
 	for _, f := range c.facts() {
-		fields = append(fields, map[string]string{"type": "mrkdwn", "text": "*" + slackEscape.Replace(f[0]) + "*\n" + slackEscape.Replace(f[1])})
+		fields = append(fields,
+			map[string]any{"type": "mrkdwn", "text": "*" + slackEscape.Replace(f[0]) + "*", "verbatim": true},
+			map[string]any{"type": "plain_text", "text": slackEscape.Replace(orDash(f[1])), "emoji": false})
 	}
 	var blocks []any
-	blocks = append(blocks, map[string]any{"type": "header", "text": map[string]any{"type": "plain_text", "text": c.Title}})
-	for len(fields) > 0 { // a section holds at most 10 fields
+	blocks = append(blocks, map[string]any{"type": "header", "text": map[string]any{"type": "plain_text", "text": c.Title, "emoji": false}})
+	for len(fields) > 0 { // a section holds at most 10 fields: 5 facts
 		n := min(len(fields), 10)
 		blocks = append(blocks, map[string]any{"type": "section", "fields": fields[:n]})
 		fields = fields[n:]
 	}
 	buttons := []any{map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the approval"}, "url": c.Link}}
-	text := slackEscape.Replace(c.Title+" for "+c.Key) + " <" + c.Link + "|open>"
 	if c.SourceURL != "" {
 		buttons = append(buttons, map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the source record"}, "url": c.SourceURL})
-		text += " · source: " + slackEscape.Replace(c.SourceURL)
 	}
 	blocks = append(blocks, map[string]any{"type": "actions", "elements": buttons})
-	return json.Marshal(map[string]any{"text": text, "blocks": blocks})
+	text := slackEscape.Replace(c.Title + " for " + c.Key + ": " + c.Link)
+	return json.Marshal(map[string]any{"text": text, "mrkdwn": false, "blocks": blocks})
+}
+
+// orDash is v, or "-" for an empty value (a text object must not be empty).
+func orDash(v string) string {
+	if v == "" {
+		return "-"
+	}
+	return v
 }
 
 // TeamsPayload is a Microsoft Teams incoming-webhook message (Workflows' "post to a
 // channel when a webhook request is received" and the classic connector both take it):
-// one Adaptive Card with the title, the facts and an Action.OpenUrl to the page.
+// one Adaptive Card with the title, the facts and an Action.OpenUrl to the page. Teams
+// renders Markdown — links included — in TextBlock and in a FactSet's titles and values,
+// so values are not put there: each fact is a RichTextBlock of two TextRuns (the label
+// bold, the value plain), and a TextRun is never Markdown. The title, airlock's words
+// and the action type's name, is a TextBlock with every Markdown character escaped
+// (TeamsEscape).
 func TeamsPayload(c Card) ([]byte, error) {
-	var facts []map[string]string
+	body := []any{map[string]any{"type": "TextBlock", "text": TeamsEscape(c.Title), "weight": "Bolder", "size": "Medium", "wrap": true}}
 	for _, f := range c.facts() {
-		facts = append(facts, map[string]string{"title": f[0], "value": f[1]})
+		body = append(body, map[string]any{"type": "RichTextBlock", "inlines": []any{
+			map[string]any{"type": "TextRun", "text": f[0] + ": ", "weight": "Bolder"},
+			map[string]any{"type": "TextRun", "text": orDash(f[1])},
+		}})
 	}
 	actions := []any{map[string]any{"type": "Action.OpenUrl", "title": "Open the approval", "url": c.Link}}
 	if c.SourceURL != "" {
@@ -137,10 +166,7 @@ func TeamsPayload(c Card) ([]byte, error) {
 		"$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
 		"type":    "AdaptiveCard",
 		"version": "1.4",
-		"body": []any{
-			map[string]any{"type": "TextBlock", "text": c.Title, "weight": "Bolder", "size": "Medium", "wrap": true},
-			map[string]any{"type": "FactSet", "facts": facts},
-		},
+		"body":    body,
 		"actions": actions,
 	}
 	return json.Marshal(map[string]any{
@@ -148,6 +174,24 @@ func TeamsPayload(c Card) ([]byte, error) {
 		"attachments": []any{map[string]any{
 			"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": nil, "content": card}},
 	})
+}
+
+// teamsMarkdown are the characters Adaptive Cards' Markdown gives a meaning to (emphasis,
+// links, lists, headings, code, HTML-like tags) and the backslash itself.
+const teamsMarkdown = "\\`*_{}[]()#+-.!|<>~:"
+
+// TeamsEscape makes s literal in a Teams TextBlock: each Markdown character gets a
+// backslash (CommonMark's escape), so "[x](https://e.example)" shows as those
+// characters and "https://e.example" as text ("\:" and "\." break the auto-link).
+func TeamsEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r < 0x80 && strings.ContainsRune(teamsMarkdown, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // notifyWebhooks posts the card c to each webhook its action type names, each in its own

@@ -233,6 +233,18 @@ func TestUsedLinkShowsTheDecisionToItsApprovers(t *testing.T) {
 		if c1 != 404 || c1 != c2 || used != none || strings.Contains(used, "lead") {
 			t.Errorf("for a non-approver a used link (%d) differs from an unknown one (%d):\n%s\n---\n%s", c1, c2, used, none)
 		}
+		// The requester, though they hold the approver role: separation of duties kept them
+		// from deciding, and the used link tells them no more than an unknown one — not the
+		// outcome, not who decided (issue 33 item 5).
+		own := h.propose("used-2", "lead2")
+		if code := h.decide(lead, own, "approve"); code != 200 {
+			t.Fatalf("approve: %d", code)
+		}
+		c1, used, _ = lead2.do("GET", own, nil, nil)
+		c2, none, _ = lead2.do("GET", unknown, nil, nil)
+		if c1 != 404 || c1 != c2 || used != none || strings.Contains(used, "Decided by") || strings.Contains(used, "approved") {
+			t.Errorf("for its requester a used link (%d) differs from an unknown one (%d):\n%s\n---\n%s", c1, c2, used, none)
+		}
 		// Signed out: the same, and no sign-in redirect that would tell a live token.
 		anon := newBrowser(t)
 		c1, used, _ = anon.do("GET", link, nil, nil)

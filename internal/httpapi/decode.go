@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/validation"
@@ -461,6 +463,19 @@ func validMeta(m *runs.Meta) error {
 	// Who asked is compared with who approves (separation of duties): a name that only
 	// looks like another must not pass for someone else.
 	return validIdentity("meta.requested_by", m.RequestedBy)
+}
+
+// declared refuses a meta.requested_by that reads like a known person's name without
+// being it (422 confusable_identity), before anything is written: a look-alike never
+// reaches a gate. validMeta has checked the text.
+func (s *server) declared(ctx context.Context, m *runs.Meta) error {
+	if m == nil || strings.TrimSpace(m.RequestedBy) == "" {
+		return nil
+	}
+	if err := approvals.CheckDeclared(ctx, s.Store, s.Effects.Policy(), m.RequestedBy); err != nil {
+		return fmt.Errorf("meta.requested_by: %w", err)
+	}
+	return nil
 }
 
 // maxSourceURL bounds meta.source_url.

@@ -63,6 +63,9 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 		return invalid("evidence", "is not taken from the effect request: an evaluator records it with POST /v1/runs/{key}/evidence")
 	}
 	lr, err := body.check(r)
+	if err == nil {
+		err = s.declared(r.Context(), lr.Meta)
+	}
 	if err != nil {
 		return err
 	}

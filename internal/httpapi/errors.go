@@ -73,6 +73,7 @@ var errorTable = []struct {
 	{approvals.ErrUnknownApproval, http.StatusNotFound, "approval_not_found"},
 	{approvals.ErrNotPending, http.StatusConflict, "approval_not_pending"},
 	{approvals.ErrNoLink, http.StatusConflict, "no_link"},
+	{approvals.ErrConfusableIdentity, http.StatusUnprocessableEntity, "confusable_identity"},
 	{policy.ErrGateTooWeak, http.StatusUnprocessableEntity, "gate_too_weak"},
 	{ledger.ErrNotFound, http.StatusNotFound, "ledger_not_found"},
 	{ledger.ErrInvariantsChanged, http.StatusConflict, "invariants_changed"},

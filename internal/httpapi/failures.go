@@ -22,6 +22,9 @@ func (s *server) validate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	lr, err := body.check(r)
+	if err == nil {
+		err = s.declared(r.Context(), lr.Meta)
+	}
 	if err != nil {
 		return err
 	}
@@ -55,6 +58,9 @@ func (s *server) failure(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	lr, err := body.check(r)
+	if err == nil {
+		err = s.declared(r.Context(), lr.Meta)
+	}
 	if err != nil {
 		return err
 	}
@@ -98,6 +104,9 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	lr, err := body.check(r)
+	if err == nil {
+		err = s.declared(r.Context(), lr.Meta)
+	}
 	if err != nil {
 		return err
 	}

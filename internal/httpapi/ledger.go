@@ -99,6 +99,9 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 	if err := validMeta(b.Meta); err != nil {
 		return err
 	}
+	if err := s.declared(r.Context(), b.Meta); err != nil {
+		return err
+	}
 	if bytes.Equal(bytes.TrimSpace(b.Input), []byte("null")) {
 		b.Input = nil
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/airlocktest"
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
@@ -115,6 +116,11 @@ func FuzzRoutes(f *testing.F) {
 		f.Add(name, uint8(3), "fz-1", "", []byte(body))
 		f.Add(name, uint8(2|8), "fz-1", "after=-1_%00&key=%00", []byte(body))
 	}
+	// The listing parameters that answered 500 on PostgreSQL (issue 33 item 4).
+	for _, q := range []string{"key_prefix=%00", "action_type=a%ffb", "after=%c0%80", "state=%1b", "key_prefix=%zz", "a;b=c", "%00=1"} {
+		f.Add("GET /v1/runs", uint8(1), "", q, []byte(nil))
+		f.Add("GET /v1/approvals", uint8(1), "", q, []byte(nil))
+	}
 	known := map[string]bool{}
 	var doc struct {
 		Components struct {
@@ -165,6 +171,18 @@ func FuzzRoutes(f *testing.F) {
 		}
 		if res.StatusCode >= 500 && !(rt.Pattern == "/readyz" && res.StatusCode == http.StatusServiceUnavailable) {
 			t.Fatalf("%s %s: %d %.300s", rt.Method, path, res.StatusCode, rec.Body.String())
+		}
+		// One text rule before any handler: a query that does not parse or holds a NUL,
+		// invalid UTF-8 or a control character is 400 invalid_field on every route (unless
+		// the mux redirected an unclean path first).
+		if _, err := input.Params(query, false); err != nil && (res.StatusCode < 300 || res.StatusCode >= 400 || res.StatusCode == http.StatusNotModified) {
+			var e struct {
+				Error string `json:"error"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &e)
+			if res.StatusCode != http.StatusBadRequest || e.Error != "invalid_field" {
+				t.Fatalf("%s %s?%s: %d %.300s; want 400 invalid_field", rt.Method, path, query, res.StatusCode, rec.Body.String())
+			}
 		}
 		if res.StatusCode < 400 {
 			if strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") && !json.Valid(rec.Body.Bytes()) {

@@ -66,6 +66,9 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) error {
 	if err := validMeta(req.Meta); err != nil {
 		return err
 	}
+	if err := s.declared(r.Context(), req.Meta); err != nil {
+		return err
+	}
 	trigger := req.TriggerSource
 	if trigger == "" && req.Meta != nil {
 		trigger = req.Meta.TriggerSource
@@ -288,6 +291,9 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	lr, err := body.check(r)
+	if err == nil {
+		err = s.declared(r.Context(), lr.Meta)
+	}
 	if err != nil {
 		return err
 	}
@@ -322,6 +328,9 @@ func (s *server) transition(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	lr, err := body.check(r)
+	if err == nil {
+		err = s.declared(r.Context(), lr.Meta)
+	}
 	if err != nil {
 		return err
 	}

@@ -162,6 +162,7 @@ func New(d Deps) http.Handler {
 		if rt.Scope != "" {
 			h = s.authenticated(rt.Scope, h)
 		}
+		h = textChecked(rt.Pattern, h)
 		mux.Handle(rt.Method+" "+rt.Pattern, s.handle(h))
 	}
 	// The operator console on every server: the same services the routes above use.

@@ -99,87 +99,14 @@ func TestApprovalWebhooks(t *testing.T) {
 			t.Fatalf("teams got %d posts, want 1 (an unused webhook gets nothing)", n)
 		}
 
-		var sp struct {
-			Text   string `json:"text"`
-			Blocks []struct {
-				Type string `json:"type"`
-				Text *struct {
-					Type, Text string
-				} `json:"text"`
-				Fields []struct {
-					Type, Text string
-				} `json:"fields"`
-				Elements []struct {
-					Type string
-					Text struct{ Type, Text string }
-					URL  string `json:"url"`
-				} `json:"elements"`
-			} `json:"blocks"`
-		}
-		if err := json.Unmarshal([]byte(slack.got()[1]), &sp); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(sp.Text, "Approval needed: email for w-1") || !strings.Contains(sp.Text, "<"+link+"|open>") ||
-			len(sp.Blocks) != 3 || sp.Blocks[0].Type != "header" || sp.Blocks[1].Type != "section" || sp.Blocks[2].Type != "actions" {
-			t.Fatalf("slack payload: %s", slack.got()[1])
-		}
-		fields := ""
-		for _, f := range sp.Blocks[1].Fields {
-			if f.Type != "mrkdwn" {
-				t.Fatalf("slack field type %q", f.Type)
-			}
-			fields += f.Text + "\n"
-		}
-		for _, want := range []string{"*Key*\nw-1", "*Action*\nemail", "*subject*\nRefund &lt;42&gt; &amp; more", "*Who may approve*\nrole ", "*Expires*\n"} {
-			if !strings.Contains(fields, want) {
-				t.Errorf("slack fields lack %q:\n%s", want, fields)
+		// What each chat shows as literal text (Slack's plain_text, Teams' TextRun), by
+		// label; and nothing from the request in a text that the chat formats.
+		slackFacts, teamsFacts := slackLiteral(t, slack.got()[1], link), teamsLiteral(t, teams.got()[0], link)
+		for name, facts := range map[string]map[string]string{"slack": slackFacts, "teams": teamsFacts} {
+			if facts["Key"] != "w-1" || facts["subject"] != "Refund <42> & more" || facts["Action"] != "email" || facts["Expires"] == "" || !strings.HasPrefix(facts["Who may approve"], "role ") {
+				t.Fatalf("%s facts: %v", name, facts)
 			}
 		}
-		if b := sp.Blocks[2].Elements; len(b) != 1 || b[0].Type != "button" || b[0].URL != link {
-			t.Fatalf("slack button: %+v, want the link %s", b, link)
-		}
-
-		var tp struct {
-			Type        string `json:"type"`
-			Attachments []struct {
-				ContentType string `json:"contentType"`
-				Content     struct {
-					Type    string `json:"type"`
-					Version string `json:"version"`
-					Body    []struct {
-						Type  string `json:"type"`
-						Text  string `json:"text"`
-						Facts []struct{ Title, Value string }
-					} `json:"body"`
-					Actions []struct {
-						Type, Title string
-						URL         string `json:"url"`
-					} `json:"actions"`
-				} `json:"content"`
-			} `json:"attachments"`
-		}
-		if err := json.Unmarshal([]byte(teams.got()[0]), &tp); err != nil {
-			t.Fatal(err)
-		}
-		if tp.Type != "message" || len(tp.Attachments) != 1 || tp.Attachments[0].ContentType != "application/vnd.microsoft.card.adaptive" {
-			t.Fatalf("teams payload: %s", teams.got()[0])
-		}
-		c := tp.Attachments[0].Content
-		if c.Type != "AdaptiveCard" || c.Version == "" || len(c.Body) != 2 || c.Body[0].Type != "TextBlock" ||
-			c.Body[0].Text != "Approval needed: email" || c.Body[1].Type != "FactSet" {
-			t.Fatalf("teams card: %s", teams.got()[0])
-		}
-		facts := map[string]string{}
-		for _, f := range c.Body[1].Facts {
-			facts[f.Title] = f.Value
-		}
-		if facts["Key"] != "w-1" || facts["subject"] != "Refund <42> & more" || facts["Action"] != "email" || facts["Expires"] == "" {
-			t.Fatalf("teams facts: %v", facts)
-		}
-		if len(c.Actions) != 1 || c.Actions[0].Type != "Action.OpenUrl" || c.Actions[0].URL != link {
-			t.Fatalf("teams action: %+v, want the link %s", c.Actions, link)
-		}
-
 		logs := h.logs.String()
 		if strings.Contains(logs, token) || strings.Contains(logs, "SECRET-PATH") {
 			t.Fatal("the token or a webhook URL reached the log")
@@ -225,4 +152,156 @@ func TestWebhookPolicy(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", tt.hooks, err, tt.err)
 		}
 	}
+}
+
+// slackFacts decodes a Slack payload: the title in a plain_text header, the facts as
+// pairs of fields (the label in mrkdwn, the value plain_text with emoji off, &<> escaped),
+// the fallback text with mrkdwn off, one button to link. It returns the values by label,
+// unescaped, and fails if a value sits in a mrkdwn object.
+func slackLiteral(t *testing.T, body, link string) map[string]string {
+	t.Helper()
+	var sp struct {
+		Text   string `json:"text"`
+		Mrkdwn *bool  `json:"mrkdwn"`
+		Blocks []struct {
+			Type string `json:"type"`
+			Text *struct {
+				Type, Text string
+				Emoji      *bool `json:"emoji"`
+			} `json:"text"`
+			Fields []struct {
+				Type, Text string
+				Emoji      *bool `json:"emoji"`
+				Verbatim   bool  `json:"verbatim"`
+			} `json:"fields"`
+			Elements []struct {
+				Type string
+				Text struct{ Type, Text string }
+				URL  string `json:"url"`
+			} `json:"elements"`
+		} `json:"blocks"`
+	}
+	if err := json.Unmarshal([]byte(body), &sp); err != nil {
+		t.Fatal(err)
+	}
+	if sp.Mrkdwn == nil || *sp.Mrkdwn || !strings.Contains(sp.Text, link) || len(sp.Blocks) < 3 || sp.Blocks[0].Type != "header" ||
+		sp.Blocks[0].Text.Type != "plain_text" || sp.Blocks[len(sp.Blocks)-1].Type != "actions" {
+		t.Fatalf("slack payload: %s", body)
+	}
+	unescape := strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
+	facts := map[string]string{}
+	for _, b := range sp.Blocks[1 : len(sp.Blocks)-1] {
+		if b.Type != "section" || len(b.Fields)%2 != 0 {
+			t.Fatalf("slack block %+v", b)
+		}
+		for i := 0; i < len(b.Fields); i += 2 {
+			label, value := b.Fields[i], b.Fields[i+1]
+			if label.Type != "mrkdwn" || !label.Verbatim || value.Type != "plain_text" || value.Emoji == nil || *value.Emoji {
+				t.Fatalf("slack fact %+v %+v: want a verbatim mrkdwn label and a plain_text value without emoji", label, value)
+			}
+			if strings.ContainsAny(value.Text, "<>") {
+				t.Fatalf("slack value %q holds a control character unescaped", value.Text)
+			}
+			facts[strings.Trim(label.Text, "*")] = unescape.Replace(value.Text)
+		}
+	}
+	if b := sp.Blocks[len(sp.Blocks)-1].Elements; len(b) < 1 || b[0].Type != "button" || b[0].URL != link {
+		t.Fatalf("slack button: %+v, want the link %s", b, link)
+	}
+	return facts
+}
+
+// teamsLiteral decodes a Teams payload: one Adaptive Card whose first body element is
+// the title TextBlock and whose facts are RichTextBlocks of two TextRuns (a TextRun is
+// never Markdown). It returns the values by label; no FactSet, and no TextBlock besides
+// the title, may appear.
+func teamsLiteral(t *testing.T, body, link string) map[string]string {
+	t.Helper()
+	var tp struct {
+		Type        string `json:"type"`
+		Attachments []struct {
+			ContentType string `json:"contentType"`
+			Content     struct {
+				Type    string `json:"type"`
+				Version string `json:"version"`
+				Body    []struct {
+					Type    string `json:"type"`
+					Text    string `json:"text"`
+					Inlines []struct {
+						Type, Text string
+					} `json:"inlines"`
+				} `json:"body"`
+				Actions []struct {
+					Type, Title string
+					URL         string `json:"url"`
+				} `json:"actions"`
+			} `json:"content"`
+		} `json:"attachments"`
+	}
+	if err := json.Unmarshal([]byte(body), &tp); err != nil {
+		t.Fatal(err)
+	}
+	if tp.Type != "message" || len(tp.Attachments) != 1 || tp.Attachments[0].ContentType != "application/vnd.microsoft.card.adaptive" {
+		t.Fatalf("teams payload: %s", body)
+	}
+	c := tp.Attachments[0].Content
+	if c.Type != "AdaptiveCard" || c.Version == "" || len(c.Body) < 2 || c.Body[0].Type != "TextBlock" || !strings.HasPrefix(c.Body[0].Text, "Approval") {
+		t.Fatalf("teams card: %s", body)
+	}
+	facts := map[string]string{}
+	for _, b := range c.Body[1:] {
+		if b.Type != "RichTextBlock" || len(b.Inlines) != 2 || b.Inlines[0].Type != "TextRun" || b.Inlines[1].Type != "TextRun" {
+			t.Fatalf("teams fact %+v: want a RichTextBlock of two TextRuns", b)
+		}
+		facts[strings.TrimSuffix(b.Inlines[0].Text, ": ")] = b.Inlines[1].Text
+	}
+	if len(c.Actions) < 1 || c.Actions[0].Type != "Action.OpenUrl" || c.Actions[0].URL != link {
+		t.Fatalf("teams action: %+v, want the link %s", c.Actions, link)
+	}
+	return facts
+}
+
+// Issue 33 item 3: Teams carried payload and target text into Adaptive Card facts, where
+// Teams renders Markdown ("[Click here to approve](https://evil…)" became a link beside
+// the real button); Slack auto-linked bare URLs and rendered *bold* and ~strike~. Hostile
+// payload fields (a subject, a reason), a key and a target arrive in both formats as
+// literal text, on both stores.
+func TestChatTextArrivesLiteral(t *testing.T) {
+	hostile := []string{
+		"[Click here to approve](https://evil.example/approve)",
+		"*URGENT* ~do not~ _read_ `this` > quoted",
+		"https://evil.example/bare and www.evil.example",
+		"<https://evil.example|Open the approval> <!channel> <@U123> &lt;b&gt; :white_check_mark:",
+		"# Approved ![x](https://evil.example/p.png) **done** | a | b |",
+	}
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		slack, teams := newReceiver(t), newReceiver(t)
+		h.env.Policy.Notify.Webhooks = map[string]*policy.Webhook{
+			"s": {Name: "s", Format: policy.WebhookSlack, URL: slack.URL},
+			"t": {Name: "t", Format: policy.WebhookTeams, URL: teams.URL},
+		}
+		email := h.env.Policy.Action("email")
+		email.Notify = []string{"s", "t"}
+		email.LogFields = []string{"subject", "reason"}
+		for i, text := range hostile {
+			key := fmt.Sprintf("chat_~%d~", i)
+			owner, v := h.claim(key)
+			body, _ := json.Marshal(map[string]any{"lease_owner": owner, "version": v, "action_type": "email", "target": "default",
+				"payload": map[string]any{"subject": text, "reason": "because " + text}})
+			r := h.post("/v1/runs/"+key+"/effects", string(body))
+			expect(t, r, 202, "")
+			h.env.Approvals.WaitNotifications()
+			aps, err := h.env.Store.ApprovalsByRun(context.Background(), key)
+			if err != nil || len(aps) != 1 {
+				t.Fatal(aps, err)
+			}
+			link := strings.SplitN(r.body["approve_url"].(string), "/approve/", 2)[0] + "/console/approvals/" + aps[0].ID
+			for name, facts := range map[string]map[string]string{
+				"slack": slackLiteral(t, slack.got()[i], link), "teams": teamsLiteral(t, teams.got()[i], link)} {
+				if facts["subject"] != text || facts["reason"] != "because "+text || facts["Key"] != key || facts["Target"] != "default" {
+					t.Errorf("%s: the values are not the literal text: %q", name, facts)
+				}
+			}
+		}
+	})
 }

@@ -15,6 +15,7 @@ package input
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -118,4 +119,31 @@ func Shown(s string) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// maxParam bounds a query parameter's name or value: none of airlock's is longer than a
+// reason.
+const maxParam = 2000
+
+// Params checks a query string or a form body (application/x-www-form-urlencoded) as
+// every route's text must be: it parses, and each name and value is valid UTF-8 without
+// NUL or control characters, at most 2,000 characters (Multiline allows line breaks and
+// tabs in values, for a posted reason). field names what was refused ("" for a query
+// that does not parse); nil when everything passes.
+func Params(raw string, multiline bool) (field string, err error) {
+	q, perr := url.ParseQuery(raw)
+	if perr != nil {
+		return "", perr
+	}
+	for k, vs := range q {
+		if err := Text(k, Rule{Max: maxParam}); err != nil {
+			return "parameter name", err
+		}
+		for _, v := range vs {
+			if err := Text(v, Rule{Max: maxParam, Multiline: multiline}); err != nil {
+				return k, err
+			}
+		}
+	}
+	return "", nil
 }

@@ -73,20 +73,33 @@ var Patterns = []string{"GET /login", "POST /login", "POST /logout", "GET /appro
 // Register adds the pages to mux.
 func (w *Web) Register(mux *http.ServeMux) {
 	cop := http.NewCrossOriginProtection()
-	post := func(h handlerFunc) http.Handler { return headers(cop.Handler(w.answer(sameOrigin(w.log, h)))) }
-	mux.Handle("GET /login", w.handle(w.loginPage))
+	post := func(h handlerFunc) http.Handler { return headers(cop.Handler(w.answer(sameOrigin(w.log, checked(h))))) }
+	get := func(h handlerFunc) http.Handler { return w.handle(checked(h)) }
+	mux.Handle("GET /login", get(w.loginPage))
 	mux.Handle("POST /login", post(w.login))
 	mux.Handle("POST /logout", post(w.logout))
-	mux.Handle("GET /login/oidc", w.handle(w.oidcStart))
-	mux.Handle("GET "+CallbackPath, w.handle(w.oidcCallback))
+	mux.Handle("GET /login/oidc", get(w.oidcStart))
+	mux.Handle("GET "+CallbackPath, get(w.oidcCallback))
 	// "continue" is the page after a sign-in, found through the intent cookie: the raw
 	// token never sits in a URL parameter or server-side.
-	mux.Handle("GET /approve/continue", w.handle(w.continuePage))
+	mux.Handle("GET /approve/continue", get(w.continuePage))
 	mux.Handle("POST /approve/continue", post(w.continueDecide))
-	mux.Handle("GET /approve/{token}", w.handle(w.approvalPage))
+	mux.Handle("GET /approve/{token}", get(w.approvalPage))
 	mux.Handle("POST /approve/{token}", post(w.decide))
 	if w.console != nil {
 		w.registerConsole(mux)
+	}
+}
+
+// checked refuses, before anything else is read, a page request whose path, query or
+// posted fields break input's text rule (badInput): the same rule as the console's and
+// the API's, answered with a 400 page that changes nothing.
+func checked(next handlerFunc) handlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) error {
+		if bad := badInput(r); bad != "" {
+			return refuse(http.StatusBadRequest, "neutral.html", page{Title: "Not read", Message: bad + " Nothing was changed."})
+		}
+		return next(rw, r)
 	}
 }
 

@@ -95,6 +95,10 @@ class InvalidIdentityError(APIError):
     code = "invalid_identity"
 
 
+class ConfusableIdentityError(APIError):
+    code = "confusable_identity"
+
+
 class UnsendablePayloadError(APIError):
     code = "unsendable_payload"
 
