@@ -58,6 +58,7 @@ export class LeaseLifetimeExceededError extends APIError { static readonly code:
 export class EffectsOpenError extends APIError { static readonly code: 'effects_open'; readonly code: 'effects_open'; }
 export class InvalidTransitionError extends APIError { static readonly code: 'invalid_transition'; readonly code: 'invalid_transition'; }
 export class StoreUnavailableError extends APIError { static readonly code: 'store_unavailable'; readonly code: 'store_unavailable'; }
+export class WriterLevelBehindError extends APIError { static readonly code: 'writer_level_behind'; readonly code: 'writer_level_behind'; }
 export class SchemaOutdatedError extends APIError { static readonly code: 'schema_outdated'; readonly code: 'schema_outdated'; }
 export class InternalError extends APIError { static readonly code: 'internal'; readonly code: 'internal'; }
 export class UnknownActionTypeError extends APIError { static readonly code: 'unknown_action_type'; readonly code: 'unknown_action_type'; }

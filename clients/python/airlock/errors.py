@@ -183,6 +183,10 @@ class StoreUnavailableError(APIError):
     code = "store_unavailable"
 
 
+class WriterLevelBehindError(APIError):
+    code = "writer_level_behind"
+
+
 class SchemaOutdatedError(APIError):
     code = "schema_outdated"
 
