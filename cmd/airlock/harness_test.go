@@ -319,8 +319,10 @@ type harness struct {
 	// toInstance counts the harness's requests in flight per instance URL (*atomic.Int64):
 	// a clean stop waits for them, as a load balancer drains an instance.
 	toInstance sync.Map
-	// paused: agents' effects (provider keys) whose agent paused past its lease after plan.
-	paused map[string]bool
+	// paused: agents' effects (provider keys) whose agent paused past its lease after plan;
+	// staleConfirm: the status the paused agent's confirm finally got (0: no answer).
+	paused       map[string]bool
+	staleConfirm map[string]int
 	// unsent: effects marked sent-begun during a clean stop whose request never reached
 	// the provider (checked at the end: they must not end up unknown).
 	unsent []unsentMark
@@ -334,7 +336,7 @@ func (h *harness) count(fault string) {
 func newHarness(t *testing.T, backend string, env []string, seed uint64, d time.Duration) *harness {
 	h := &harness{t: t, backend: backend, seed: seed, duration: d, prov: newOracle(t),
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), acked: map[string]bool{}, spans: map[string][]*leaseSpan{},
-		paused:  map[string]bool{},
+		paused: map[string]bool{}, staleConfirm: map[string]int{},
 		appName: fmt.Sprintf("airlock_harness_%d_%d", seed, time.Now().UnixNano()%1e6)}
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	settle := "" // airlock on main refuses the field: see harnessSettleWindow
@@ -922,7 +924,21 @@ func (h *harness) agentDelivery(key string, finish bool) bool {
 				h.count("agent_died_before_confirming")
 				return false
 			}
-			if h.call("POST", path+"confirm", fmt.Sprintf(`{"lease_owner":%q,"receipt":%q}`, c.Owner, id), nil) != 200 {
+			confirm := fmt.Sprintf(`{"lease_owner":%q,"receipt":%q}`, c.Owner, id)
+			st := h.call("POST", path+"confirm", confirm, nil)
+			if fate == 4 {
+				// As the documented agents do (docs/agents.md): the paused agent reports what
+				// it did, lease or not, retrying while airlock cannot be reached; the check
+				// asks for the second performance's alert only where airlock heard it.
+				for try := 0; (st == 0 || st == http.StatusServiceUnavailable) && try < 20; try++ {
+					time.Sleep(250 * time.Millisecond)
+					st = h.call("POST", path+"confirm", confirm, nil)
+				}
+				h.hmu.Lock()
+				h.staleConfirm[pk] = st
+				h.hmu.Unlock()
+			}
+			if st != 200 {
 				return false
 			}
 		case st == 200 && p.Receipt != "": // confirmed by an earlier turn

@@ -303,6 +303,12 @@ func (h *harness) checkTime(keys []string) {
 		if h.prov.records(pk) < 2 {
 			continue
 		}
+		if st, ok := h.staleConfirm[pk]; ok && (st == 0 || st >= 500) {
+			// The paused agent's report never reached a store that could keep it (its
+			// instance died, the store was out, every retry): nothing told airlock.
+			h.count("stale_confirm_unheard")
+			continue
+		}
 		key, id, _ := strings.Cut(pk, "/")
 		if !slices.ContainsFunc(alerts, func(a alertEvent) bool {
 			return a.key == key && a.effectID == id && a.kind != "agent_effect_unknown"
