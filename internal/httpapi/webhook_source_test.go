@@ -79,7 +79,7 @@ func TestNotificationsCarryTheSourceRecord(t *testing.T) {
 			if err := json.Unmarshal([]byte(b), &sp); err != nil {
 				t.Fatal(err)
 			}
-			key := strings.Fields(strings.SplitN(sp.Text, " for ", 2)[1])[0]
+			key := strings.TrimSuffix(strings.Fields(strings.SplitN(sp.Text, " for ", 2)[1])[0], ":")
 			src, fields := want[key], ""
 			var buttons []button
 			for _, bl := range sp.Blocks {
@@ -95,7 +95,9 @@ func TestNotificationsCarryTheSourceRecord(t *testing.T) {
 				continue
 			}
 			escaped := strings.ReplaceAll(src, "&", "&amp;")
-			if !strings.Contains(fields, "*Source record*\n"+escaped) || !strings.Contains(sp.Text, "source: "+escaped) {
+			// The value is plain_text beside its bold label (never mrkdwn: no link is made of
+			// it); the fallback text carries only the title, the key and the console link.
+			if !strings.Contains(fields, "*Source record*\n"+escaped) || strings.Contains(sp.Text, src) {
 				t.Errorf("slack %s lacks the source record %s: %s", key, src, b)
 			}
 			if len(buttons) != 2 || buttons[1].URL != src || buttons[1].Text.Text != "Open the source record" {
@@ -107,7 +109,8 @@ func TestNotificationsCarryTheSourceRecord(t *testing.T) {
 				Attachments []struct {
 					Content struct {
 						Body []struct {
-							Facts []struct{ Title, Value string }
+							Type    string
+							Inlines []struct{ Text string }
 						}
 						Actions []struct {
 							Type, Title string
@@ -120,9 +123,11 @@ func TestNotificationsCarryTheSourceRecord(t *testing.T) {
 				t.Fatal(err, b)
 			}
 			c := tp.Attachments[0].Content
-			facts := map[string]string{}
-			for _, f := range c.Body[1].Facts {
-				facts[f.Title] = f.Value
+			facts := map[string]string{} // each fact a RichTextBlock: "Label: " then the value
+			for _, bl := range c.Body {
+				if bl.Type == "RichTextBlock" && len(bl.Inlines) == 2 {
+					facts[strings.TrimSuffix(bl.Inlines[0].Text, ": ")] = bl.Inlines[1].Text
+				}
 			}
 			src := want[facts["Key"]]
 			if facts["Source record"] != src {
