@@ -228,6 +228,7 @@ func (h *harness) checkTime(keys []string) {
 	}
 	var alerts []alertEvent
 	unknowns := map[string][]alertEvent{} // "key/effect" → its lease_expired unknown events
+	foundTwice := map[string]bool{}       // "key/effect" → a search reported two or more records
 	for _, key := range append(slices.Clone(keys), "") {
 		for after := int64(0); ; {
 			page, err := st.EventList(ctx, key, after, 500)
@@ -240,12 +241,15 @@ func (h *harness) checkTime(keys []string) {
 					Alert      string `json:"alert"`
 					EffectID   string `json:"effect_id"`
 					ErrorClass string `json:"error_class"`
+					Found      int    `json:"found"`
 				}
 				_ = json.Unmarshal(e.Detail, &d)
 				ev := alertEvent{id: e.ID, kind: d.Alert, key: key, effectID: d.EffectID, errorClass: d.ErrorClass, at: e.At}
 				switch {
 				case e.Kind == string(store.EventAlert):
 					alerts = append(alerts, ev)
+				case e.Kind == string(store.EventEffectReconciled) && d.Found >= 2:
+					foundTwice[key+"/"+d.EffectID] = true
 				case e.Kind == string(store.EventEffectUnknown) && d.ErrorClass == "lease_expired":
 					unknowns[key+"/"+d.EffectID] = append(unknowns[key+"/"+d.EffectID], ev)
 				}
@@ -315,12 +319,12 @@ func (h *harness) checkTime(keys []string) {
 		}) {
 			continue
 		}
-		// A later holder's search found both records first: the effect is unknown, alerted
-		// (agent_effect_unknown) and a person's to decide — the record is not clean either.
+		// A later holder's search found both records first: its effect_reconciled event
+		// says so (found ≥ 2), the effect went unknown with agent_effect_unknown, and a
+		// person decided it — the record is not clean either, whatever the effect's state
+		// now (the harness's operator may have resolved it since).
 		e, err := st.EffectByRunEffectID(ctx, key, id)
-		if err == nil && e.State == store.EffectUnknown && slices.ContainsFunc(alerts, func(a alertEvent) bool {
-			return a.key == key && a.effectID == id
-		}) {
+		if foundTwice[pk] && slices.ContainsFunc(alerts, func(a alertEvent) bool { return a.key == key && a.effectID == id }) {
 			h.count("twice_found_by_a_search")
 			continue
 		}
