@@ -162,11 +162,24 @@ export AIRLOCK_DATABASE_URL="$DSN"
 vrc=0
 "$W/airlock" verify >"$W/verify" 2>"$W/verify.err" || vrc=$?
 if [ -n "$ASYNC" ]; then
+	# Patroni may call the replica streaming a moment before the primary lists it in
+	# pg_stat_replication (verify then WARNs of a slot waiting for a standby): ask again.
+	for _ in $(seq 30); do
+		grep -q '^FAIL *replication.*synchronous_standby_names' "$W/verify" && [ "$vrc" -ne 0 ] && break
+		sleep 1
+		vrc=0
+		"$W/airlock" verify >"$W/verify" 2>"$W/verify.err" || vrc=$?
+	done
 	grep -q '^FAIL *replication.*synchronous_standby_names' "$W/verify" && [ "$vrc" -ne 0 ] ||
 		die "airlock verify did not fail asynchronous replication (exit $vrc): $(cat "$W/verify")"
 	log "airlock verify (exit $vrc): $(grep -m1 '^FAIL *replication' "$W/verify" | cut -c1-160)…"
 	exit 0
 fi
+for _ in $(seq 30); do # as above: the standby may show in pg_stat_replication a moment later
+	grep -q '^PASS *replication' "$W/verify" && break
+	sleep 1
+	"$W/airlock" verify >"$W/verify" 2>"$W/verify.err" || true
+done
 grep -q '^PASS *replication' "$W/verify" || die "airlock verify did not pass synchronous replication: $(cat "$W/verify")"
 log "airlock verify: $(grep -m1 '^PASS *replication' "$W/verify")"
 KEY=$("$W/airlock" apikey create --name drill --scope runs,read,operator 2>/dev/null)
