@@ -317,9 +317,9 @@ func every(ctx context.Context, interval time.Duration, fn func(context.Context)
 }
 
 func migrateCmd() *cobra.Command {
-	var force bool
+	var force, citus bool
 	cmd := &cobra.Command{
-		Use:   "migrate [--force]",
+		Use:   "migrate [--force] [--citus]",
 		Short: "Apply pending database migrations and exit",
 		Long: `migrate applies the migrations embedded in this binary that the database has not
 run yet. It is safe to run from several processes at once: they take turns.
@@ -330,7 +330,13 @@ registered; migrate names them. Stop or upgrade them first (docs/deployment.md,
 Upgrades). --force applies it anyway: each of those instances goes on writing under the
 old rules until its next heartbeat (up to 5s, longer if the database is slow to answer
 it) — the window in which a fence it does not know can be broken (an effect sent
-twice) — and then refuses every write.`,
+twice) — and then refuses every write.
+
+On a Citus coordinator (a PostgreSQL with the citus extension) migrate then places the
+tables as docs/architecture.md's Citus plan says: distributed by run key and co-located,
+reference tables on every node, the rest on the coordinator (docs/deployment.md, Citus).
+It detects the extension, so serve and the tests migrate the same way; --citus makes its
+absence an error instead of a single-node schema.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -343,11 +349,18 @@ twice) — and then refuses every write.`,
 				return err
 			}
 			defer st.Close()
-			applied, err := st.ApplyMigrations(cmd.Context(), store.MigrateParams{Force: force})
+			applied, err := st.ApplyMigrations(cmd.Context(), store.MigrateParams{Force: force, Citus: citus})
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if pg, ok := st.(*postgres.Store); ok {
+				if d, r, err := pg.CitusPlacement(cmd.Context()); err != nil {
+					return err
+				} else if d+r > 0 {
+					fmt.Fprintf(out, "citus: %d distributed tables (co-located by run key), %d reference tables; the others on the coordinator\n", d, r)
+				}
+			}
 			if len(applied) == 0 {
 				fmt.Fprintln(out, "database is up to date: no migration to apply")
 				return nil
@@ -357,6 +370,7 @@ twice) — and then refuses every write.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&citus, "citus", false, "require a Citus coordinator (the citus extension): fail instead of creating a single-node schema; on a coordinator the tables are distributed per the Citus plan with or without it")
 	cmd.Flags().BoolVar(&force, "force", false, "raise the writer level even while live lower-level instances are registered (they write under the old rules until their next heartbeat)")
 	return cmd
 }

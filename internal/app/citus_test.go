@@ -56,6 +56,11 @@ const citusShards = 8
 // trigger, or unique constraint without the distribution column that the plan does not
 // list; and a row of the plan that nothing needs any more.
 func TestCitusPlan(t *testing.T) {
+	if os.Getenv("AIRLOCK_TEST_CITUS") == "1" {
+		// It stands hash partitioning in for Citus on a plain PostgreSQL; on a real
+		// cluster the tables are distributed already, and TestCitusRouting checks them.
+		t.Skip("on Citus: TestCitusRouting checks the plan there")
+	}
 	plan := readCitusPlan(t, "../../docs/architecture.md")
 	cfg := storetest.NewPostgresSchema(t)
 	rec := &citusRecorder{open: map[*pgx.Conn]int{}}
@@ -447,6 +452,8 @@ var citusUnrun = map[string]string{
 	"ApplyMigrationList":   "migrations run before the check, on the schema as the migrations make it",
 	"SchemaCurrent":        "reads schema_migrations (a coordinator table) at start-up",
 	"RenameEffectsForTest": "DDL for one test",
+	"IsCitus":              "reads pg_extension (a catalog) at open and migrate",
+	"CitusPlacement":       "reads Citus's catalog after migrate",
 }
 
 // citusRest runs the store's remaining statements the way their callers send them:

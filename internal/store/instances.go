@@ -40,6 +40,10 @@ type MigrateParams struct {
 	Force bool
 	// Now is the clock live instances are judged by; nil: the backend's.
 	Now *time.Time
+	// Citus requires a Citus coordinator (PostgreSQL with the citus extension): without
+	// it migrate fails rather than create a single-node schema. On a coordinator the
+	// tables are placed per the Citus plan whether or not it is set.
+	Citus bool
 }
 
 // FleetQueries are the registry's statements (0027_writer_level.sql).

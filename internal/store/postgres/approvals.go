@@ -53,9 +53,9 @@ func (q queries) SessionTouch(ctx context.Context, idHash string, idle time.Dura
 	var s store.Session
 	var roles string
 	err := q.db.QueryRow(ctx, `
-		UPDATE sessions SET last_seen_at = coalesce($3::timestamptz, now())
-		WHERE id_hash = $1 AND expires_at > coalesce($3::timestamptz, now())
-		  AND last_seen_at + $2::bigint * interval '1 microsecond' > coalesce($3::timestamptz, now())
+		UPDATE sessions SET last_seen_at = airlock_now($3::timestamptz)
+		WHERE id_hash = $1 AND expires_at > airlock_now($3::timestamptz)
+		  AND last_seen_at + $2::bigint * interval '1 microsecond' > airlock_now($3::timestamptz)
 		RETURNING id_hash, coalesce(user_id, ''), subject, roles, created_at, last_seen_at, expires_at`, idHash, micros(idle), now).
 		Scan(&s.IDHash, &s.UserID, &s.Subject, &roles, &s.CreatedAt, &s.LastSeenAt, &s.ExpiresAt)
 	if err != nil {
@@ -126,10 +126,10 @@ func (q queries) ApprovalsByRun(ctx context.Context, key string) ([]store.Approv
 func (q queries) ApprovalConsume(ctx context.Context, p store.ApprovalConsumeParams) (store.Approval, error) {
 	a, err := scanApproval(q.db.QueryRow(ctx, `
 		UPDATE approvals
-		SET consumed_at = coalesce($5::timestamptz, now()), decision = $2, approver_subject = $3, reason = $4
+		SET consumed_at = airlock_now($5::timestamptz), decision = $2, approver_subject = $3, reason = $4
 		WHERE token_hash = $1
 		  AND consumed_at IS NULL
-		  AND expires_at > coalesce($5::timestamptz, now())
+		  AND expires_at > airlock_now($5::timestamptz)
 		  AND $2 = ANY (string_to_array(allowed_decisions, ','))
 		RETURNING `+approvalColumns, p.TokenHash, p.Decision, p.Subject, p.Reason, p.Now))
 	if errors.Is(err, store.ErrNotFound) {
@@ -140,7 +140,7 @@ func (q queries) ApprovalConsume(ctx context.Context, p store.ApprovalConsumePar
 
 func (q queries) ApprovalsExpired(ctx context.Context, now *time.Time, limit int) ([]store.Approval, error) {
 	rows, err := q.db.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
-		WHERE consumed_at IS NULL AND expires_at <= coalesce($1::timestamptz, now()) ORDER BY expires_at LIMIT $2`, now, limit)
+		WHERE consumed_at IS NULL AND expires_at <= airlock_now($1::timestamptz) ORDER BY expires_at LIMIT $2`, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list expired approvals: %w", err)
 	}
@@ -149,8 +149,8 @@ func (q queries) ApprovalsExpired(ctx context.Context, now *time.Time, limit int
 
 func (q queries) ApprovalExpire(ctx context.Context, id string, now *time.Time) (store.Approval, error) {
 	a, err := scanApproval(q.db.QueryRow(ctx, `
-		UPDATE approvals SET consumed_at = coalesce($2::timestamptz, now()), decision = 'expired'
-		WHERE id = $1 AND consumed_at IS NULL AND expires_at <= coalesce($2::timestamptz, now())
+		UPDATE approvals SET consumed_at = airlock_now($2::timestamptz), decision = 'expired'
+		WHERE id = $1 AND consumed_at IS NULL AND expires_at <= airlock_now($2::timestamptz)
 		RETURNING `+approvalColumns, id, now))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Approval{}, store.ErrNoMatch
@@ -161,7 +161,7 @@ func (q queries) ApprovalExpire(ctx context.Context, id string, now *time.Time) 
 func (q queries) ApprovalRekey(ctx context.Context, id, tokenHash string, now *time.Time) (store.Approval, error) {
 	a, err := scanApproval(q.db.QueryRow(ctx, `
 		UPDATE approvals SET token_hash = $2
-		WHERE id = $1 AND consumed_at IS NULL AND expires_at > coalesce($3::timestamptz, now())
+		WHERE id = $1 AND consumed_at IS NULL AND expires_at > airlock_now($3::timestamptz)
 		RETURNING `+approvalColumns, id, tokenHash, now))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Approval{}, store.ErrNoMatch
@@ -173,7 +173,7 @@ func (q queries) RunSetState(ctx context.Context, p store.RunSetStateParams) (st
 	return noMatch(scanRun(q.db.QueryRow(ctx, `
 		UPDATE workflow_runs
 		SET state = $3, version = version + 1, result = coalesce($4::jsonb, result), park_reason = $5,
-		    lease_expires_at = NULL, updated_at = coalesce($6::timestamptz, now())
+		    lease_expires_at = NULL, updated_at = airlock_now($6::timestamptz)
 		WHERE idempotency_key = $1 AND state = $2
 		RETURNING `+runColumns, p.Key, string(p.From), string(p.To), jsonArg(p.Result), p.ParkReason, p.Now)))
 }

@@ -41,8 +41,12 @@ func (q queries) ChainHeadGet(ctx context.Context, key string) (store.ChainHead,
 
 // ChainRunKeys walks the run_key index one key at a time (a loose index scan), then adds
 // heads whose events are all gone.
+//
+// On Citus, which plans a recursive CTE only with the distribution column fixed, the keys
+// are those of events and chain heads merged from every shard: a multi-shard read whose
+// cost grows with the shard's keys (an operator's command, `airlock audit verify`).
 func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) ([]string, error) {
-	rows, err := q.db.Query(ctx, `WITH RECURSIVE k(key, n) AS (
+	sql := `WITH RECURSIVE k(key, n) AS (
 		  SELECT (SELECT min(run_key) FROM events WHERE run_key > $1), 1
 		  UNION ALL
 		  SELECT (SELECT min(run_key) FROM events WHERE run_key > k.key), n + 1 FROM k
@@ -50,7 +54,14 @@ func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) (
 		)
 		SELECT key FROM (SELECT key FROM k WHERE key IS NOT NULL
 		  UNION (SELECT run_key FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2)) u
-		ORDER BY key LIMIT $2`, afterKey, limit)
+		ORDER BY key LIMIT $2`
+	if q.citus {
+		sql = `SELECT key FROM (
+		  (SELECT DISTINCT run_key AS key FROM events WHERE run_key > $1 ORDER BY 1 LIMIT $2)
+		  UNION (SELECT run_key FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2)) u
+		ORDER BY key LIMIT $2`
+	}
+	rows, err := q.db.Query(ctx, sql, afterKey, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list chained runs: %w", err)
 	}

@@ -23,7 +23,7 @@ func (q queries) ApprovalsPending(ctx context.Context, after store.Cursor, now *
 	// The partial index approvals_pending holds only undecided approvals, in this order.
 	rows, err := q.db.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
 		WHERE consumed_at IS NULL AND ($1::timestamptz IS NULL OR (created_at, id) < ($1, $2::text))
-		  AND mode <> 'review' AND expires_at > coalesce($3::timestamptz, now())
+		  AND mode <> 'review' AND expires_at > airlock_now($3::timestamptz)
 		ORDER BY created_at DESC, id DESC LIMIT $4`, at, id, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list pending approvals: %w", err)

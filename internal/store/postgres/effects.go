@@ -17,7 +17,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 	return noMatch(scanRun(q.db.QueryRow(ctx, `
 		SELECT `+runColumns+` FROM workflow_runs
 		WHERE idempotency_key = $1 AND lease_owner = $2 AND version = $3 AND state = 'processing'
-		  AND lease_expires_at > coalesce($4::timestamptz, now())
+		  AND lease_expires_at > airlock_now($4::timestamptz)
 		FOR UPDATE`, p.Key, p.Owner, p.Version, p.Now)))
 }
 
@@ -50,8 +50,8 @@ func (q queries) EffectInsert(ctx context.Context, e store.Effect) (store.Effect
 	got, err := scanEffect(q.db.QueryRow(ctx, `
 		INSERT INTO effects (id, idempotency_key, effect_id, action_type, target, executor, payload,
 		  payload_hash, state, not_before, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, coalesce($10::timestamptz, now()),
-		  coalesce($11::timestamptz, now()), coalesce($11::timestamptz, now()))
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, airlock_now($10::timestamptz),
+		  airlock_now($11::timestamptz), airlock_now($11::timestamptz))
 		ON CONFLICT (idempotency_key, effect_id) DO NOTHING
 		RETURNING `+effectColumns, e.ID, e.RunKey, e.EffectID, e.ActionType, e.Target, e.Executor,
 		jsonArg(e.Payload), e.PayloadHash, string(e.State), timeArg(e.NotBefore), timeArg(e.CreatedAt)))
@@ -118,7 +118,7 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 			  CROSS JOIN LATERAL (
 			    SELECT id, not_before FROM effects
 			    WHERE state = 'pending' AND executor = $1 AND action_type = t.action_type
-			      AND not_before <= coalesce($6::timestamptz, now())
+			      AND not_before <= airlock_now($6::timestamptz)
 			    ORDER BY not_before
 			    LIMIT t.cap
 			    FOR UPDATE SKIP LOCKED
@@ -128,8 +128,8 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 			)
 			UPDATE effects e
 			SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
-			    lease_expires_at = coalesce($6::timestamptz, now()) + $4::bigint * interval '1 microsecond',
-			    updated_at = coalesce($6::timestamptz, now())
+			    lease_expires_at = airlock_now($6::timestamptz) + $4::bigint * interval '1 microsecond',
+			    updated_at = airlock_now($6::timestamptz)
 			FROM due WHERE e.id = due.id
 			RETURNING ` + prefixed("e.", effectColumns)
 	})
@@ -159,9 +159,9 @@ func (q queries) EffectMarkStarted(ctx context.Context, owner string, ids []stri
 
 // markStartedSQL is the begin-mark's compare-and-set ($1 ids, $2 owner, $3 now).
 const markStartedSQL = `
-		UPDATE effects e SET send_started_at = coalesce($3::timestamptz, now()), version = e.version + 1
+		UPDATE effects e SET send_started_at = airlock_now($3::timestamptz), version = e.version + 1
 		WHERE e.id = ANY($1) AND e.state = 'sending' AND e.lease_owner = $2 AND e.send_started_at IS NULL
-		  AND e.lease_expires_at > coalesce($3::timestamptz, now())
+		  AND e.lease_expires_at > airlock_now($3::timestamptz)
 		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
 		                  WHERE r.idempotency_key = e.idempotency_key AND r.state = 'failed_terminal')`
 
@@ -214,11 +214,11 @@ func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *ti
 		WITH due AS (
 		  SELECT id FROM effects
 		  WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type = ANY($1)
-		    AND (next_check_at IS NULL OR next_check_at <= coalesce($2::timestamptz, now()))
+		    AND (next_check_at IS NULL OR next_check_at <= airlock_now($2::timestamptz))
 		  ORDER BY next_check_at NULLS FIRST, updated_at LIMIT $3
 		  FOR UPDATE SKIP LOCKED
 		)
-		UPDATE effects e SET next_check_at = coalesce($2::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+		UPDATE effects e SET next_check_at = airlock_now($2::timestamptz) + $4::bigint * interval '1 microsecond',
 		  version = e.version + 1
 		FROM due WHERE e.id = due.id
 		RETURNING `+prefixed("e.", effectColumns), types, now, limit, micros(claim)))
@@ -228,12 +228,12 @@ func (q queries) EffectClaimRecheck(ctx context.Context, types []string, now *ti
 	return collectEffects(q.db.Query(ctx, `
 		WITH due AS (
 		  SELECT id FROM effects
-		  WHERE state = 'completed' AND next_check_at IS NOT NULL AND next_check_at <= coalesce($2::timestamptz, now())
+		  WHERE state = 'completed' AND next_check_at IS NOT NULL AND next_check_at <= airlock_now($2::timestamptz)
 		    AND executor = 'dispatcher' AND action_type = ANY($1)
 		  ORDER BY next_check_at LIMIT $3
 		  FOR UPDATE SKIP LOCKED
 		)
-		UPDATE effects e SET next_check_at = coalesce($2::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+		UPDATE effects e SET next_check_at = airlock_now($2::timestamptz) + $4::bigint * interval '1 microsecond',
 		  version = e.version + 1
 		FROM due WHERE e.id = due.id
 		RETURNING `+prefixed("e.", effectColumns), types, now, limit, micros(claim)))
@@ -259,7 +259,7 @@ func (q queries) EffectCheckLater(ctx context.Context, id string, version int64,
 
 func (q queries) EffectCancelPending(ctx context.Context, key, class string, now *time.Time) ([]store.Effect, error) {
 	return collectEffects(q.db.Query(ctx, `UPDATE effects SET state = 'cancelled', last_error_class = $2,
-		  updated_at = coalesce($3::timestamptz, now()), version = version + 1
+		  updated_at = airlock_now($3::timestamptz), version = version + 1
 		WHERE idempotency_key = $1 AND state = 'pending'
 		RETURNING `+effectColumns, key, class, now))
 }
@@ -388,18 +388,18 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    lease_owner = CASE WHEN $3 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN $3 = 'sending' THEN lease_expires_at ELSE NULL END,
 		    send_started_at = CASE WHEN $3 <> 'sending' THEN NULL
-		                           WHEN $10 THEN coalesce($9::timestamptz, now()) ELSE send_started_at END,
+		                           WHEN $10 THEN airlock_now($9::timestamptz) ELSE send_started_at END,
 		    next_check_at = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN next_check_at
 		                         WHEN $3 = 'completed' AND $20::bigint > 0
-		                           THEN coalesce($9::timestamptz, now()) + $20::bigint * interval '1 microsecond' END,
-		    none_confirmed_at = CASE WHEN $19 THEN coalesce($9::timestamptz, now()) ELSE none_confirmed_at END,
+		                           THEN airlock_now($9::timestamptz) + $20::bigint * interval '1 microsecond' END,
+		    none_confirmed_at = CASE WHEN $19 THEN airlock_now($9::timestamptz) ELSE none_confirmed_at END,
 		    checks = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
-		    ambiguous_at = CASE WHEN $17 THEN coalesce(send_started_at, $9::timestamptz, now())
+		    ambiguous_at = CASE WHEN $17 THEN coalesce(send_started_at, airlock_now($9::timestamptz))
 		                        WHEN $18 THEN NULL ELSE ambiguous_at END,
-		    updated_at = coalesce($9::timestamptz, now()),
+		    updated_at = airlock_now($9::timestamptz),
 		    version = version + 1
 		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4) AND ($16 = 0 OR version = $16)
-		  AND (NOT $11 OR lease_expires_at <= coalesce($9::timestamptz, now()))
+		  AND (NOT $11 OR lease_expires_at <= airlock_now($9::timestamptz))
 		  AND (NOT $12 OR send_started_at IS NULL)
 		  AND ($14 = 0 OR attempts = $14) AND ($15 = '' OR last_error_class = $15)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
@@ -413,7 +413,7 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 
 func (q queries) EffectExpiredLeases(ctx context.Context, now *time.Time, limit int) ([]store.Effect, error) {
 	return collectEffects(q.db.Query(ctx, `SELECT `+effectColumns+` FROM effects
-		WHERE state = 'sending' AND lease_expires_at <= coalesce($1::timestamptz, now())
+		WHERE state = 'sending' AND lease_expires_at <= airlock_now($1::timestamptz)
 		ORDER BY lease_expires_at LIMIT $2`, now, limit))
 }
 
@@ -475,7 +475,7 @@ func (q queries) KillSwitchList(ctx context.Context) ([]store.KillSwitch, error)
 func (q queries) KillSwitchSet(ctx context.Context, k store.KillSwitch) error {
 	_, err := q.db.Exec(ctx, `
 		INSERT INTO kill_switch (scope, enabled, reason, actor, updated_at)
-		VALUES ($1, $2, $3, $4, coalesce($5::timestamptz, now()))
+		VALUES ($1, $2, $3, $4, airlock_now($5::timestamptz))
 		ON CONFLICT (scope) DO UPDATE SET enabled = EXCLUDED.enabled, reason = EXCLUDED.reason,
 		  actor = EXCLUDED.actor, updated_at = EXCLUDED.updated_at`,
 		k.Scope, k.Enabled, k.Reason, k.Actor, timeArg(k.UpdatedAt))
@@ -554,7 +554,7 @@ func effectUpdateManyStatement(lock bool) string {
 		      last_error_class = coalesce(u.class, e.last_error_class),
 		      lease_owner = '', lease_expires_at = NULL, send_started_at = NULL,
 		      next_check_at = NULL, checks = 0,
-		      updated_at = coalesce($7::timestamptz, now()),
+		      updated_at = airlock_now($7::timestamptz),
 		      version = e.version + 1
 		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
 		       WITH ORDINALITY AS u(id, owner, state, provider_id, not_before, class, i)

@@ -25,7 +25,7 @@ const validationColumns = `id, idempotency_key, action_type, valid, repaired, ou
 func (q queries) ValidationInsert(ctx context.Context, v store.Validation) (store.Validation, error) {
 	err := q.db.QueryRow(ctx, `
 		INSERT INTO validations (idempotency_key, action_type, valid, repaired, output_hash, value, errors, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, coalesce($8::timestamptz, now()))
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, airlock_now($8::timestamptz))
 		RETURNING id, created_at`, v.RunKey, v.ActionType, v.Valid, v.Repaired, v.OutputHash,
 		jsonArg(v.Value), jsonArg(v.Errors), timeArg(v.CreatedAt)).Scan(&v.ID, &v.CreatedAt)
 	if err != nil {
@@ -61,8 +61,8 @@ func (q queries) FailureAttempt(ctx context.Context, key, class string) (int, er
 
 func (q queries) EffectRequeueFailed(ctx context.Context, key string, now *time.Time) ([]store.Effect, error) {
 	return collectEffects(q.db.Query(ctx, `
-		UPDATE effects SET state = 'pending', not_before = coalesce($2::timestamptz, now()),
-		  updated_at = coalesce($2::timestamptz, now()), version = version + 1
+		UPDATE effects SET state = 'pending', not_before = airlock_now($2::timestamptz),
+		  updated_at = airlock_now($2::timestamptz), version = version + 1
 		WHERE idempotency_key = $1 AND state = 'failed' AND executor = 'dispatcher'
 		RETURNING `+effectColumns, key, now))
 }
@@ -73,7 +73,7 @@ func (q queries) ReplacementInsert(ctx context.Context, r store.Replacement) err
 		return err
 	}
 	_, err = q.db.Exec(ctx, `INSERT INTO replacements (old_key, new_key, reason, actor, provider_ids, created_at)
-		VALUES ($1, $2, $3, $4, $5::jsonb, coalesce($6::timestamptz, now()))`,
+		VALUES ($1, $2, $3, $4, $5::jsonb, airlock_now($6::timestamptz))`,
 		r.OldKey, r.NewKey, r.Reason, r.Actor, string(ids), timeArg(r.CreatedAt))
 	if err != nil {
 		return fmt.Errorf("insert replacement: %w", err)

@@ -11,7 +11,7 @@ import (
 
 func (q queries) LedgerInsert(ctx context.Context, key string, checkpoint int, doc json.RawMessage, now *time.Time) error {
 	tag, err := q.db.Exec(ctx, `INSERT INTO ledgers (idempotency_key, checkpoint_version, document, created_at)
-		VALUES ($1, $2, $3::jsonb, coalesce($4::timestamptz, now())) ON CONFLICT DO NOTHING`, key, checkpoint, string(doc), now)
+		VALUES ($1, $2, $3::jsonb, airlock_now($4::timestamptz)) ON CONFLICT DO NOTHING`, key, checkpoint, string(doc), now)
 	if err != nil {
 		return fmt.Errorf("insert ledger: %w", err)
 	}

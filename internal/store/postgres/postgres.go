@@ -101,7 +101,13 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
 	}
 	st := &Store{pool: pool}
-	st.queries = queries{db: joined{st}}
+	// A Citus coordinator gets the forms of the few statements Citus cannot plan (citus.go).
+	citus, err := st.IsCitus(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
+	}
+	st.queries = queries{db: joined{st}, citus: citus}
 	return st, nil
 }
 
@@ -174,7 +180,7 @@ const transactTries = 4
 // Inside a Within, fn runs in a savepoint of that transaction instead, once: the whole
 // request is what may be retried (by its client, with its Idempotency-Key).
 func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	run := func(tx pgx.Tx) error { return fn(queries{db: classified{tx}}) }
+	run := func(tx pgx.Tx) error { return fn(queries{db: classified{tx}, citus: s.citus}) }
 	if s.bound(ctx) != nil {
 		return s.transact(ctx, run)
 	}
@@ -327,6 +333,21 @@ func (s *Store) ApplyMigrationList(ctx context.Context, ms []store.Migration, p 
 	if err != nil {
 		return nil, err
 	}
+	// On a Citus coordinator the tables are then placed per the plan (citus.go). Detected,
+	// not configured: every path that migrates (serve, the tests' stores) must place them,
+	// and a table left local on a coordinator would work but take every write itself.
+	citus, err := s.IsCitus(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("detect citus: %w", err)
+	}
+	if p.Citus && !citus {
+		return nil, ErrNoCitus
+	}
+	if citus {
+		if _, err := s.distributeCitus(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return done, nil
 }
 
@@ -371,7 +392,10 @@ type dbtx interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-type queries struct{ db dbtx }
+type queries struct {
+	db    dbtx
+	citus bool // the database is a Citus coordinator
+}
 
 const runColumns = `idempotency_key, state, payload_hash, lease_owner, lease_started_at,
 	lease_expires_at, version, result, duplicates, reclaims, trigger_source, workflow_version,
@@ -437,9 +461,9 @@ const claimSQL = `
 INSERT INTO workflow_runs AS r (idempotency_key, state, payload_hash, lease_owner,
   lease_started_at, lease_expires_at, version, trigger_source, workflow_version,
   created_at, updated_at)
-VALUES ($1, 'processing', $2, $3, coalesce($4::timestamptz, now()),
-  coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond', 1, $6, $7,
-  coalesce($4::timestamptz, now()), coalesce($4::timestamptz, now()))
+VALUES ($1, 'processing', $2, $3, airlock_now($4::timestamptz),
+  airlock_now($4::timestamptz) + $5::bigint * interval '1 microsecond', 1, $6, $7,
+  airlock_now($4::timestamptz), airlock_now($4::timestamptz))
 ON CONFLICT (idempotency_key) DO UPDATE
 SET lease_owner = EXCLUDED.lease_owner,
     lease_started_at = EXCLUDED.lease_started_at,
@@ -471,9 +495,9 @@ const claimRecordSQL = `
 WITH claimed AS (` + claimSQL + `
 ), recorded AS (
   INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-  SELECT c.idempotency_key, coalesce($4::timestamptz, now()), e.kind, c.version, e.actor, e.meta, e.detail
+  SELECT c.idempotency_key, airlock_now($4::timestamptz), e.kind, c.version, e.actor, e.meta, e.detail
   FROM claimed c
-  LEFT JOIN replacements p ON p.new_key = c.idempotency_key AND c.reclaims = 0
+  LEFT JOIN replacements p ON p.new_key = $1 AND p.new_key = c.idempotency_key AND c.reclaims = 0
   CROSS JOIN LATERAL (VALUES
     (CASE WHEN c.reclaims > 0 THEN 'lease_reclaimed' ELSE 'claimed' END, $8::text, $9::jsonb,
      jsonb_build_object('payload_hash', c.payload_hash,
@@ -503,11 +527,11 @@ WITH refused AS (
     AND (payload_hash <> $2::text
          OR NOT (state = 'failed_retryable'
                  OR (state = 'processing'
-                     AND (lease_expires_at IS NULL OR lease_expires_at <= coalesce($3::timestamptz, now())))))
+                     AND (lease_expires_at IS NULL OR lease_expires_at <= airlock_now($3::timestamptz)))))
   RETURNING ` + runColumns + `
 ), recorded AS (
   INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-  SELECT f.idempotency_key, coalesce($3::timestamptz, now()),
+  SELECT f.idempotency_key, airlock_now($3::timestamptz),
     CASE WHEN f.payload_hash = $2::text THEN 'duplicate' ELSE 'payload_mismatch' END, 0, $4::text, $5::jsonb,
     CASE WHEN f.payload_hash = $2::text
       THEN jsonb_build_object('state', f.state, 'duplicates', f.duplicates)
@@ -568,12 +592,12 @@ func (q queries) RunHeartbeat(ctx context.Context, p store.RunHeartbeatParams) (
 	return noMatch(scanRun(q.db.QueryRow(ctx, `
 		UPDATE workflow_runs
 		SET lease_expires_at = least(
-		      coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond',
-		      lease_started_at + $6::bigint * interval '1 microsecond')
+		      airlock_now($4::timestamptz) + $5::bigint * interval '1 microsecond',
+		      airlock_add_us(lease_started_at, $6::bigint))
 		WHERE idempotency_key = $1 AND lease_owner = $2 AND version = $3
 		  AND state = 'processing'
-		  AND lease_expires_at > coalesce($4::timestamptz, now())
-		  AND lease_expires_at < lease_started_at + $6::bigint * interval '1 microsecond'
+		  AND lease_expires_at > airlock_now($4::timestamptz)
+		  AND lease_expires_at < airlock_add_us(lease_started_at, $6::bigint)
 		RETURNING `+runColumns, p.Key, p.Owner, p.Version, p.Now, micros(p.Lease), micros(p.Lifetime))))
 }
 
@@ -581,9 +605,9 @@ func (q queries) RunTransition(ctx context.Context, p store.RunTransitionParams)
 	return noMatch(scanRun(q.db.QueryRow(ctx, `
 		UPDATE workflow_runs
 		SET state = $5, version = version + 1, result = coalesce($6::jsonb, result),
-		    lease_expires_at = NULL, updated_at = coalesce($7::timestamptz, now()), park_reason = $8
+		    lease_expires_at = NULL, updated_at = airlock_now($7::timestamptz), park_reason = $8
 		WHERE idempotency_key = $1 AND lease_owner = $2 AND version = $3 AND state = $4
-		  AND lease_expires_at > coalesce($7::timestamptz, now())
+		  AND lease_expires_at > airlock_now($7::timestamptz)
 		RETURNING `+runColumns, p.Key, p.Owner, p.Version, string(p.From), string(p.To), jsonArg(p.Result), p.Now, p.ParkReason)))
 }
 
@@ -601,7 +625,7 @@ func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (st
 	e := store.Event{RunKey: p.RunKey, Kind: p.Kind, Version: p.Version, Actor: p.Actor, Meta: p.Meta, Detail: p.Detail}
 	err := q.db.QueryRow(ctx, `
 		INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-		VALUES ($1, coalesce($2::timestamptz, now()), $3, $4, $5, $6::jsonb, $7::jsonb)
+		VALUES ($1, airlock_now($2::timestamptz), $3, $4, $5, $6::jsonb, $7::jsonb)
 		RETURNING id, at`, p.RunKey, p.Now, p.Kind, p.Version, p.Actor, jsonArg(p.Meta), jsonArg(p.Detail)).Scan(&e.ID, &e.At)
 	if err != nil {
 		return store.Event{}, fmt.Errorf("insert event: %w", err)

@@ -31,7 +31,7 @@ func (q queries) ApprovalsDue(ctx context.Context, step store.ApprovalStep, now 
 	// The partial index approvals_{warn,escalate}_due holds only the rows not yet taken.
 	rows, err := q.db.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
 		WHERE consumed_at IS NULL AND `+taken+` IS NULL AND `+due+` IS NOT NULL
-		  AND `+due+` <= coalesce($1::timestamptz, now()) AND expires_at > coalesce($1::timestamptz, now())
+		  AND `+due+` <= airlock_now($1::timestamptz) AND expires_at > airlock_now($1::timestamptz)
 		ORDER BY `+due+` LIMIT $2`, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list approvals due to %s: %w", step, err)
@@ -45,9 +45,9 @@ func (q queries) ApprovalClaimStep(ctx context.Context, id string, step store.Ap
 		return store.Approval{}, err
 	}
 	a, err := scanApproval(q.db.QueryRow(ctx, `
-		UPDATE approvals SET `+taken+` = coalesce($2::timestamptz, now())
+		UPDATE approvals SET `+taken+` = airlock_now($2::timestamptz)
 		WHERE id = $1 AND consumed_at IS NULL AND `+taken+` IS NULL AND `+due+` IS NOT NULL
-		  AND `+due+` <= coalesce($2::timestamptz, now()) AND expires_at > coalesce($2::timestamptz, now())
+		  AND `+due+` <= airlock_now($2::timestamptz) AND expires_at > airlock_now($2::timestamptz)
 		RETURNING `+approvalColumns, id, now))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Approval{}, store.ErrNoMatch
@@ -60,8 +60,8 @@ func (q queries) ApprovalSetUndecidable(ctx context.Context, id string, undecida
 	var a store.Approval
 	var err error
 	if undecidable {
-		a, err = scanApproval(q.db.QueryRow(ctx, `UPDATE approvals SET undecidable_since = coalesce($2::timestamptz, now())
-		WHERE id = $1 AND undecidable_since IS NULL AND consumed_at IS NULL AND expires_at > coalesce($2::timestamptz, now())
+		a, err = scanApproval(q.db.QueryRow(ctx, `UPDATE approvals SET undecidable_since = airlock_now($2::timestamptz)
+		WHERE id = $1 AND undecidable_since IS NULL AND consumed_at IS NULL AND expires_at > airlock_now($2::timestamptz)
 		RETURNING `+approvalColumns, id, now))
 	} else {
 		a, err = scanApproval(q.db.QueryRow(ctx, `UPDATE approvals SET undecidable_since = NULL
@@ -79,7 +79,7 @@ func (q queries) ApprovalsUndecidable(ctx context.Context, after store.Cursor, n
 	rows, err := q.db.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
 		WHERE consumed_at IS NULL AND undecidable_since IS NOT NULL
 		  AND ($1::timestamptz IS NULL OR (created_at, id) < ($1, $2::text))
-		  AND expires_at > coalesce($3::timestamptz, now())
+		  AND expires_at > airlock_now($3::timestamptz)
 		ORDER BY created_at DESC, id DESC LIMIT $4`, at, id, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list undecidable approvals: %w", err)
@@ -90,7 +90,7 @@ func (q queries) ApprovalsUndecidable(ctx context.Context, after store.Cursor, n
 func (q queries) ApprovalsUndecidableCount(ctx context.Context, now *time.Time) (int, error) {
 	var n int
 	err := q.db.QueryRow(ctx, `SELECT count(*) FROM approvals
-		WHERE consumed_at IS NULL AND undecidable_since IS NOT NULL AND expires_at > coalesce($1::timestamptz, now())`, now).Scan(&n)
+		WHERE consumed_at IS NULL AND undecidable_since IS NOT NULL AND expires_at > airlock_now($1::timestamptz)`, now).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count undecidable approvals: %w", err)
 	}

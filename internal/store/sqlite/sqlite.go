@@ -327,6 +327,9 @@ func Migrations() ([]store.Migration, error) { return store.LoadMigrations(migra
 // ApplyMigrationList is ApplyMigrations over ms instead of the embedded migrations: tests
 // play a later release's migrations (one that raises the writer level) with it.
 func (s *Store) ApplyMigrationList(ctx context.Context, ms []store.Migration, p store.MigrateParams) ([]string, error) {
+	if p.Citus {
+		return nil, errors.New("--citus needs a PostgreSQL database with the citus extension (a Citus coordinator), not SQLite")
+	}
 	var done []string
 	// BEGIN IMMEDIATE holds the write lock for the whole sequence, so processes that
 	// start together apply it once; SQLite DDL is transactional.

@@ -1,0 +1,200 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/apptest"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
+	"github.com/airlockhq/airlock/internal/store/storetest"
+)
+
+// citusHotOps are the operations of the request path whose every statement must be
+// routed to one worker on Citus (one task in Citus's plan): a claim and its duplicate, a
+// heartbeat, queueing effects, a transition.
+var citusHotOps = map[string]bool{"claim": true, "duplicate claim": true, "heartbeat": true, "queue": true, "transition": true}
+
+var citusTaskCount = regexp.MustCompile(`"Task Count": (\d+)`)
+
+// citusFailing are the operations of hotOperations and citusOperations that fail on
+// Citus 13.2 today, with why; docs/architecture.md ("What was tried") lists them with
+// what would make them hold. TestCitusRouting fails when one of them passes (remove it
+// here and there) or another operation fails.
+var citusFailing = map[string]string{
+	"dispatch":              "EffectLease: Citus cannot push down the lateral FOR UPDATE SKIP LOCKED subquery across shards",
+	"dispatch four runs":    "EffectLease, as dispatch",
+	"worker claim":          "EffectLease, as dispatch",
+	"worker report":         "its worker claim is EffectLease, as dispatch",
+	"transition":            "the effect it waits for is never sent (EffectLease)",
+	"explain":               "EventList: pg_snapshot_xip returns a record Citus cannot plan; its horizon reads pg_locks of one node",
+	"report":                "AuditCount: GROUPING SETS across shards",
+	"purge":                 "Purge: ctid batches are per shard (a distributed UPDATE by ctid cannot be planned)",
+	"by-id paths":           "RunLockKeys: FOR UPDATE across shards (runs of several keys)",
+	"the rest of the store": "AlertOutboxTake: FOR UPDATE SKIP LOCKED across shards",
+	"sweepers":              "EffectClaimUnknown: FOR UPDATE SKIP LOCKED across shards",
+}
+
+// citusUnplannable are the store methods whose statements Citus refuses to plan (so
+// EXPLAIN fails): the causes of citusFailing.
+var citusUnplannable = map[string]bool{
+	"EffectLease": true, "EventList": true, "AuditCount": true, "Purge": true, "RunLockKeys": true,
+	"AlertOutboxTake": true, "EffectClaimUnknown": true,
+}
+
+// TestCitusRouting runs the operations TestCitusPlan runs on a real Citus cluster (a
+// coordinator and two workers: scripts/with-citus.sh) and EXPLAINs every statement the
+// store sent with its arguments: Citus's plan says how many tasks (shard queries) the
+// statement runs. It fails when a statement of a hot operation (citusHotOps) runs more
+// than one task, and when a store method's statement runs several tasks while the plan's
+// cross-shard table (docs/architecture.md) does not list the method. It logs, per store
+// method, the most tasks one of its statements ran: the cross-shard statements measured.
+func TestCitusRouting(t *testing.T) {
+	if os.Getenv("AIRLOCK_TEST_CITUS") != "1" {
+		t.Skip("needs a Citus cluster: run under scripts/with-citus.sh")
+	}
+	plan := readCitusPlan(t, "../../docs/architecture.md")
+	cfg := storetest.NewPostgresSchema(t)
+	rec := &citusRecorder{open: map[*pgx.Conn]int{}}
+	cfg.ConnConfig.Tracer = rec
+	ctx := context.Background()
+	st, err := postgres.OpenConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, r, err := st.CitusPlacement(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d != len(postgres.CitusDistributed) || r != len(postgres.CitusReference) {
+		t.Fatalf("after migrate: %d distributed and %d reference tables, want %d and %d", d, r, len(postgres.CitusDistributed), len(postgres.CitusReference))
+	}
+	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
+	if err := storetest.GenerateScale(ctx, st.Pool(), storetest.Scale{Runs: 200, Events: 1000, End: e.Clock.Now().Add(-8 * 24 * time.Hour)}, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	rec.set(true)
+	failed := map[string]bool{}
+	op := func(name string, fn func(ctx context.Context) error) {
+		t.Helper()
+		err := fn(context.WithValue(ctx, opKey{}, name))
+		switch why, known := citusFailing[name]; {
+		case err != nil && known:
+			failed[name] = true
+			t.Logf("known to fail on Citus: %s (%s): %v", name, why, err)
+		case err != nil:
+			t.Errorf("%s on Citus: %v", name, err)
+		case known:
+			t.Errorf("%s now passes on Citus: remove it from citusFailing and the docs", name)
+		}
+	}
+	hotOperations(e, st, op)
+	citusOperations(t, e, st, op)
+	rec.set(false)
+
+	most := map[string]int{}            // store method → most tasks of one statement
+	ops := map[string]map[string]bool{} // store method → operations that sent it
+	explained := map[string]int{}
+	hotSeen := 0
+	for _, s := range rec.stmts {
+		if s.method == "" || !dml.MatchString(s.sql) {
+			continue
+		}
+		key := s.sql + "\x00" + fmt.Sprint(s.args)
+		tasks, ok := explained[key]
+		if !ok {
+			tasks, err = citusTasks(ctx, st, s)
+			if err != nil && citusUnplannable[s.method] {
+				t.Logf("known: Citus does not plan %s (%s): %v", s.method, s.op, err)
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s (%s): EXPLAIN on Citus: %v\n%s", s.method, s.op, err, oneLine(s.sql))
+				continue
+			}
+			explained[key] = tasks
+		}
+		if ops[s.method] == nil {
+			ops[s.method] = map[string]bool{}
+		}
+		ops[s.method][s.op] = true
+		most[s.method] = max(most[s.method], tasks)
+		if citusHotOps[s.op] {
+			hotSeen++
+			if tasks > 1 {
+				t.Errorf("hot operation %q: %s runs %d tasks on Citus (not routed to one worker):\n%s", s.op, s.method, tasks, oneLine(s.sql))
+			}
+		}
+		if tasks > 1 && plan.cross[s.method] == nil {
+			t.Errorf("%s (%s) runs %d tasks on Citus, and the plan's cross-shard table does not list it:\n%s", s.method, s.op, tasks, oneLine(s.sql))
+		}
+	}
+	if hotSeen == 0 {
+		t.Fatal("no statement of a hot operation was recorded")
+	}
+	// The check must be able to fail: an approval link's lookup by token hash alone
+	// reaches every shard.
+	if most["ApprovalByTokenHash"] < 2 {
+		t.Errorf("ApprovalByTokenHash ran %d tasks: a lookup without the run key should reach every shard; is the cluster distributing?", most["ApprovalByTokenHash"])
+	}
+	methods := make([]string, 0, len(most))
+	for m := range most {
+		methods = append(methods, m)
+	}
+	sort.Strings(methods)
+	var b strings.Builder
+	for _, m := range methods {
+		names := make([]string, 0, len(ops[m]))
+		for o := range ops[m] {
+			names = append(names, o)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(&b, "\n  %-28s %3d task(s)  (%s)", m, most[m], strings.Join(names, ", "))
+	}
+	t.Logf("most tasks per statement on Citus, by store method:%s", b.String())
+}
+
+// citusTasks EXPLAINs s with its arguments on the coordinator and returns the most tasks
+// one Citus job of its plan runs (0: no distributed table, it runs on the coordinator).
+func citusTasks(ctx context.Context, st *postgres.Store, s citusStmt) (int, error) {
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, "EXPLAIN (FORMAT JSON) "+s.sql, s.args...)
+	if err != nil {
+		return 0, err
+	}
+	var out strings.Builder
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		out.Write(raw)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range citusTaskCount.FindAllStringSubmatch(out.String(), -1) {
+		v, _ := strconv.Atoi(m[1])
+		n = max(n, v)
+	}
+	return n, nil
+}
