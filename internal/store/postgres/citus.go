@@ -177,10 +177,26 @@ func (s *Store) distributeCitus(ctx context.Context) (placed []string, err error
 			if d.Table == "workflow_runs" {
 				colocate = "default"
 			}
+			// A table with rows (a single-node database restored onto the coordinator) is
+			// copied into its shards; its triggers must not fire on that copy (the chain
+			// trigger would chain the events again).
+			if err := exec(`ALTER TABLE ` + pgx.Identifier{d.Table}.Sanitize() + ` DISABLE TRIGGER USER`); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, `SELECT create_distributed_table($1, $2, colocate_with => $3)`, d.Table, d.Column, colocate); err != nil {
 				return fmt.Errorf("citus: distribute %s by %s: %w", d.Table, d.Column, err)
 			}
+			if err := exec(`ALTER TABLE ` + pgx.Identifier{d.Table}.Sanitize() + ` ENABLE TRIGGER USER`); err != nil {
+				return err
+			}
 			placed = append(placed, d.Table+" (distributed by "+d.Column+")")
+		}
+		// The rows a distributed table had are in its shards now; the coordinator's copy
+		// is dead weight (Citus keeps it until told).
+		for _, d := range todo {
+			if _, err := tx.Exec(ctx, `SELECT truncate_local_data_after_distributing_table($1)`, d.Table); err != nil {
+				return fmt.Errorf("citus: remove %s's local rows after distributing it: %w", d.Table, err)
+			}
 		}
 		for _, r := range CitusReference {
 			ok, err := placedAlready(r)
