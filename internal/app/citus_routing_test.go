@@ -150,6 +150,16 @@ func TestCitusRouting(t *testing.T) {
 	if most["ApprovalByTokenHash"] < 2 {
 		t.Errorf("ApprovalByTokenHash ran %d tasks: a lookup without the run key should reach every shard; is the cluster distributing?", most["ApprovalByTokenHash"])
 	}
+	// Event ids come from the coordinator's identity sequence (Citus evaluates it there
+	// before routing an insert), so they keep today's order within a run; a worker's own
+	// sequence range would start at its node id << 48.
+	var maxID int64
+	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&maxID); err != nil {
+		t.Fatal(err)
+	}
+	if maxID <= 0 || maxID >= 1<<48 {
+		t.Errorf("largest event id %d: not from the coordinator's sequence", maxID)
+	}
 	methods := make([]string, 0, len(most))
 	for m := range most {
 		methods = append(methods, m)

@@ -74,7 +74,7 @@ func TestListenReestablishedAfterSessionEnds(t *testing.T) {
 		t.Fatal("no session in LISTEN")
 	}
 	for round := range 3 {
-		if _, err := adm.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, first); err != nil {
+		if _, err := adm.Pool().Exec(ctx, `SELECT pg_terminate_backend($1::int)`, first); err != nil {
 			t.Fatal(err)
 		}
 		notified("after the LISTEN session was terminated")
@@ -101,7 +101,7 @@ func TestListenReestablishedAfterSessionEnds(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	if _, err := adm.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, first); err != nil {
+	if _, err := adm.Pool().Exec(ctx, `SELECT pg_terminate_backend($1::int)`, first); err != nil {
 		t.Fatal(err)
 	}
 	notified("after the LISTEN session was terminated, with every pool connection busy")
