@@ -377,6 +377,8 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 	for i, s := range p.From {
 		from[i] = string(s)
 	}
+	// The clock is read once, in FROM: Citus refuses a function that is not IMMUTABLE
+	// inside the CASEs (it would have to be evaluated per row on the workers).
 	e, err := scanEffect(q.db.QueryRow(ctx, `
 		UPDATE effects
 		SET state = $3,
@@ -388,18 +390,19 @@ func (q queries) EffectUpdate(ctx context.Context, p store.EffectUpdateParams) (
 		    lease_owner = CASE WHEN $3 = 'sending' THEN lease_owner ELSE '' END,
 		    lease_expires_at = CASE WHEN $3 = 'sending' THEN lease_expires_at ELSE NULL END,
 		    send_started_at = CASE WHEN $3 <> 'sending' THEN NULL
-		                           WHEN $10 THEN airlock_now($9::timestamptz) ELSE send_started_at END,
+		                           WHEN $10 THEN n.t ELSE send_started_at END,
 		    next_check_at = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN next_check_at
 		                         WHEN $3 = 'completed' AND $20::bigint > 0
-		                           THEN airlock_now($9::timestamptz) + $20::bigint * interval '1 microsecond' END,
-		    none_confirmed_at = CASE WHEN $19 THEN airlock_now($9::timestamptz) ELSE none_confirmed_at END,
+		                           THEN airlock_add_us(n.t, $20::bigint) END,
+		    none_confirmed_at = CASE WHEN $19 THEN n.t ELSE none_confirmed_at END,
 		    checks = CASE WHEN $3 = 'unknown' AND state = 'unknown' THEN checks ELSE 0 END,
-		    ambiguous_at = CASE WHEN $17 THEN coalesce(send_started_at, airlock_now($9::timestamptz))
+		    ambiguous_at = CASE WHEN $17 THEN coalesce(send_started_at, n.t)
 		                        WHEN $18 THEN NULL ELSE ambiguous_at END,
-		    updated_at = airlock_now($9::timestamptz),
+		    updated_at = n.t,
 		    version = version + 1
+		FROM (SELECT airlock_now($9::timestamptz) AS t) n
 		WHERE id = $1 AND state = ANY($2) AND ($4 = '' OR lease_owner = $4) AND ($16 = 0 OR version = $16)
-		  AND (NOT $11 OR lease_expires_at <= airlock_now($9::timestamptz))
+		  AND (NOT $11 OR lease_expires_at <= n.t)
 		  AND (NOT $12 OR send_started_at IS NULL)
 		  AND ($14 = 0 OR attempts = $14) AND ($15 = '' OR last_error_class = $15)
 		RETURNING `+effectColumns, p.ID, from, string(p.To), p.Owner, p.ProviderID, p.NotBefore,
