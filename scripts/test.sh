@@ -13,7 +13,7 @@ scripts/with-postgres.sh go test -race -count=1 -timeout 30m ./... "$@"
 
 # Citus (issue 36): a coordinator and two workers (scripts/with-citus.sh; Citus is built
 # once from ../shared/vendor and cached in ~/.cache/airlock-citus, ~12 min the first time),
-# then the short set: TestCitusRouting (migrate distributes the schema; the hot paths run
+# then the short set: TestCitusRouting and TestMigrateCitusFlag (migrate distributes the schema; the hot paths run
 # one task each; the known failures still fail; about a minute). The longer command is in
 # docs/testing.md. Skipped, like the client tests, when arguments narrow the run;
 # AIRLOCK_TEST_SKIP_CITUS=1 skips it on a machine that cannot build Citus, except under
@@ -22,7 +22,7 @@ if [ $# -eq 0 ]; then
 	if [ "${AIRLOCK_TEST_SKIP_CITUS:-}" = 1 ] && [ "${CI:-}" != true ]; then
 		echo "test.sh: AIRLOCK_TEST_SKIP_CITUS=1: the Citus tests (scripts/with-citus.sh) did not run" >&2
 	else
-		scripts/with-citus.sh go test -count=1 -timeout 20m -run 'TestCitusRouting' ./internal/app/
+		scripts/with-citus.sh go test -count=1 -timeout 20m -run 'TestCitusRouting|TestMigrateCitusFlag' ./internal/app/ ./internal/store/postgres/
 	fi
 fi
 

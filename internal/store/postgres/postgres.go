@@ -293,10 +293,17 @@ func Migrations() ([]store.Migration, error) { return store.LoadMigrations(migra
 // ApplyMigrationList is ApplyMigrations over ms instead of the embedded migrations: tests
 // play a later release's migrations (one that raises the writer level) with it.
 func (s *Store) ApplyMigrationList(ctx context.Context, ms []store.Migration, p store.MigrateParams) ([]string, error) {
+	citus, err := s.IsCitus(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("detect citus: %w", err)
+	}
+	if p.Citus && !citus {
+		return nil, ErrNoCitus // before any migration: --citus never leaves a single-node schema
+	}
 	var done []string
 	// One transaction for all pending migrations: PostgreSQL DDL is transactional, and
 	// the advisory lock makes instances that start together wait for the first.
-	err := s.Transact(ctx, func(q store.Queries) error {
+	err = s.Transact(ctx, func(q store.Queries) error {
 		done = nil // a retried transaction starts over
 		db := q.(queries).db
 		if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
@@ -336,13 +343,6 @@ func (s *Store) ApplyMigrationList(ctx context.Context, ms []store.Migration, p 
 	// On a Citus coordinator the tables are then placed per the plan (citus.go). Detected,
 	// not configured: every path that migrates (serve, the tests' stores) must place them,
 	// and a table left local on a coordinator would work but take every write itself.
-	citus, err := s.IsCitus(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("detect citus: %w", err)
-	}
-	if p.Citus && !citus {
-		return nil, ErrNoCitus
-	}
 	if citus {
 		if _, err := s.distributeCitus(ctx); err != nil {
 			return nil, err
