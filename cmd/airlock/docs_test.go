@@ -333,3 +333,69 @@ func TestDocsRoutes(t *testing.T) {
 		t.Fatalf("found only %d routes in the docs: the scan is broken", n)
 	}
 }
+
+// TestReadmeIsAFrontPage: the README tells a user what airlock is, what they get, how to
+// run it, whether it is stable, its known limits and its licence, and nothing from the
+// development log (issue 35, 8): history is CHANGELOG.md's, test prerequisites
+// docs/testing.md's.
+func TestReadmeIsAFrontPage(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	heads := anchors(readme)
+	for _, h := range []string{"what-you-get", "quick-start", "where-to-go-next", "is-it-stable", "known-limits", "licence"} {
+		if !heads[h] {
+			t.Errorf("README has no section #%s", h)
+		}
+	}
+	for _, h := range []string{"status", "tests"} {
+		if heads[h] {
+			t.Errorf("README has a section #%s: history goes to CHANGELOG.md, test prerequisites to docs/testing.md", h)
+		}
+	}
+	internal := regexp.MustCompile(`(?i)\bcensus\b|\bHOT\b|begin-mark|\(00\d\d\)|\bissue \d+|this round`)
+	for _, f := range []string{"../../README.md", "../../CHANGELOG.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range internal.FindAllString(string(b), -1) {
+			t.Errorf("%s speaks the development log's words: %q", filepath.Base(f), m)
+		}
+	}
+	if n := len(strings.Fields(readme)); n > 1100 {
+		t.Errorf("README has %d words: a front page, not a manual (reference goes to docs/)", n)
+	}
+	if !strings.Contains(readme, "[Apache License 2.0](LICENSE)") {
+		t.Error("README does not name its licence, linked to LICENSE")
+	}
+}
+
+// TestLicence: the licence is Apache-2.0 at the root and in every package's metadata, so
+// an evaluator (and a package index) can tell what they may do with it.
+func TestLicence(t *testing.T) {
+	lic, err := os.ReadFile("../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(lic), "Apache License\n                           Version 2.0, January 2004") ||
+		!strings.Contains(string(lic), "END OF TERMS AND CONDITIONS") {
+		t.Error("LICENSE is not the full Apache License 2.0 text")
+	}
+	for f, want := range map[string]string{
+		"../../clients/python/pyproject.toml":              `license = { text = "Apache-2.0" }`,
+		"../../clients/python/_backend/airlock_backend.py": `License: Apache-2.0`,
+		"../../clients/typescript/package.json":            `"license": "Apache-2.0"`,
+		"../../integrations/n8n/package.json":              `"license": "Apache-2.0"`,
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", f, want)
+		}
+	}
+}
