@@ -38,6 +38,10 @@ func TestTutorial(t *testing.T) {
 	if len(blocks) < 10 {
 		t.Fatalf("docs/tutorial.md has %d blocks marked for the test", len(blocks))
 	}
+	// macOS's shell is zsh: bash-only devices print nothing there (issue 35, 10).
+	if strings.Contains(string(doc), "/dev/tcp") {
+		t.Error("docs/tutorial.md uses bash's /dev/tcp, which zsh does not have: use curl")
+	}
 	fake := filepath.Join(t.TempDir(), "fakeprovider")
 	build := exec.Command("go", "build", "-o", fake, "../../examples/fakeprovider")
 	if out, err := build.CombinedOutput(); err != nil {
