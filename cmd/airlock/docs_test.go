@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // docFiles are the pages a newcomer reads: the README, docs/, and the n8n package's.
@@ -398,4 +399,141 @@ func TestLicence(t *testing.T) {
 			t.Errorf("%s lacks %s", f, want)
 		}
 	}
+}
+
+var (
+	routeCell = regexp.MustCompile("(?m)^\\| (`[^|]*?) \\| [^|]+ \\| ")
+	backtick  = regexp.MustCompile("`([^`]+)`")
+)
+
+// apiTableRoutes reads docs/api.md's route table: each row's first cell names one or more
+// routes ("`GET /a` · `POST /a/{id}`", "`GET` / `PUT /a`", "`POST /a/{id}/complete` ·
+// `/fail`": a bare path ends the previous one's).
+func apiTableRoutes(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "| method and path | scope | does |")
+	if !ok {
+		t.Fatal("docs/api.md has no route table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	out := map[string]bool{}
+	for _, row := range routeCell.FindAllStringSubmatch(table, -1) {
+		var methods []string
+		var last string
+		for _, code := range backtick.FindAllStringSubmatch(row[1], -1) {
+			f := strings.Fields(code[1])
+			switch {
+			case len(f) == 1 && !strings.HasPrefix(f[0], "/"): // `GET` / `PUT /path`
+				methods = append(methods, f[0])
+				continue
+			case len(f) == 1: // `/fail` after `POST /v1/effects/{id}/complete`
+				if last == "" {
+					t.Fatalf("docs/api.md: %q has no route before it", code[1])
+				}
+				m, p, _ := strings.Cut(last, " ")
+				last = m + " " + p[:strings.LastIndex(p, "/")] + f[0]
+				out[last] = true
+				continue
+			}
+			path, _, _ := strings.Cut(f[1], "?")
+			for _, m := range append(methods, f[0]) {
+				last = m + " " + path
+				out[last] = true
+			}
+			methods = nil
+		}
+	}
+	return out
+}
+
+// TestAPIDocListsEveryRoute keeps docs/api.md's route table and the router the same (issue
+// 35, 10: it lacked 9 of the API's routes): every API route has a row, and every row names
+// a route the API or the pages serve.
+func TestAPIDocListsEveryRoute(t *testing.T) {
+	inDoc := apiTableRoutes(t)
+	served := map[string]bool{}
+	for _, r := range httpapi.Routes {
+		name := r.Method + " " + r.Pattern
+		served[name] = true
+		if !inDoc[name] {
+			t.Errorf("docs/api.md's route table has no row for %s", name)
+		}
+	}
+	for _, p := range web.Patterns {
+		served[p] = true
+	}
+	for name := range inDoc {
+		if !served[name] {
+			t.Errorf("docs/api.md's route table names %s, which airlock does not serve", name)
+		}
+	}
+	if len(inDoc) < 30 {
+		t.Fatalf("read only %d routes from docs/api.md's table: the parser is broken", len(inDoc))
+	}
+}
+
+// TestConfigurationDocListsEveryCommand keeps configuration.md's command table and the
+// CLI the same (issue 35, 10: it lacked 5 commands): every command a user can run — each
+// leaf of the command tree, or its parent when the table names the parent's subcommands
+// on one row ("`airlock user list` · `disable` · …") — has a row, and every row resolves.
+func TestConfigurationDocListsEveryCommand(t *testing.T) {
+	b, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "| command | does |")
+	if !ok {
+		t.Fatal("docs/configuration.md has no command table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	root := newRoot()
+	named := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		cell, _, ok := strings.Cut(strings.TrimPrefix(line, "| "), " | ")
+		if !ok || !strings.HasPrefix(cell, "`airlock ") {
+			continue
+		}
+		var parent string
+		for _, code := range backtick.FindAllStringSubmatch(cell, -1) {
+			words := strings.Fields(code[1])
+			if words[0] == "airlock" {
+				words = words[1:]
+				parent = words[0]
+			} else if parent != "" { // `disable` after `airlock user list`
+				words = append([]string{parent}, words...)
+			}
+			var path []string
+			for _, w := range words {
+				if !regexp.MustCompile(`^[a-z][a-z-]*$`).MatchString(w) {
+					break
+				}
+				path = append(path, w)
+			}
+			named[strings.Join(path, " ")] = true
+			if msg := checkCommand(root, strings.Join(words, " ")); msg != "" {
+				t.Errorf("docs/configuration.md: `airlock %s`: %s", strings.Join(words, " "), msg)
+			}
+		}
+	}
+	var walk func(c *cobra.Command, path string)
+	walk = func(c *cobra.Command, path string) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			p := strings.TrimSpace(path + " " + sub.Name())
+			if sub.HasSubCommands() {
+				walk(sub, p)
+				continue
+			}
+			if !named[p] {
+				t.Errorf("docs/configuration.md's command table has no row for `airlock %s`", p)
+			}
+		}
+	}
+	walk(root, "")
 }
