@@ -537,3 +537,21 @@ func TestConfigurationDocListsEveryCommand(t *testing.T) {
 	}
 	walk(root, "")
 }
+
+// TestMakeBuildWarnsFirst: the first `make build` compiles the SQLite driver for minutes
+// in silence; it says so before it starts (issue 35, 10).
+func TestMakeBuildWarnsFirst(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, target, ok := strings.Cut(string(b), "\nbuild:\n")
+	if !ok {
+		t.Fatal("the Makefile has no build target")
+	}
+	first, rest, _ := strings.Cut(target, "\n")
+	if !strings.HasPrefix(first, "\t@echo ") || !strings.Contains(first, "first build") || !strings.Contains(first, "minutes") ||
+		!strings.Contains(strings.SplitN(rest, "\n\n", 2)[0], "go build") {
+		t.Errorf("make build's first line is %q; want an echo that the first build takes minutes, then go build", first)
+	}
+}
