@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The project's lint: gofmt, go vet, generated files current (make verify) and staticcheck
 # with its default checks (bugs, simple and style checks, unused code: what River's lint
-# runs that applies to us). staticcheck is
-# built from the Go module proxy at a pinned version, outside go.mod (~1 minute the first
-# time, cached after).
+# runs that applies to us). staticcheck is built from the Go module proxy at a pinned
+# version, outside go.mod (~1 minute the first time, cached after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
