@@ -245,7 +245,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return listenError(cfg.Listen, err)
 	}
 	backend, _ := cfg.Backend()
 	bg, stopBG := context.WithCancel(context.Background())
@@ -598,4 +598,20 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// listenError says why serve cannot listen on addr and what to do about it.
+func listenError(addr string, err error) error {
+	var hint string
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		hint = "the address is already in use: another program listens there (another airlock serve?). Stop it, or give serve another address: --listen 127.0.0.1:8081 (or AIRLOCK_LISTEN)"
+	case errors.Is(err, syscall.EACCES):
+		hint = "permission denied: ports below 1024 need privileges. Use a port of 1024 or more (--listen 127.0.0.1:8080), or grant the binary CAP_NET_BIND_SERVICE"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		hint = "this machine has no such address. Use one of its own: 127.0.0.1 for this machine only, 0.0.0.0 for every interface (--listen or AIRLOCK_LISTEN)"
+	default:
+		return fmt.Errorf("cannot listen on %s: %w", addr, err)
+	}
+	return fmt.Errorf("cannot listen on %s: %s (%w)", addr, hint, err)
 }

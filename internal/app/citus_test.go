@@ -34,7 +34,7 @@ import (
 // citusShards is how many hash partitions stand for Citus's shards in TestCitusPlan.
 const citusShards = 8
 
-// TestCitusPlan keeps docs/architecture.md's Citus plan true as the schema and the
+// TestCitusPlan keeps docs/scaling.md's Citus plan true as the schema and the
 // statements grow. No Citus build is installable on these machines, so PostgreSQL's own
 // hash partitioning stands in for Citus's hash distribution: every table the plan
 // distributes is rebuilt as a table partitioned by HASH of its distribution column into
@@ -56,7 +56,7 @@ const citusShards = 8
 // trigger, or unique constraint without the distribution column that the plan does not
 // list; and a row of the plan that nothing needs any more.
 func TestCitusPlan(t *testing.T) {
-	plan := readCitusPlan(t, "../../docs/architecture.md")
+	plan := readCitusPlan(t, "../../docs/scaling.md")
 	cfg := storetest.NewPostgresSchema(t)
 	rec := &citusRecorder{open: map[*pgx.Conn]int{}}
 	cfg.ConnConfig.Tracer = rec
@@ -578,7 +578,7 @@ func noMatchOK(err error) error {
 	return err
 }
 
-// --- the plan, as docs/architecture.md states it ---------------------------------------
+// --- the plan, as docs/scaling.md states it ---------------------------------------
 
 type citusPlan struct {
 	tables   map[string]citusTable      // every table of the schema
@@ -736,7 +736,7 @@ func checkCitusSchema(t *testing.T, pool *pgxpool.Pool, plan citusPlan) {
 		WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p') ORDER BY relname`)
 	for _, name := range tables {
 		if _, ok := plan.tables[name]; !ok {
-			t.Errorf("table %s is not in the Citus plan (docs/architecture.md): say whether it is distributed (by which column), a reference table, or stays on the coordinator", name)
+			t.Errorf("table %s is not in the Citus plan (docs/scaling.md): say whether it is distributed (by which column), a reference table, or stays on the coordinator", name)
 		}
 	}
 	for name := range plan.tables {

@@ -6,10 +6,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -208,8 +210,8 @@ var Options = []Option{
 	{"config", "AIRLOCK_CONFIG", "", "policy file (YAML) naming the action types; without one every effect is refused",
 		func(c *Config, v string) error {
 			if v != "" {
-				if _, err := os.Stat(v); err != nil {
-					return errors.New("cannot read the file")
+				if err := policyFileReadable(v); err != nil {
+					return err
 				}
 			}
 			c.PolicyFile = v
@@ -409,4 +411,29 @@ func ParseSize(v string) (int64, error) {
 		return 0, errors.New("not a size")
 	}
 	return n * unit, nil
+}
+
+// policyFileReadable says why a policy file cannot be used, and what to do: a newcomer's
+// first mistake is a relative path read from another directory.
+func policyFileReadable(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return errors.New("is a directory, not a policy file (YAML)")
+	case err == nil:
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("cannot be read (%v): the user running airlock needs read access", errors.Unwrap(err))
+		}
+		return f.Close()
+	case errors.Is(err, fs.ErrNotExist):
+		where := path
+		if abs, aerr := filepath.Abs(path); aerr == nil && abs != path {
+			where = abs + " (relative to the working directory)"
+		}
+		return fmt.Errorf("no such file: %s. Write one (docs/policy.md; the tutorial has an example) or give its path; without a policy, leave the setting out: serve starts and refuses every effect", where)
+	case errors.Is(err, fs.ErrPermission):
+		return errors.New("cannot be read (permission denied): the user running airlock needs read access to it and its directories")
+	}
+	return fmt.Errorf("cannot be read: %v", errors.Unwrap(err))
 }

@@ -36,7 +36,10 @@ func apiError(status int, code, msg string) *Error {
 	return &Error{Status: status, Code: code, Message: msg}
 }
 
-// errorTable maps domain sentinels to HTTP: the only place that does.
+// errorTable maps domain sentinels to HTTP: the only place that does. Every code it (or
+// an apiError call) answers is listed, with its status, in internal/errcodes, from which
+// docs/errors.md, openapi.json's enum and the clients are generated
+// (TestErrorCodesAreTheCatalog).
 var errorTable = []struct {
 	err    error
 	status int
