@@ -69,6 +69,19 @@ approve() { # approve TICKET: signs in as the approver and presses Approve on th
 	curl -sf -c "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
 	curl -sf -b "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d decision=approve "$url"
 }
+reject() { # reject TICKET REASON: signs in and presses Reject with a reason
+	local url
+	url=$(grep -o "http://[^ ]*/approve/[^ ]*" "$WORK/$1.log" | tail -n 1 || true)
+	[ -n "$url" ] || { echo "no approval link"; return 1; }
+	curl -sf -c "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
+	curl -sf -b "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d decision=reject --data-urlencode "reason=$2" "$url"
+}
+card() { # card TICKET: the approval page the approver sees
+	local url
+	url=$(grep -o "http://[^ ]*/approve/[^ ]*" "$WORK/$1.log" | tail -n 1 || true)
+	curl -sf -c "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
+	curl -sf -b "$WORK/$1.cookies" "$url"
+}
 state() { curl -sf "$AIRLOCK_URL/v1/runs/refund-$1" -H "Authorization: Bearer $AIRLOCK_API_KEY" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 
 # scenario CRASH: one ticket through the approval and a crash at CRASH; prints what went
@@ -80,6 +93,17 @@ scenario() {
 	[ "$(state "$t")" = awaiting_human ] || { echo "the run should wait for a person"; return; }
 	if [ "$crash" = none ]; then
 		[ "$(agent "$t")" = 3 ] || { echo "a start before the decision should wait again"; return; }
+		# The card shows the tool call's arguments: the order and the amount.
+		card "$t" >"$WORK/$t.card.html" || { echo "no approval card"; return; }
+		grep -q "A-$t" "$WORK/$t.card.html" || { echo "the approval card does not show the order"; return; }
+		grep -q 4200 "$WORK/$t.card.html" || { echo "the approval card does not show the amount"; return; }
+	fi
+	if [ "$crash" = reject ]; then
+		reject "$t" "order already refunded by phone" || return
+		[ "$(agent "$t")" = 2 ] || { echo "a rejected run should stop (exit 2)"; return; }
+		grep -q "order already refunded by phone" "$WORK/$t.log" || { echo "the approver's reason did not reach the agent"; return; }
+		[ "$(refunds "$t")" = 0 ] || { echo "refunded although rejected"; return; }
+		return
 	fi
 	approve "$t" || return
 	if [ "$crash" = none ]; then
@@ -98,7 +122,7 @@ scenario() {
 }
 
 start=$(date +%s)
-CRASHES=(none before_refund after_refund before_confirm)
+CRASHES=(none reject before_refund after_refund before_confirm)
 # The crash points run at once, each on its own ticket: the SDK's load and the lease waits overlap.
 for crash in "${CRASHES[@]}"; do
 	scenario "$crash" >"$WORK/$crash.result" 2>&1 &
@@ -112,7 +136,11 @@ for crash in "${CRASHES[@]}"; do
 		tail -n 20 "$WORK/T-$crash.log" >&2 || true
 		failed=1
 	else
-		echo "test-openai-agents: $crash: paused on the approval, approved, 1 refund, completed"
+		if [ "$crash" = reject ]; then
+			echo "test-openai-agents: reject: paused on the approval, rejected, the reason reached the agent, 0 refunds"
+		else
+			echo "test-openai-agents: $crash: paused on the approval, approved, 1 refund, completed"
+		fi
 	fi
 done
 [ "$failed" = 0 ] || exit 1

@@ -127,7 +127,8 @@ function airlockTool({ name, description, parameters, action, target, perform })
 		const { effectId, input_hash } = effectOf(args);
 		for (let tries = 0; ; tries++) {
 			try {
-				const p = await airlock.plan(KEY, effectId, session.claim.lease_owner, { action, target, input_hash }, { signal: session.lease?.signal });
+				// input: the approval card shows the person the call's arguments (order, amount).
+				const p = await airlock.plan(KEY, effectId, session.claim.lease_owner, { action, target, input_hash, input: args }, { signal: session.lease?.signal });
 				log('planned', { tool: name, effect_id: effectId, execute: p.execute, receipt: p.receipt, approval: p.approval?.id });
 				return p;
 			} catch (e) {
@@ -198,6 +199,7 @@ async function main() {
 	const cl = await claimWhenFree();
 	if (!cl.claimed) {
 		if (cl.state === 'completed') return log('already completed', { result: cl.result });
+		if (cl.state === 'rejected') throw new Stop(`rejected by ${cl.result?.rejected_by || 'a person'}: ${cl.result?.reason || '(no reason given)'}`);
 		const r = await airlock.resume(KEY);
 		if (r.verdict === 'wait') throw new Wait(r.reasons.join('; '));
 		throw new Stop(`the run is ${cl.state}: ${r.reasons.join('; ')}`);
@@ -244,9 +246,10 @@ async function resolveTicket() {
 		for (const item of state.getInterruptions()) {
 			const approval = JSON.parse(readFileSync(STATE_FILE + '.approvals', 'utf8'))[item.rawItem.callId];
 			const st = await airlock.approvalStatus(KEY, approval);
-			log('approval', { tool: item.rawItem.name, approval_id: approval, status: st.status, approver: st.approver });
+			log('approval', { tool: item.rawItem.name, approval_id: approval, status: st.status, approver: st.approver, reason: st.reason });
 			if (st.status === 'approved') state.approve(item);
 			else if (st.status === 'pending') throw new Wait(`approval ${approval} is pending`);
+			else if (st.status === 'rejected') throw new Stop(`rejected by ${st.approver || 'a person'}: ${st.reason || '(no reason given)'}`);
 			else state.reject(item);
 		}
 		result = await run(agent, state);

@@ -451,3 +451,24 @@ func TestOnboardKilledAtEveryBoundary(t *testing.T) {
 		}
 	})
 }
+
+// TestDocsShowTheStepAgent: docs/agents.md shows the onboarding agent exactly as the crash
+// test runs it.
+func TestDocsShowTheStepAgent(t *testing.T) {
+	src, err := os.ReadFile("onboard_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "agents.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := string(src[bytes.Index(src, []byte("func onboard(")):])
+	fn = fn[:strings.Index(fn, "\n}\n")+3]
+	if !strings.Contains(string(doc), "```go\n"+fn+"```") {
+		t.Fatal("docs/agents.md does not show onboard (internal/clienttest/onboard_test.go) as it is")
+	}
+	if n := strings.Count(fn, "\n"); n >= 40 {
+		t.Fatalf("the agent is %d lines; the step API promises under 40", n)
+	}
+}
