@@ -95,8 +95,9 @@ scenario() {
 		[ "$(agent "$t")" = 3 ] || { echo "a start before the decision should wait again"; return; }
 		# The card shows the tool call's arguments: the order and the amount.
 		card "$t" >"$WORK/$t.card.html" || { echo "no approval card"; return; }
-		grep -q "A-$t" "$WORK/$t.card.html" || { echo "the approval card does not show the order"; return; }
-		grep -q 4200 "$WORK/$t.card.html" || { echo "the approval card does not show the amount"; return; }
+		# (the scripted model reads the order "A-T-" from "order A-T-none": its pattern stops at lowercase)
+		grep -q 'order_id&#34;: &#34;A-T-' "$WORK/$t.card.html" || { echo "the approval card does not show the order"; return; }
+		grep -q 'amount_cents&#34;: 4200' "$WORK/$t.card.html" || { echo "the approval card does not show the amount"; return; }
 	fi
 	if [ "$crash" = reject ]; then
 		reject "$t" "order already refunded by phone" || return
