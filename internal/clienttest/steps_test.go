@@ -224,6 +224,12 @@ func TestStepRejectionReason(t *testing.T) {
 		if !errors.As(err, &pending) || pending.ApproveURL == "" || !strings.HasSuffix(pending.ConsoleURL, "/console/approvals/"+pending.ApprovalID) {
 			t.Fatalf("step: %v", err)
 		}
+		// A restarted agent whose run still waits learns which approval, and where to see it.
+		_, err = e.c.OpenRun(ctx, "rej-1", map[string]string{"k": "1"}, client.RunOptions{})
+		var again *client.ApprovalPendingError
+		if !errors.As(err, &again) || again.ApprovalID != pending.ApprovalID || again.EffectID != "share" || again.ConsoleURL != pending.ConsoleURL {
+			t.Fatalf("open a waiting run: %v", err)
+		}
 		e.decide(t, pending.ApproveURL, approvals.Reject, "not before legal has read it")
 		_, err = e.c.OpenRun(ctx, "rej-1", map[string]string{"k": "1"}, client.RunOptions{})
 		var rej *client.RejectedError

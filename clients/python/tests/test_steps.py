@@ -93,7 +93,12 @@ class StepsBase:
                 run.step("share", "share_doc", "team", {"doc": "doc://1"}, lambda s: self.fail("performed"))
             self.assertTrue(pend.exception.approve_url)
             self.assertTrue(pend.exception.console_url.endswith("/console/approvals/" + pend.exception.approval_id))
-            self.server.approve(pend.exception.approve_url, "reject", "not before legal has read it")
+        # A restarted agent whose run still waits learns which approval, and where to see it.
+        with self.assertRaises(airlock.ApprovalPendingError) as again:
+            c.open_run(key, {"k": key})
+        self.assertEqual((again.exception.approval_id, again.exception.effect_id, again.exception.console_url),
+                         (pend.exception.approval_id, "share", pend.exception.console_url))
+        self.server.approve(pend.exception.approve_url, "reject", "not before legal has read it")
         # A restarted agent learns the reason from the run, one waiting from the approval.
         with self.assertRaises(airlock.RejectedError) as rej:
             c.open_run(key, {"k": key})

@@ -81,6 +81,10 @@ for (const backend of backends()) {
 			assert.ok(pending instanceof airlock.ApprovalPendingError, String(pending));
 			assert.ok(pending.approve_url);
 			assert.ok(pending.console_url.endsWith('/console/approvals/' + pending.approval_id));
+			// A restarted agent whose run still waits learns which approval, and where to see it.
+			const again = await c.openRun(key, { k: key }).catch((e) => e);
+			assert.ok(again instanceof airlock.ApprovalPendingError, String(again));
+			assert.deepEqual([again.approval_id, again.effect_id, again.console_url], [pending.approval_id, 'share', pending.console_url]);
 			assert.equal(await srv.approve(pending.approve_url, 'reject', 'not before legal has read it'), 200);
 			const rej = await c.openRun(key, { k: key }).catch((e) => e);
 			assert.ok(rej instanceof airlock.RejectedError, String(rej));
