@@ -121,16 +121,25 @@ export class AgentRun {
 		this.lease?.stop();
 		this.lease = this.client.keepLease({ claimed: true, key: this.key, lease_owner: this.lease_owner, version: this.version }, { lease_seconds: this.lease_seconds });
 		try {
-			this.ledger = await this.client.ledger(this.key);
+			this.ledger = await this.#ledger();
+		} catch (e) {
+			this.close(); // no heartbeats left running behind a failed open
+			throw e;
+		}
+		return this;
+	}
+
+	async #ledger() {
+		try {
+			return await this.client.ledger(this.key);
 		} catch (e) {
 			if (!(e instanceof LedgerNotFoundError)) throw e;
 			await this.client.saveLedger(this.key, this.lease_owner, {
 				goal: this.goal, invariants: this.invariants, completed: [], pending: [...this.steps],
 				next_allowed_action: this.steps[0] ?? 'start', checkpoint_version: 1,
 			});
-			this.ledger = await this.client.ledger(this.key);
+			return this.client.ledger(this.key);
 		}
-		return this;
 	}
 
 	async #await(effect_id, approval_id, approve_url, waitMs) {

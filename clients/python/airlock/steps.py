@@ -6,7 +6,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
-from .errors import (ApprovalPendingError, LeaseLostError, LedgerNotFoundError, NeedsPersonError,
+from .errors import (ApprovalPendingError, LedgerNotFoundError, NeedsPersonError,
                      ReconcileFirstError, RejectedError, RunBusyError, RunFinishedError)
 from .types import Ledger, Step, Transition
 
@@ -118,13 +118,20 @@ class AgentRun:
             raise NeedsPersonError("", f"the run is {cl.state}")
         self._keep()
         try:
-            self.ledger = self.client.ledger(self.key)
+            self.ledger = self._read_ledger()
+        except BaseException:
+            self.close()  # no heartbeats left running behind a failed open
+            raise
+        return self
+
+    def _read_ledger(self) -> Ledger:
+        try:
+            return self.client.ledger(self.key)
         except LedgerNotFoundError:
             first = Ledger(goal=self.goal, invariants=list(self.invariants), pending=list(self.steps),
                            next_allowed_action=self.steps[0] if self.steps else "start", checkpoint_version=1)
             self.client.save_ledger(self.key, self.lease_owner, first)
-            self.ledger = self.client.ledger(self.key)
-        return self
+            return self.client.ledger(self.key)
 
     def _keep(self) -> None:
         if self.lease is not None:
@@ -268,7 +275,3 @@ class AgentRun:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-# LeaseLostError is re-exported for ``except airlock.LeaseLostError`` around steps.
-_ = LeaseLostError
