@@ -353,13 +353,18 @@ export interface Ledger {
 export interface PlanRequest {
 	action: string;
 	target: string;
-	input_hash: string;
+	/** The input's hash (hashInput); computed from input when absent. */
+	input_hash?: string;
+	/** What the effect will do (any JSON): a gated action's approval card shows it; the approval is bound to it. */
+	input?: unknown;
 	meta?: Meta;
 }
 
-/** Exactly one holds: execute (perform, then confirm), receipt (confirmed before: do not repeat), approval (wait). */
+/** Exactly one holds: execute (perform, then confirm), confirmed (performed before: do not repeat), approval (wait). */
 export interface Plan {
 	execute: boolean;
+	/** Performed before: receipt is its receipt, '' when an operator resolved it as sent without the provider's id. */
+	confirmed: boolean;
 	receipt: string;
 	result?: unknown;
 	approval: Approval | null;
@@ -495,6 +500,11 @@ export declare class Client {
 	resume(key: string, opts?: CallOptions): Promise<Resume>;
 	recordToolCall(key: string, call: ToolCall, opts?: CallOptions): Promise<void>;
 
+	/** Claims the run and keeps it: see AgentRun. */
+	openRun(key: string, payload: unknown, options?: RunOptions): Promise<AgentRun>;
+	/** openRun, fn(run), then run.close() however fn ends. */
+	withRun<T>(key: string, payload: unknown, options: RunOptions | undefined, fn: (run: AgentRun) => Promise<T>): Promise<T>;
+
 	keepLease(claim: Claim, options: { lease_seconds: number; intervalMs?: number }): LeaseKeeper;
 	withLease<T>(claim: Claim, options: { lease_seconds: number; intervalMs?: number }, fn: (lease: LeaseKeeper) => Promise<T>): Promise<T>;
 }
@@ -516,4 +526,113 @@ export declare class LeaseKeeper {
 	/** A heartbeat now: resolves to the renewed lease or throws the loss. Await it right before acting. */
 	verify(): Promise<Lease>;
 	stop(): void;
+}
+
+// --- the step API ---------------------------------------------------------------
+
+/** The ledger's next_allowed_action once every declared step is done. */
+export declare const DONE: 'done';
+
+export interface RunOptions {
+	/** The ledger's goal (first start); default "run <key>". */
+	goal?: string;
+	/** The step ids in order: the ledger's pending list and next allowed action follow them. */
+	steps?: string[];
+	invariants?: string[];
+	/** The lease, renewed every third of it; default 30. */
+	lease_seconds?: number;
+	/** How long to wait out another process's live lease; default the lease + 5 s. */
+	waitLeaseMs?: number;
+	/** How long a gated step (or a run found waiting) waits for the decision; default 0. */
+	waitApprovalMs?: number;
+	/** Between approval status reads; default 1000. */
+	pollMs?: number;
+	meta?: Meta;
+}
+
+/** What perform and lookup are called with. */
+export interface StepCall {
+	key: string;
+	effect_id: string;
+	action: string;
+	target: string;
+	input: unknown;
+	/** Give it to the external system: "<run key>/<effect id>". */
+	idempotency_key: string;
+	/** Aborted when the lease is lost. */
+	signal: AbortSignal;
+}
+
+export interface StepResult {
+	effect_id: string;
+	/** '' when an operator resolved it as sent without the provider's id. */
+	receipt: string;
+	/** Performed before: answered from airlock's record, perform not called. */
+	replayed: boolean;
+	result?: unknown;
+	confirmed: true;
+}
+
+export interface StepOptions {
+	/** Resolves to the receipts of the records the effect may have left; null: cannot tell. */
+	lookup?: (call: StepCall) => Promise<string[] | null>;
+	waitApprovalMs?: number;
+}
+
+/** A claimed run, kept (heartbeats); key, lease owner and version carried for every call. */
+export declare class AgentRun {
+	static hook(point: 'before_perform' | 'after_perform' | 'after_confirm', call: StepCall): void;
+	readonly client: Client;
+	readonly key: string;
+	readonly lease_owner: string;
+	readonly version: number;
+	readonly state: string;
+	/** The run was finished when opened (or by complete()): result is what it ended with. */
+	readonly finished: boolean;
+	readonly result: unknown;
+	readonly reclaimed: boolean;
+	readonly lease: LeaseKeeper | null;
+	readonly ledger: Ledger | null;
+	/** Aborted when the lease is lost. */
+	readonly signal: AbortSignal;
+	/** Performs one external effect at most once; records it in the ledger once. */
+	step(effectId: string, action: string, target: string, input: unknown, perform: (call: StepCall) => Promise<string>, options?: StepOptions): Promise<StepResult>;
+	/** Records the ledger done and moves the run to completed. */
+	complete(result?: unknown): Promise<Transition>;
+	/** Stops the heartbeats. */
+	close(): void;
+}
+
+/** A person rejected the run's gated effect. */
+export declare class RejectedError extends AirlockError {
+	readonly reason: string;
+	readonly rejected_by: string;
+	readonly effect_id: string;
+	readonly approval_id: string;
+}
+/** airlock cannot tell whether effect_id happened, or the run is parked: a person decides. */
+export declare class NeedsPersonError extends AirlockError {
+	readonly effect_id: string;
+	readonly why: string;
+}
+/** A gated step waits for a person beyond the wait allowed. */
+export declare class ApprovalPendingError extends AirlockError {
+	readonly effect_id: string;
+	readonly approval_id: string;
+	/** The approver's link, when this process asked for the approval. */
+	readonly approve_url: string;
+	/** The console's page of the approval. */
+	readonly console_url: string;
+	readonly status: 'pending';
+}
+/** Another process holds the run's lease beyond the wait allowed. */
+export declare class RunBusyError extends AirlockError {
+	readonly key: string;
+	readonly lease_expires_at: Date | null;
+}
+/** A step on a finished run. */
+export declare class RunFinishedError extends AirlockError {
+	readonly key: string;
+	readonly state: string;
+	readonly result: unknown;
 }

@@ -14,7 +14,8 @@ list, not the classes.
 
 from typing import Any, Dict, List, Optional, Type
 
-__all__ = ["AirlockError", "TransportError", "APIError", "SchemaError", "error_for", "CODES"]
+__all__ = ["AirlockError", "TransportError", "APIError", "SchemaError", "error_for", "CODES", "RejectedError",
+           "NeedsPersonError", "ApprovalPendingError", "RunBusyError", "RunFinishedError"]
 
 
 class AirlockError(Exception):
@@ -23,6 +24,69 @@ class AirlockError(Exception):
 
 class TransportError(AirlockError):
     """No answer from airlock (connection refused, reset, timed out), after the retries."""
+
+
+class RejectedError(AirlockError):
+    """A person rejected the run's gated effect: ``reason`` is what the approver wrote,
+    ``rejected_by`` who, ``effect_id`` and ``approval_id`` which (empty when only the run
+    told it). Raised by :class:`airlock.AgentRun` (the step API); the low-level calls
+    read the same from :meth:`Client.approval_status` or a claim's ``result``."""
+
+    def __init__(self, reason: str, rejected_by: str = "", effect_id: str = "", approval_id: str = "") -> None:
+        super().__init__(f"airlock: rejected by {rejected_by or 'a person'}: {reason or '(no reason given)'}")
+        self.reason = reason
+        self.rejected_by = rejected_by
+        self.effect_id = effect_id
+        self.approval_id = approval_id
+
+
+class NeedsPersonError(AirlockError):
+    """airlock cannot tell by itself whether ``effect_id`` happened (a lookup found
+    several records, could not decide, or there is no lookup), or the run is parked for
+    a person. The agent must not act on it; a person resolves it (the console's run page,
+    or ``airlock effects resolve``) and a later start goes on."""
+
+    def __init__(self, effect_id: str, why: str) -> None:
+        super().__init__(f"airlock: {effect_id or 'the run'} needs a person: {why}")
+        self.effect_id = effect_id
+        self.why = why
+
+
+class ApprovalPendingError(AirlockError):
+    """A gated step waits for a person and the caller chose not to wait (longer):
+    ``approval_id``, ``effect_id``, ``approve_url`` (the approver's link, when this
+    process asked for the approval) and ``console_url`` (the console's page of it).
+    Start the run again later: the step then performs once approved."""
+
+    def __init__(self, effect_id: str, approval_id: str, approve_url: str = "", console_url: str = "") -> None:
+        super().__init__(f"airlock: {effect_id or 'the run'} waits for approval {approval_id}"
+                         + (f" ({console_url})" if console_url else ""))
+        self.effect_id = effect_id
+        self.approval_id = approval_id
+        self.approve_url = approve_url
+        self.console_url = console_url
+        self.status = "pending"
+
+
+class RunBusyError(AirlockError):
+    """Another process holds the run's lease (until ``lease_expires_at``) beyond the wait
+    the caller allowed."""
+
+    def __init__(self, key: str, lease_expires_at: Any) -> None:
+        super().__init__(f"airlock: run {key} is held by another process until {lease_expires_at}")
+        self.key = key
+        self.lease_expires_at = lease_expires_at
+
+
+class RunFinishedError(AirlockError):
+    """A step on a run that is already finished (``state`` completed or failed_terminal,
+    ``result`` what it ended with)."""
+
+    def __init__(self, key: str, state: str, result: Any) -> None:
+        super().__init__(f"airlock: run {key} is {state}")
+        self.key = key
+        self.state = state
+        self.result = result
 
 
 class SchemaError:
