@@ -91,6 +91,11 @@ export class InvalidLedgerError extends APIError { static readonly code: 'invali
 export class ApprovalNotFoundError extends APIError { static readonly code: 'approval_not_found'; readonly code: 'approval_not_found'; }
 export class ApprovalNotPendingError extends APIError { static readonly code: 'approval_not_pending'; readonly code: 'approval_not_pending'; }
 export class NoLinkError extends APIError { static readonly code: 'no_link'; readonly code: 'no_link'; }
+export class SlackNotConfiguredError extends APIError { static readonly code: 'slack_not_configured'; readonly code: 'slack_not_configured'; }
+export class SlackSignatureInvalidError extends APIError { static readonly code: 'slack_signature_invalid'; readonly code: 'slack_signature_invalid'; }
+export class SlackRequestStaleError extends APIError { static readonly code: 'slack_request_stale'; readonly code: 'slack_request_stale'; }
+export class SlackRequestReplayedError extends APIError { static readonly code: 'slack_request_replayed'; readonly code: 'slack_request_replayed'; }
+export class SlackTeamRefusedError extends APIError { static readonly code: 'slack_team_refused'; readonly code: 'slack_team_refused'; }
 
 export declare const ERROR_CLASSES: Readonly<Record<string, typeof APIError>>;
 /** Every error code airlock answers, sorted. */

@@ -315,6 +315,26 @@ class NoLinkError(APIError):
     code = "no_link"
 
 
+class SlackNotConfiguredError(APIError):
+    code = "slack_not_configured"
+
+
+class SlackSignatureInvalidError(APIError):
+    code = "slack_signature_invalid"
+
+
+class SlackRequestStaleError(APIError):
+    code = "slack_request_stale"
+
+
+class SlackRequestReplayedError(APIError):
+    code = "slack_request_replayed"
+
+
+class SlackTeamRefusedError(APIError):
+    code = "slack_team_refused"
+
+
 def _classes() -> Dict[str, Type[APIError]]:
     out: Dict[str, Type[APIError]] = {}
     for v in list(globals().values()):
