@@ -444,8 +444,11 @@ func TestSlackDecisions(t *testing.T) {
 			!strings.Contains(got[0], "lead2") || strings.Contains(got[0], approvals.SlackActionApprove) {
 			t.Fatalf("outcome: %v", got)
 		}
-		if e := h.lastEvent("sd-1", "approval_decided"); e.Actor != "person:lead2 via slack:T0AIRLOCK/U2" || !strings.Contains(string(e.Detail), `"approver":"lead2"`) {
-			t.Fatalf("decided event: %+v %s", e, e.Detail)
+		e := h.lastEvent("sd-1", "approval_decided")
+		var detail map[string]any
+		_ = json.Unmarshal(e.Detail, &detail)
+		if e.Actor != "person:lead2 via slack:T0AIRLOCK/U2" || detail["approver"] != "lead2" || detail["payload_hash"] != ap.PayloadHash {
+			t.Fatalf("decided event: %s %s", e.Actor, e.Detail)
 		}
 		if e := h.lastEvent("sd-1", "effect_queued"); e.Actor != "person:lead2 via slack:T0AIRLOCK/U2" {
 			t.Fatalf("queued event: %+v", e)
@@ -617,4 +620,3 @@ func TestSlackDoubleClick(t *testing.T) {
 		}
 	})
 }
-

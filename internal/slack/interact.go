@@ -74,7 +74,9 @@ func (s *Service) teamAllowed(team string) bool {
 func (s *Service) Interact(ctx context.Context, form url.Values) (Reply, error) {
 	var in interaction
 	if err := json.Unmarshal([]byte(form.Get("payload")), &in); err != nil {
-		return nil, fmt.Errorf("%w: the payload is not Slack's interactivity JSON", ErrSignature)
+		// Signed by the app's secret, yet not Slack's shape: nothing to do.
+		s.log().Warn("slack request ignored", "reason", "the payload is not interactivity JSON")
+		return nil, nil
 	}
 	team := in.User.TeamID
 	if team == "" {

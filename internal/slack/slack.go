@@ -161,7 +161,7 @@ func (s *Service) Person(ctx context.Context, team, user string) (approvals.Pers
 
 // Answers to a user that change nothing (ephemeral messages).
 var (
-	errNotLinked   = errors.New("your Slack account is not linked to an airlock person, so nothing was decided. Link it: sign in to the airlock console, open Link Slack, and send the command it shows (/airlock link CODE), or ask an admin to run airlock user link-slack")
+	errNotLinked   = errors.New("your Slack account is not linked to an airlock person, so nothing was decided. Link it: sign in to the airlock console, open Link Slack (/console/slack), and send the command it shows (/airlock link CODE), or ask an admin to run airlock user link-slack")
 	errAccountGone = errors.New("the airlock account your Slack account is linked to is disabled or no longer exists, so nothing was decided")
 	errSignInAgain = errors.New("airlock has not seen you sign in within the last 12 hours, so it does not know your roles now and nothing was decided. Sign in to the airlock console once, then click again")
 )

@@ -91,4 +91,3 @@ func (q queries) PersonSeenGet(ctx context.Context, subject string) (store.Perso
 	p.Roles = splitList(roles)
 	return p, nil
 }
-
