@@ -112,8 +112,8 @@ func SlackOutcome(c Card, a store.Approval) ([]byte, error) {
 			map[string]any{"type": "plain_text", "text": slackEscape.Replace(orDash(f[1])), "emoji": false})
 	}
 	c.Title = line + ": " + c.Action
-	text, blocks := slackBlocks(c, []any{map[string]any{"type": "section", "fields": fields}})
-	text = slackEscape.Replace(strings.Join([]string{line, c.Key, a.ApproverSubject}, " · "))
+	_, blocks := slackBlocks(c, []any{map[string]any{"type": "section", "fields": fields}})
+	text := slackEscape.Replace(strings.Join([]string{line, c.Key, a.ApproverSubject}, " · "))
 	return json.Marshal(map[string]any{"replace_original": true, "text": text, "mrkdwn": false, "blocks": blocks})
 }
 
