@@ -365,10 +365,18 @@ type Decision struct {
 	// PayloadHash, when set, must equal the approval's: what the person was shown is
 	// what is decided (ErrPayloadChanged otherwise).
 	PayloadHash string
+	// Place, when not the page, must be one of the action type's approval.decide_in
+	// (ErrNotDecidedHere otherwise): a type that forbids chat is not decided there,
+	// whatever button was clicked.
+	Place string
 }
 
 // ErrPayloadChanged: the decision names a payload hash that is not the approval's.
 var ErrPayloadChanged = errors.New("the payload shown is not the one this approval holds: nothing was decided")
+
+// ErrNotDecidedHere: the approval's action type is not decided where the decision came
+// from (approval.decide_in).
+var ErrNotDecidedHere = errors.New("this action type's approvals are decided on the page only: nothing was decided")
 
 // Actor is how the decision's events name who decided.
 func (d Decision) Actor() string {
@@ -405,6 +413,11 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 		}
 		if err := May(a, who); err != nil {
 			return err
+		}
+		if d.Place != "" && d.Place != policy.DecideInPage {
+			if act := s.policy.Action(a.ActionType); act == nil || !act.DecidesIn(d.Place) {
+				return ErrNotDecidedHere
+			}
 		}
 		if d.PayloadHash != "" && d.PayloadHash != a.PayloadHash {
 			return ErrPayloadChanged

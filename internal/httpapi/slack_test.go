@@ -531,6 +531,23 @@ func TestSlackDecisions(t *testing.T) {
 			t.Fatal("a void button decided")
 		}
 
+		// A type that does not list slack is not decided in chat, whatever a button says
+		// (whoever holds the webhook URL could post a message with crafted buttons).
+		owner, v := h.claim("sd-5")
+		expect(t, h.post("/v1/runs/sd-5/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"share_publicly","target":"default","payload":{"post":"x"}}`, owner, v)), 202, "")
+		a5 := h.approvalOf("sd-5")
+		crafted, _ := json.Marshal(approvals.SlackButton{ApprovalID: a5.ID, PayloadHash: a5.PayloadHash, Gen: approvals.ButtonGen(a5.TokenHash)})
+		for _, action := range []string{approvals.SlackActionApprove, approvals.SlackActionReject} {
+			ru = s.responseURL()
+			expect(t, s.click("U1", action, string(crafted), ru), 200, "")
+			if got := s.postsTo(ru); len(got) != 1 || !strings.Contains(ephemeralText(t, got[0]), "page only") {
+				t.Fatalf("%s on a page-only type: %v", action, got)
+			}
+		}
+		if a := h.approvalOf("sd-5"); a.ConsumedAt != nil || len(s.views) != 1 {
+			t.Fatalf("a page-only type was decided in Slack, or asked for a reason: %+v, %d views", a, len(s.views))
+		}
+
 		// Expired: nothing decided.
 		h.env.Clock.Advance(25 * time.Hour)
 		ru = s.responseURL()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -125,16 +126,20 @@ func (s *Service) click(ctx context.Context, in interaction, team, via, action, 
 		return
 	}
 	if action == approvals.SlackActionReject {
-		// Only someone who may decide is asked for a reason.
+		// Only someone who may decide, here, is asked for a reason.
 		if err := approvals.May(a, who); err != nil {
 			say(userMessage(err))
+			return
+		}
+		if act := s.Policy.Action(a.ActionType); act == nil || !act.DecidesIn(policy.DecideInSlack) {
+			say(userMessage(approvals.ErrNotDecidedHere))
 			return
 		}
 		s.openRejectModal(ctx, in, b, a, say)
 		return
 	}
 	s.decide(ctx, in.ResponseURL, approvals.Decision{TokenHash: a.TokenHash, Decision: approvals.Approve, Who: who, Via: via,
-		PayloadHash: b.PayloadHash}, b, say)
+		PayloadHash: b.PayloadHash, Place: policy.DecideInSlack}, b, say)
 }
 
 // current reads the button's approval and says why it cannot be decided: unknown, of
@@ -199,7 +204,7 @@ func (s *Service) decide(ctx context.Context, responseURL string, d approvals.De
 // refusals, a fixed sentence for anything else (its text may name hosts or SQL).
 func userMessage(err error) string {
 	for _, known := range []error{errNotLinked, errAccountGone, errSignInAgain, approvals.ErrForbidden, approvals.ErrSelfApproval,
-		approvals.ErrPayloadChanged, approvals.ErrDecisionNotAllowed, approvals.ErrButtonVoid} {
+		approvals.ErrPayloadChanged, approvals.ErrNotDecidedHere, approvals.ErrDecisionNotAllowed, approvals.ErrButtonVoid} {
 		if errors.Is(err, known) {
 			msg := known.Error()
 			if !strings.Contains(msg, "nothing was decided") && !strings.Contains(msg, "Nothing was") {
@@ -292,7 +297,7 @@ func (s *Service) submitReject(ctx context.Context, in interaction, team, via st
 		return modalError(said), nil
 	}
 	if err := s.decide(ctx, p.ResponseURL, approvals.Decision{TokenHash: a.TokenHash, Decision: approvals.Reject, Reason: reason,
-		Who: who, Via: via, PayloadHash: p.Button.PayloadHash}, p.Button, say); err != nil {
+		Who: who, Via: via, PayloadHash: p.Button.PayloadHash, Place: policy.DecideInSlack}, p.Button, say); err != nil {
 		return modalError(said), nil
 	}
 	return nil, nil
