@@ -637,3 +637,66 @@ func TestSlackDoubleClick(t *testing.T) {
 		}
 	})
 }
+
+// TestSlackEscalation: the escalation role decides from Slack only once the approval
+// was escalated, as on the page; the escalation's own message carries the buttons.
+func TestSlackEscalation(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		s := newSlackStandin(t, h)
+		h.env.Policy.Action("email").Approval.Escalate = &policy.Escalate{After: policy.Duration(10 * time.Minute), Roles: []string{"support-manager"}}
+		h.addUser("boss", "support-manager")
+		h.linkSlack(s.team, "U4", "boss")
+		h.proposeSubject("se-1", "", "Escalate me")
+		value := parseSlackMessage(t, s.lastMessage()).buttons[approvals.SlackActionApprove]
+		ru := s.responseURL()
+		expect(t, s.click("U4", approvals.SlackActionApprove, value, ru), 200, "")
+		if got := s.postsTo(ru); len(got) != 1 || !strings.Contains(ephemeralText(t, got[0]), "not one of the approvers") {
+			t.Fatalf("before the escalation: %v", got)
+		}
+		h.env.Clock.Advance(11 * time.Minute)
+		if err := h.env.Approvals.Sweep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h.env.Approvals.WaitNotifications()
+		escalated := parseSlackMessage(t, s.lastMessage())
+		if !strings.Contains(escalated.raw, "Approval escalated") || escalated.buttons[approvals.SlackActionApprove] == "" {
+			t.Fatalf("the escalation's message: %s", escalated.raw)
+		}
+		ru = s.responseURL()
+		expect(t, s.click("U4", approvals.SlackActionApprove, escalated.buttons[approvals.SlackActionApprove], ru), 200, "")
+		if a := h.approvalOf("se-1"); a.Decision != approvals.Approve || a.ApproverSubject != "boss" {
+			t.Fatalf("after the escalation: %+v %v", a, s.postsTo(ru))
+		}
+	})
+}
+
+// TestSlackSingleSignOnPerson: a single sign-on person decides from Slack with the roles
+// of their last sign-in, only if it was within a session's lifetime (12 hours).
+func TestSlackSingleSignOnPerson(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, h *harness) {
+		s := newSlackStandin(t, h)
+		ctx := context.Background()
+		if err := (&slack.Service{Store: h.env.Store}).Link(ctx, s.team, "U8", "idp-7f3a", "", "cli:test"); err != nil {
+			t.Fatal(err)
+		}
+		h.proposeSubject("ss-1", "", "SSO")
+		value := parseSlackMessage(t, s.lastMessage()).buttons[approvals.SlackActionApprove]
+		seen := h.env.Clock.Now().Add(-13 * time.Hour)
+		if err := h.env.Store.PersonSeenPut(ctx, store.PersonSeen{Subject: "idp-7f3a", Roles: []string{"support-lead"}, SeenAt: seen}); err != nil {
+			t.Fatal(err)
+		}
+		ru := s.responseURL()
+		expect(t, s.click("U8", approvals.SlackActionApprove, value, ru), 200, "")
+		if got := s.postsTo(ru); len(got) != 1 || !strings.Contains(ephemeralText(t, got[0]), "within the last 12 hours") {
+			t.Fatalf("stale roles: %v", got)
+		}
+		if err := h.env.Store.PersonSeenPut(ctx, store.PersonSeen{Subject: "idp-7f3a", Roles: []string{"support-lead"}, SeenAt: h.env.Clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		ru = s.responseURL()
+		expect(t, s.click("U8", approvals.SlackActionApprove, value, ru), 200, "")
+		if a := h.approvalOf("ss-1"); a.Decision != approvals.Approve || a.ApproverSubject != "idp-7f3a" {
+			t.Fatalf("fresh roles: %+v %v", a, s.postsTo(ru))
+		}
+	})
+}
