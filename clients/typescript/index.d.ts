@@ -131,6 +131,16 @@ export class ApprovalNotFoundError extends APIError { static readonly code: 'app
 export class ApprovalNotPendingError extends APIError { static readonly code: 'approval_not_pending'; readonly code: 'approval_not_pending'; }
 /** 409: reissue: the approval is a review, which has no link (decide it with `POST /v1/reviews/{id}`) */
 export class NoLinkError extends APIError { static readonly code: 'no_link'; readonly code: 'no_link'; }
+/** 404: the Slack routes (`/integrations/slack/actions`, `/integrations/slack/commands`): the policy has no `slack` section ([approvals.md](approvals.md#decisions-in-slack)) */
+export class SlackNotConfiguredError extends APIError { static readonly code: 'slack_not_configured'; readonly code: 'slack_not_configured'; }
+/** 401: the Slack routes: the request is not signed with the Slack app's signing secret (or its body changed after signing); nothing in it was read */
+export class SlackSignatureInvalidError extends APIError { static readonly code: 'slack_signature_invalid'; readonly code: 'slack_signature_invalid'; }
+/** 401: the Slack routes: the request's timestamp is more than five minutes from airlock's clock; nothing in it was read */
+export class SlackRequestStaleError extends APIError { static readonly code: 'slack_request_stale'; readonly code: 'slack_request_stale'; }
+/** 409: the Slack routes: this signed request was already taken (by any instance); nothing was done again */
+export class SlackRequestReplayedError extends APIError { static readonly code: 'slack_request_replayed'; readonly code: 'slack_request_replayed'; }
+/** 403: the Slack routes: the Slack workspace is not in `slack.team_ids` */
+export class SlackTeamRefusedError extends APIError { static readonly code: 'slack_team_refused'; readonly code: 'slack_team_refused'; }
 /** 409: the action type is gated and this path cannot open an approval (the approvals service is off for it) */
 export class ApprovalRequiredError extends APIError { static readonly code: 'approval_required'; readonly code: 'approval_required'; }
 /** 404: the run has no work ledger yet (save one with `PUT /v1/runs/{key}/ledger`) */

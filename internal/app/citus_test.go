@@ -543,6 +543,17 @@ func citusRest(ctx context.Context, e *apptest.EffectsEnv, st *postgres.Store, a
 			return st.PersonSeenPut(ctx, store.PersonSeen{Subject: "cit-sso", Roles: []string{"support-lead"}, SeenAt: now})
 		},
 		func() error { _, err := st.PeopleSeen(ctx, now.Add(-time.Hour)); return err },
+		func() error { _, err := st.PersonSeenGet(ctx, "cit-sso"); return err },
+		func() error {
+			return st.SlackLinkPut(ctx, store.SlackLink{TeamID: "T1", UserID: "U1", Subject: "cit-sso", LinkedAt: now, LinkedBy: "cli:test"})
+		},
+		func() error { _, err := st.SlackLinkGet(ctx, "T1", "U1"); return err },
+		func() error { return st.SlackLinkDelete(ctx, "T1", "U1") },
+		func() error {
+			return st.SlackCodePut(ctx, store.SlackCode{CodeHash: "cit-code", Subject: "cit-sso", ExpiresAt: now.Add(time.Hour)})
+		},
+		func() error { _, err := st.SlackCodeTake(ctx, "cit-code", &now); return err },
+		func() error { _, err := st.SlackRequestSeen(ctx, "cit-sig", now, now.Add(-10*time.Minute)); return err },
 		func() error { _, err := st.ApprovalsDue(ctx, store.StepWarn, nil, 10); return err },
 		func() error {
 			_, err := st.ApprovalClaimStep(ctx, approvalID, store.StepWarn, nil)

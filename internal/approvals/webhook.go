@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,6 +113,13 @@ var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 // (mrkdwn objects would auto-link one). The fallback text is sent with mrkdwn off and
 // carries only the title, the key and the console link.
 func SlackPayload(c Card) ([]byte, error) {
+	text, blocks := slackBlocks(c, nil)
+	return json.Marshal(map[string]any{"text": text, "mrkdwn": false, "blocks": blocks})
+}
+
+// slackBlocks are SlackPayload's fallback text and blocks; extra blocks (decision
+// buttons: slackdecide.go) come before the link buttons.
+func slackBlocks(c Card, extra []any) (string, []any) {
 	var fields []map[string]any
 	for _, f := range c.facts() {
 		fields = append(fields,
@@ -125,13 +133,13 @@ func SlackPayload(c Card) ([]byte, error) {
 		blocks = append(blocks, map[string]any{"type": "section", "fields": fields[:n]})
 		fields = fields[n:]
 	}
+	blocks = append(blocks, extra...)
 	buttons := []any{map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the approval"}, "url": c.Link}}
 	if c.SourceURL != "" {
 		buttons = append(buttons, map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the source record"}, "url": c.SourceURL})
 	}
 	blocks = append(blocks, map[string]any{"type": "actions", "elements": buttons})
-	text := slackEscape.Replace(c.Title + " for " + c.Key + ": " + c.Link)
-	return json.Marshal(map[string]any{"text": text, "mrkdwn": false, "blocks": blocks})
+	return slackEscape.Replace(c.Title + " for " + c.Key + ": " + c.Link), blocks
 }
 
 // orDash is v, or "-" for an empty value (a text object must not be empty).
@@ -196,7 +204,7 @@ func TeamsEscape(s string) string {
 
 // notifyWebhooks posts the card c to each webhook its action type names, each in its own
 // goroutine (retries wait; the request that opened the approval does not).
-func (s *Service) notifyWebhooks(ctx context.Context, c Card, a *policy.Action, log *slog.Logger) {
+func (s *Service) notifyWebhooks(ctx context.Context, c Card, ap store.Approval, a *policy.Action, log *slog.Logger) {
 	for _, name := range a.Notify {
 		w := s.policy.Notify.Webhooks[name]
 		if w == nil || w.URL == "" {
@@ -205,7 +213,7 @@ func (s *Service) notifyWebhooks(ctx context.Context, c Card, a *policy.Action, 
 		s.webhooks.Add(1)
 		go func() {
 			defer s.webhooks.Done()
-			s.postWebhook(context.WithoutCancel(ctx), w, c, log)
+			s.postWebhook(context.WithoutCancel(ctx), w, c, ap, a, log)
 		}()
 	}
 }
@@ -213,10 +221,13 @@ func (s *Service) notifyWebhooks(ctx context.Context, c Card, a *policy.Action, 
 // WaitNotifications waits for the webhook posts under way (tests, shutdown).
 func (s *Service) WaitNotifications() { s.webhooks.Wait() }
 
-func (s *Service) postWebhook(ctx context.Context, w *policy.Webhook, c Card, log *slog.Logger) {
+func (s *Service) postWebhook(ctx context.Context, w *policy.Webhook, c Card, ap store.Approval, a *policy.Action, log *slog.Logger) {
 	build := SlackPayload
-	if w.Format == policy.WebhookTeams {
-		build = TeamsPayload
+	switch {
+	case w.Format == policy.WebhookTeams:
+		build = TeamsPayload // Teams keeps the link-out card
+	case a.DecidesIn(policy.DecideInSlack) && ap.Mode != ModeReview && !slices.Equal(ap.AllowedDecisions, []string{Cancel}):
+		build = func(c Card) ([]byte, error) { return SlackDecisionPayload(c, ap) }
 	}
 	body, err := build(c)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/validation"
 )
@@ -85,6 +86,11 @@ var errorTable = []struct {
 	{ledger.ErrNotPlanned, http.StatusConflict, "not_planned"},
 	{ledger.ErrNotSettled, http.StatusConflict, "not_settled"}, // with Retry-After: toAPIError
 	{fleet.ErrLevelBehind, http.StatusServiceUnavailable, "writer_level_behind"},
+	{slack.ErrNotConfigured, http.StatusNotFound, "slack_not_configured"},
+	{slack.ErrSignature, http.StatusUnauthorized, "slack_signature_invalid"},
+	{slack.ErrStale, http.StatusUnauthorized, "slack_request_stale"},
+	{slack.ErrReplayed, http.StatusConflict, "slack_request_replayed"},
+	{slack.ErrTeam, http.StatusForbidden, "slack_team_refused"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }

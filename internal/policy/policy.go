@@ -83,6 +83,9 @@ type Policy struct {
 
 	// MCP configures the `airlock mcp` gateway (optional; see mcp.go).
 	MCP *MCP `yaml:"mcp"`
+
+	// Slack configures decisions in Slack (optional; see slack.go).
+	Slack *Slack `yaml:"slack"`
 }
 
 // Console maps people to console roles, by role (local accounts' roles, or OIDC claims
@@ -340,6 +343,9 @@ type ApprovalSteps struct {
 	WarnBefore Duration `yaml:"warn_before"`
 	// Escalate, when set, lets Roles also decide after After, and announces it.
 	Escalate *Escalate `yaml:"escalate"`
+	// DecideIn are the places a decision may be made: page (always, the default) and
+	// slack (buttons in the Slack message; see slack.go).
+	DecideIn []string `yaml:"decide_in"`
 }
 
 // Escalate is the escalation of a pending approval to a second role.

@@ -41,6 +41,10 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 	}
 	p.OIDC.validate("oidc", &e, lookupEnv)
 	p.MCP.validate(p, &e)
+	p.Slack.validate("slack", &e, lookupEnv)
+	for _, name := range p.ActionNames() {
+		p.validateDecideIn("actions."+name+".approval.decide_in", p.Actions[name], &e)
+	}
 	if len(e) > 0 {
 		return errors.New(strings.Join(e, "; "))
 	}

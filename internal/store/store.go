@@ -259,6 +259,7 @@ type Queries interface {
 	RunListQueries
 	StuckQueries
 	AlertQueries
+	SlackQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)

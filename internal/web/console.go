@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -32,6 +33,8 @@ type Console struct {
 	Failures *failures.Service
 	Audit    *audit.Service
 	Policy   *policy.Policy
+	// Slack gives link codes (the Link Slack page); nil or unconfigured: the page says so.
+	Slack *slack.Service
 }
 
 // EnableConsole serves the operator console at /console (Register adds its routes).
@@ -45,7 +48,8 @@ func (w *Web) EnableConsole(c Console) {
 // ConsolePatterns lists the console's routes (the OpenAPI test documents them).
 var ConsolePatterns = []string{"GET /console", "GET /console/approvals/{id}", "POST /console/approvals/{id}", "POST /console/approvals/{id}/reissue",
 	"GET /console/effects", "POST /console/effects/{id}/resolve", "GET /console/parked", "POST /console/runs/{key}/unpark",
-	"GET /console/runs", "GET /console/approvals", "GET /console/stuck", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
+	"GET /console/runs", "GET /console/approvals", "GET /console/stuck", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week",
+	"GET /console/slack", "POST /console/slack/code"}
 
 // consolePageSize is the rows of one page of a console list.
 const consolePageSize = 50
@@ -308,6 +312,8 @@ func (w *Web) registerConsole(mux *http.ServeMux) {
 	mux.Handle("GET /console/kill-switch", w.consoleView(levelOperator, w.consoleKillSwitch))
 	mux.Handle("POST /console/kill-switch", w.consoleAction(levelAdmin, w.consoleSetKillSwitch))
 	mux.Handle("GET /console/week", w.consoleView(levelOperator, w.consoleWeek))
+	mux.Handle("GET /console/slack", w.consoleView(levelPerson, w.consoleSlack))
+	mux.Handle("POST /console/slack/code", w.consoleAction(levelPerson, w.consoleSlackCode))
 }
 
 // actor is how a console action is recorded: the person, and where they acted.
@@ -758,4 +764,47 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) err
 		}
 	}
 	return w.renderConsole(rw, http.StatusOK, "console_week.html", p)
+}
+
+// ---- Link Slack ----
+
+type slackPage struct {
+	consoleFrame
+	Configured bool
+	Code       string
+	Expires    time.Time
+}
+
+func (w *Web) slackConfigured() bool {
+	s := w.console.Slack
+	return s != nil && s.Policy != nil && s.Policy.Slack != nil && s.Policy.Slack.SigningSecret != ""
+}
+
+// consoleSlack is the Link Slack page: the signed-in person asks for a one-time code.
+func (w *Web) consoleSlack(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	return w.renderConsole(rw, http.StatusOK, "console_slack.html", slackPage{consoleFrame: w.frame(r, v, "Link Slack", "slack"),
+		Configured: w.slackConfigured()})
+}
+
+// consoleSlackCode gives the signed-in person a one-time link code, shown once (only its
+// hash is stored): the link completes when the same code comes back in a Slack request
+// signed with the app's secret (/airlock link CODE).
+func (w *Web) consoleSlackCode(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := slackPage{consoleFrame: w.frame(r, v, "Link Slack", "slack"), Configured: w.slackConfigured()}
+	if !p.Configured {
+		return w.renderConsole(rw, http.StatusNotFound, "console_slack.html", p)
+	}
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return w.consoleRefusal(r, v, http.StatusForbidden, "Sign in first", "You are not signed in. Nothing was changed.", "/login")
+	}
+	who, account, err := w.sessions.Account(r.Context(), c.Value)
+	if err != nil {
+		return fmt.Errorf("link slack: %w", err)
+	}
+	p.Code, p.Expires, err = w.console.Slack.NewCode(r.Context(), who.Subject, account)
+	if err != nil {
+		return fmt.Errorf("link slack: %w", err)
+	}
+	return w.renderConsole(rw, http.StatusOK, "console_slack.html", p)
 }

@@ -432,6 +432,36 @@ class NoLinkError(APIError):
     code = "no_link"
 
 
+class SlackNotConfiguredError(APIError):
+    r"""404: the Slack routes (`/integrations/slack/actions`, `/integrations/slack/commands`): the policy has no `slack` section ([approvals.md](approvals.md#decisions-in-slack))"""
+
+    code = "slack_not_configured"
+
+
+class SlackSignatureInvalidError(APIError):
+    r"""401: the Slack routes: the request is not signed with the Slack app's signing secret (or its body changed after signing); nothing in it was read"""
+
+    code = "slack_signature_invalid"
+
+
+class SlackRequestStaleError(APIError):
+    r"""401: the Slack routes: the request's timestamp is more than five minutes from airlock's clock; nothing in it was read"""
+
+    code = "slack_request_stale"
+
+
+class SlackRequestReplayedError(APIError):
+    r"""409: the Slack routes: this signed request was already taken (by any instance); nothing was done again"""
+
+    code = "slack_request_replayed"
+
+
+class SlackTeamRefusedError(APIError):
+    r"""403: the Slack routes: the Slack workspace is not in `slack.team_ids`"""
+
+    code = "slack_team_refused"
+
+
 class ApprovalRequiredError(APIError):
     r"""409: the action type is gated and this path cannot open an approval (the approvals service is off for it)"""
 
