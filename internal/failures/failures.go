@@ -322,8 +322,10 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 				return err
 			}
 		case rule.Retry == policy.RetryNever:
-			d.Decision, d.Reason = DecisionTerminal, "never"
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried", nil, map[string]any{"class": req.Class})
+			// Nothing will answer this run now: a person hears of it, as of a retry cap.
+			d.Decision, d.Reason, alert = DecisionTerminal, "never", "failure_not_retried"
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried",
+				map[string]any{"class": req.Class, "attempts": d.Attempts}, map[string]any{"class": req.Class})
 		case d.Attempts >= rule.MaxAttempts:
 			d.Decision, d.Reason, alert = DecisionTerminal, "retry_cap", "retry_cap"
 			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventRetryCap, run.Version, "airlock", nil,

@@ -230,8 +230,19 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	res := ClaimResult{Claimed: out.Claimed, Reclaimed: out.Reclaimed(), Run: out.Run}
 	switch {
 	case out.Mismatch:
-		// Recorded and committed; the run itself did not change.
+		// Recorded and committed; the run itself did not change. A person hears of it
+		// (alert payload_mismatch): the source sent the business event edited, and no
+		// delivery of this key will act on the new version; they decide (replace the run,
+		// answer by hand, or nothing).
 		s.count("payload_mismatch")
+		err := s.store.Transact(ctx, func(q store.Queries) error {
+			return Alert(ctx, q, s.At(), req.Key, out.Run.Version, "payload_mismatch",
+				map[string]any{"payload_hash": req.PayloadHash, "state": string(out.Run.State)})
+		})
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("claim %q: alert the payload mismatch: %w", req.Key, err)
+		}
+		s.alerts.Wake()
 		return res, fmt.Errorf("claim %q: %w", req.Key, ErrPayloadMismatch)
 	case res.Reclaimed:
 		s.count("reclaimed")
@@ -356,6 +367,10 @@ type TransitionRequest struct {
 	LeaseRequest
 	To     store.State
 	Result json.RawMessage
+	// Alert, with To failed_terminal, raises an alert (kind workflow_gave_up) with this
+	// reason: a client that gives up on a run says so to a person, not only in the run's
+	// result.
+	Alert string
 }
 
 // Transition is a client's move of a run it holds the lease on.
@@ -368,6 +383,9 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 	}
 	if req.Result != nil && !terminal(req.To) {
 		return store.Run{}, &FieldError{Field: "result", Msg: "only a terminal state (completed, failed_terminal) stores a result"}
+	}
+	if req.Alert != "" && req.To != store.StateFailedTerminal {
+		return store.Run{}, &FieldError{Field: "alert", Msg: "only a move to failed_terminal raises an alert"}
 	}
 	var run store.Run
 	err := s.store.Transact(ctx, func(q store.Queries) error {
@@ -403,13 +421,22 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		if err := Event(ctx, q, now, run.Key, store.EventTransition, run.Version, req.Actor, req.Meta, detail); err != nil {
 			return err
 		}
-		if req.To == store.StateFailedTerminal {
-			return CancelPending(ctx, q, now, run.Key)
+		if req.To != store.StateFailedTerminal {
+			return nil
 		}
-		return nil
+		if err := CancelPending(ctx, q, now, run.Key); err != nil {
+			return err
+		}
+		if req.Alert == "" {
+			return nil
+		}
+		return Alert(ctx, q, now, run.Key, run.Version, "workflow_gave_up", map[string]any{"reason": req.Alert})
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("transition %q: %w", req.Key, err)
+	}
+	if req.Alert != "" {
+		s.alerts.Wake()
 	}
 	return run, nil
 }
