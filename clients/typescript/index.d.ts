@@ -85,6 +85,7 @@ export class LedgerNotFoundError extends APIError { static readonly code: 'ledge
 export class InvariantsChangedError extends APIError { static readonly code: 'invariants_changed'; readonly code: 'invariants_changed'; }
 export class ReconcileFirstError extends APIError { static readonly code: 'reconcile_first'; readonly code: 'reconcile_first'; }
 export class InputMismatchError extends APIError { static readonly code: 'input_mismatch'; readonly code: 'input_mismatch'; }
+export class EffectRejectedError extends APIError { static readonly code: 'effect_rejected'; readonly code: 'effect_rejected'; }
 export class NotPlannedError extends APIError { static readonly code: 'not_planned'; readonly code: 'not_planned'; }
 export class NotSettledError extends APIError { static readonly code: 'not_settled'; readonly code: 'not_settled'; }
 export class InvalidLedgerError extends APIError { static readonly code: 'invalid_ledger'; readonly code: 'invalid_ledger'; }

@@ -35,6 +35,11 @@ actions:
     connector: worker
     gate: approve_before_act
     approvers: {roles: [lead]}
+  note_delete:
+    connector: worker
+    gate: approve_before_act
+    approvers: {roles: [lead]}
+    approval: {on_reject: skip_effect}
 mcp:
   upstreams:
     notes:
@@ -51,6 +56,7 @@ mcp:
         slow_write: {effect: note_write}
         write_blob: {effect: note_write}
         write_big: {effect: note_write}
+        delete_note: {effect: note_delete}
 `
 
 // lease is short so a restarted gateway takes its run over soon after its predecessor
@@ -108,6 +114,7 @@ func newUpstream() *upstream {
 	})
 	u.addSlow()
 	u.addReads()
+	add("delete_note", func(args map[string]any) *mcp.CallToolResult { return text(fmt.Sprintf("deleted %v", args["id"])) })
 	add("delete_all", func(map[string]any) *mcp.CallToolResult { u.notes = nil; return text("deleted") })
 	// Results PostgreSQL cannot store as they are (a NUL), or larger than a body limit.
 	add("write_blob", func(args map[string]any) *mcp.CallToolResult {
@@ -379,8 +386,8 @@ func TestReadPassesThroughAndUnclassifiedIsRefused(t *testing.T) {
 				t.Errorf("the unclassified tool is listed without saying it is refused: %q", tool.Description)
 			}
 		}
-		if len(names) != 10 {
-			t.Errorf("the gateway lists %v; want the upstream's 10 tools", names)
+		if len(names) != 11 {
+			t.Errorf("the gateway lists %v; want the upstream's 11 tools", names)
 		}
 		r := e.mustOK("read_note", map[string]any{"id": 7})
 		if text(r) != "note 7" || e.up.count("read_note") != 1 {

@@ -2,7 +2,11 @@ package mcpgw
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/client"
@@ -67,7 +71,7 @@ func (g *Gateway) claim(ctx context.Context, runID string, wait bool) (string, e
 			return "", refuse("approval_pending", "run %s waits for a person (an approval, or a decision on an effect): nothing was done; call again after the decision. An approval's link was in the answer to the call that asked for it; an operator can re-issue it from the console", runID)
 		case client.StateProcessing:
 		default:
-			return "", refuse("run_finished", "run %s is %s: no more effects are performed in it", runID, c.State)
+			return "", refuse("run_finished", "%s", finished(runID, c))
 		}
 		if time.Now().After(deadline) {
 			return "", refuse("lease_held", "run %s is held by another process's lease (perhaps this agent's before it restarted); it lapses within the lease time: call again", runID)
@@ -117,4 +121,21 @@ func (g *Gateway) hold(rs *runState, runID string, c client.Claim) {
 			}
 		}
 	}()
+}
+
+// finished says why a run takes no more effects; a rejected run names who rejected it and
+// why, so the model can tell the user (the approver's reason is the point of a reject).
+func finished(runID string, c client.Claim) string {
+	var r struct {
+		RejectedBy string `json:"rejected_by"`
+		Reason     string `json:"reason"`
+	}
+	if c.State == client.StateRejected && json.Unmarshal(c.Result, &r) == nil && r.RejectedBy != "" {
+		why := "no reason given"
+		if strings.TrimSpace(r.Reason) != "" {
+			why = strconv.Quote(r.Reason)
+		}
+		return fmt.Sprintf("run %s was rejected by %s (%s): no more effects are performed in it. Its action type ends the run on a reject (approval.on_reject: end_run)", runID, r.RejectedBy, why)
+	}
+	return fmt.Sprintf("run %s is %s: no more effects are performed in it", runID, c.State)
 }

@@ -19,7 +19,9 @@ import (
 // settled means cleared: plan again.
 func (g *Gateway) reconcile(ctx context.Context, tc *toolCall, owner string) (bool, *mcp.CallToolResult, error) {
 	runID, effectID, call := tc.runID, tc.effectID, tc.rec
-	person := fmt.Sprintf("effect %s of run %s was planned but never confirmed (or its outcome is unknown): it may or may not have happened, so it is not sent again. A person checks and resolves it (airlock effects list --state unknown; airlock effects resolve ID --outcome sent|not_sent).", effectID, runID)
+	person := fmt.Sprintf("effect %s of run %s was planned but never confirmed (or its outcome is unknown): it may or may not have happened, so it is not sent again. "+
+		"A person checks upstream %s for what %s with these arguments would have made or changed (the effect's record holds them) and resolves it "+
+		"(airlock effects list --state unknown; airlock effects resolve ID --outcome sent|not_sent).", effectID, runID, tc.route.upstream, tc.name)
 	var found []string
 	undetermined := true
 	if l := tc.route.tool.Lookup; l != nil {

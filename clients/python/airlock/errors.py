@@ -295,6 +295,10 @@ class NotPlannedError(APIError):
     code = "not_planned"
 
 
+class EffectRejectedError(APIError):
+    code = "effect_rejected"
+
+
 class NotSettledError(APIError):
     code = "not_settled"
 
