@@ -66,6 +66,9 @@ type Gateway struct {
 	// pending holds the approval link of each effect waiting for a person (by run and
 	// effect id), so a repeated call can show it again; airlock keeps only its hash.
 	pending map[string]pendingApproval
+	// links maps the URI of each resource link a tool returned to its upstream, so a
+	// resource created at run time can be read back through the gateway.
+	links map[string]string
 }
 
 type pendingApproval struct {
@@ -115,8 +118,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{opts: o, ups: map[string]*mcp.ClientSession{}, routes: map[string]route{}, runs: map[string]*runState{},
-		pending: map[string]pendingApproval{}, progress: progressRelay{calls: map[string]progressTarget{}}}
+		pending: map[string]pendingApproval{}, links: map[string]string{}, progress: progressRelay{calls: map[string]progressTarget{}}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp", Version: "1"}, nil)
+	g.server.AddReceivingMiddleware(g.readLinked)
 	resources, prompts := map[string]string{}, map[string]string{}
 	for _, name := range sortedUpstreams(o.Policy.MCP.Upstreams) {
 		u := o.Policy.MCP.Upstreams[name]
@@ -275,6 +279,7 @@ func (g *Gateway) handler(name string, r route) mcp.ToolHandler {
 			// Recorded even when the agent gave up on the call: it was handled.
 			g.record(context.WithoutCancel(ctx), runID, call)
 		}
+		g.noteLinks(r.upstream, res)
 		return res, err
 	}
 }

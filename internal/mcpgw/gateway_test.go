@@ -57,6 +57,7 @@ mcp:
         write_blob: {effect: note_write}
         write_big: {effect: note_write}
         delete_note: {effect: note_delete}
+        write_report: {effect: note_write}
 `
 
 // lease is short so a restarted gateway takes its run over soon after its predecessor
@@ -114,6 +115,15 @@ func newUpstream() *upstream {
 	})
 	u.addSlow()
 	u.addReads()
+	// write_report creates a resource at run time (in no list read at start) and links it.
+	add("write_report", func(args map[string]any) *mcp.CallToolResult {
+		uri := fmt.Sprintf("notes://report/%v", args["name"])
+		u.server.AddResource(&mcp.Resource{URI: uri, Name: "report", MIMEType: "text/plain"},
+			func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "text/plain", Text: "the report " + uri}}}, nil
+			})
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "wrote " + uri}, &mcp.ResourceLink{URI: uri, Name: "report"}}}
+	})
 	add("delete_note", func(args map[string]any) *mcp.CallToolResult { return text(fmt.Sprintf("deleted %v", args["id"])) })
 	add("delete_all", func(map[string]any) *mcp.CallToolResult { u.notes = nil; return text("deleted") })
 	// Results PostgreSQL cannot store as they are (a NUL), or larger than a body limit.
@@ -386,8 +396,8 @@ func TestReadPassesThroughAndUnclassifiedIsRefused(t *testing.T) {
 				t.Errorf("the unclassified tool is listed without saying it is refused: %q", tool.Description)
 			}
 		}
-		if len(names) != 11 {
-			t.Errorf("the gateway lists %v; want the upstream's 11 tools", names)
+		if len(names) != 12 {
+			t.Errorf("the gateway lists %v; want the upstream's 12 tools", names)
 		}
 		r := e.mustOK("read_note", map[string]any{"id": 7})
 		if text(r) != "note 7" || e.up.count("read_note") != 1 {

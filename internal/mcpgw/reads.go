@@ -78,3 +78,44 @@ func (g *Gateway) recordRead(ctx context.Context, what, upstream string, err err
 	}
 	g.record(context.WithoutCancel(ctx), g.opts.RunID, call)
 }
+
+// noteLinks remembers the resource links in a tool's result (also one answered from the
+// ledger) as its upstream's: a resource created at run time is in no list read at start.
+func (g *Gateway) noteLinks(upstream string, res *mcp.CallToolResult) {
+	if res == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range res.Content {
+		if l, ok := c.(*mcp.ResourceLink); ok && l.URI != "" {
+			g.links[l.URI] = upstream
+		}
+	}
+}
+
+// readLinked serves a resources/read that no listed resource or template answers from
+// the upstream whose tool returned a link to that URI: the resource was created at run
+// time (a file written, a report made). A URI no tool linked to stays unknown: the agent
+// reads only what the upstreams listed or handed out.
+func (g *Gateway) readLinked(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		rr, ok := req.(*mcp.ReadResourceRequest)
+		if err == nil || method != "resources/read" || !ok || rr.Params == nil {
+			return res, err
+		}
+		g.mu.Lock()
+		upstream, linked := g.links[rr.Params.URI]
+		g.mu.Unlock()
+		if !linked {
+			return res, err
+		}
+		out, rerr := g.ups[upstream].ReadResource(ctx, &mcp.ReadResourceParams{URI: rr.Params.URI})
+		g.recordRead(ctx, "resources/read", upstream, rerr)
+		if rerr != nil {
+			return nil, rerr
+		}
+		return out, nil
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/mcpgw"
@@ -127,6 +129,49 @@ func TestUnknownEffectKeepsItsArguments(t *testing.T) {
 		r := e.mustOK("write_note", args)
 		if m, _ := r.Meta[mcpgw.ReplayedMeta].(map[string]any); m["result_recorded"] != false || strings.Contains(text(r), "refund of order 7") {
 			t.Errorf("the replay passes the input off as a result: %q %v", text(r), r.Meta)
+		}
+	})
+}
+
+// A resource a tool creates at run time is read back through the gateway by the link the
+// tool returned (also when the call is answered from the ledger, after a restart); a URI
+// no tool linked to and no upstream listed stays unknown.
+func TestResourceCreatedAtRunTimeIsReadByItsLink(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.startAgent()
+		ctx := context.Background()
+		link := func(r *mcp.CallToolResult) string {
+			for _, c := range r.Content {
+				if l, ok := c.(*mcp.ResourceLink); ok {
+					return l.URI
+				}
+			}
+			t.Fatalf("no resource link in %q", text(r))
+			return ""
+		}
+		uri := link(e.mustOK("write_report", map[string]any{"name": "q3"}))
+		r, err := e.agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+		if err != nil {
+			t.Fatalf("read %s: %v", uri, err)
+		}
+		if len(r.Contents) != 1 || r.Contents[0].Text != "the report "+uri {
+			t.Errorf("read %s: %+v", uri, r.Contents)
+		}
+		if _, err := e.agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: "notes://report/never-linked"}); err == nil {
+			t.Error("a URI no tool linked to was read")
+		}
+		e.restartAgent()
+		if again := link(e.mustOK("write_report", map[string]any{"name": "q3"})); again != uri {
+			t.Fatalf("replayed link %q, want %q", again, uri)
+		}
+		if _, err := e.agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri}); err != nil {
+			t.Errorf("read %s after a restart, by the replayed link: %v", uri, err)
+		}
+		if n := e.up.count("write_report"); n != 1 {
+			t.Errorf("write_report performed %d times", n)
+		}
+		if got := strings.Join(e.decisions(), ","); !strings.Contains(got, "resources/read:passed") {
+			t.Errorf("the read is not on the run: %s", got)
 		}
 	})
 }
