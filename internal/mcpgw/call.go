@@ -326,7 +326,7 @@ func (g *Gateway) execute(ctx context.Context, tc *toolCall, owner string) (*mcp
 	if err := g.hook("mcp_after_plan"); err != nil {
 		return nil, err
 	}
-	params := &mcp.CallToolParams{Name: tc.name, Arguments: tc.args}
+	params := &mcp.CallToolParams{Name: tc.name, Arguments: tc.args, Meta: traceMeta(ctx)}
 	done := g.progress.forward(tc.req, params)
 	res, err := g.ups[upstream].CallTool(ctx, params)
 	done()

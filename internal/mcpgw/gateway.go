@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // Options configure a gateway.
@@ -49,6 +51,12 @@ type Options struct {
 	// Hook, when set, is called at "mcp_after_plan" and "mcp_after_upstream"; an error
 	// ends the call there, as a crash would (tests).
 	Hook func(point string) error
+	// Pins are the accepted tool definitions (LoadPins); nil checks none. With pins, a
+	// tool whose definition differs from its pin is refused (tool_changed).
+	Pins *Pins
+	// Tracer, when set, traces each tool call ("tools/call {tool}", a child of the
+	// traceparent in the call's _meta) and passes the trace on upstream and to airlock.
+	Tracer *tracing.Tracer
 }
 
 // Gateway is a running gateway; serve Server() over any MCP transport.
@@ -79,6 +87,8 @@ type pendingApproval struct {
 type route struct {
 	upstream string
 	tool     *policy.Tool // nil: unclassified
+	def      *mcp.Tool    // the upstream's definition, as last listed
+	changed  string       // why the definition is not the accepted one ("" when it is)
 }
 
 // runState is what the gateway knows of one run: the lease it holds, if any.
@@ -105,8 +115,19 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Tracer != nil {
+		// The gateway's calls to airlock carry its span's trace: airlock's spans join it.
+		c := *o.Client
+		hc := http.Client{Timeout: 30 * time.Second}
+		if c.HTTP != nil {
+			hc = *c.HTTP
+		}
+		hc.Transport = tracing.Transport(hc.Transport)
+		c.HTTP = &hc
+		o.Client = &c
+	}
 	if o.Connect == nil {
-		o.Connect = connect
+		o.Connect = dial
 	}
 	if o.RunID == "" {
 		for _, u := range o.Policy.MCP.Upstreams {
@@ -129,32 +150,55 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 			g.Close()
 			return nil, fmt.Errorf("upstream %s: %w", name, err)
 		}
+		session := make(chan *mcp.ClientSession, 1)
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: "1"},
-			&mcp.ClientOptions{ProgressNotificationHandler: g.progress.relay}).Connect(ctx, t, nil)
+			&mcp.ClientOptions{ProgressNotificationHandler: g.progress.relay,
+				ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+					// Not on the session's own goroutine: relist calls the upstream.
+					go func() {
+						cs := <-session
+						session <- cs
+						g.relist(context.Background(), name, cs)
+					}()
+				}}).Connect(ctx, t, nil)
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("upstream %s: connect: %w", name, err)
 		}
 		g.ups[name] = cs
+		session <- cs
 		for tool, err := range cs.Tools(ctx, nil) {
 			if err != nil {
 				g.Close()
 				return nil, fmt.Errorf("upstream %s: list tools: %w", name, err)
 			}
-			if prev, ok := g.routes[tool.Name]; ok {
+			g.mu.Lock() // an upstream's list_changed may already be relisting
+			prev, dup := g.routes[tool.Name]
+			r := route{upstream: name, tool: u.Tools[tool.Name], def: tool, changed: g.checkPin(name, tool)}
+			if !dup {
+				g.routes[tool.Name] = r
+			}
+			g.mu.Unlock()
+			if dup {
 				g.Close()
 				return nil, fmt.Errorf("tool %s is offered by upstreams %s and %s: the gateway lists one tool per name", tool.Name, prev.upstream, name)
 			}
-			r := route{upstream: name, tool: u.Tools[tool.Name]}
-			g.routes[tool.Name] = r
 			listed := *tool
-			if r.tool == nil {
+			switch {
+			case r.tool == nil:
 				listed.Description = "(airlock: this tool is not classified in the policy; every call is refused) " + listed.Description
+			case r.changed != "":
+				o.Log.Warn("an upstream tool's definition is not the accepted one: its calls are refused (tool_changed) until an operator accepts the catalogue again (airlock mcp tools --accept)",
+					"upstream", name, "tool", tool.Name, "changed", r.changed)
+				listed.Description = "(airlock: this tool's definition changed since it was accepted; every call is refused) " + listed.Description
 			}
-			g.server.AddTool(&listed, g.handler(tool.Name, r))
+			g.server.AddTool(&listed, g.handler(tool.Name))
 		}
 		for tn := range u.Tools {
-			if _, ok := g.routes[tn]; !ok {
+			g.mu.Lock()
+			_, ok := g.routes[tn]
+			g.mu.Unlock()
+			if !ok {
 				o.Log.Warn("a tool the policy classifies is not offered by its upstream", "upstream", name, "tool", tn)
 			}
 		}
@@ -229,9 +273,9 @@ type heldLease struct {
 	version      int64
 }
 
-// connect spawns the upstream's command (environment: the gateway's, without AIRLOCK_*
+// dial spawns the upstream's command (environment: the gateway's, without AIRLOCK_*
 // variables such as the API key, plus the policy's env) or dials its URL.
-func connect(_ context.Context, u *policy.Upstream) (mcp.Transport, error) {
+func dial(_ context.Context, u *policy.Upstream) (mcp.Transport, error) {
 	if u.URL != "" {
 		return &mcp.StreamableClientTransport{Endpoint: u.URL}, nil
 	}
@@ -248,22 +292,39 @@ func connect(_ context.Context, u *policy.Upstream) (mcp.Transport, error) {
 	return &mcp.CommandTransport{Command: cmd}, nil
 }
 
-func (g *Gateway) handler(name string, r route) mcp.ToolHandler {
+func (g *Gateway) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		g.mu.Lock()
+		r := g.routes[name]
+		g.mu.Unlock()
+		ctx, end := g.opts.Tracer.MCPToolCall(ctx, req.Params.Meta, name)
+		var call client.ToolCall
+		var res *mcp.CallToolResult
+		var err error
+		defer func() { end(err != nil || (res != nil && res.IsError), call.Decision) }()
 		args := json.RawMessage(req.Params.Arguments)
 		if len(args) == 0 || string(args) == "null" {
 			args = json.RawMessage("{}")
 		}
-		call := client.ToolCall{Tool: name, Upstream: r.upstream}
-		var res *mcp.CallToolResult
-		var err error
+		call = client.ToolCall{Tool: name, Upstream: r.upstream}
 		switch {
 		case r.tool == nil:
 			call.Class, call.Decision = "unclassified", "refused_unclassified"
 			res = toolError(refuse("unclassified_tool", "the tool %s is not classified in airlock's policy (mcp.upstreams.%s.tools): add it as read or as an effect", name, r.upstream))
+		case r.changed != "":
+			call.Class, call.Action, call.Decision = "effect", r.tool.Effect, "tool_changed"
+			if r.tool.Read {
+				call.Class = "read"
+			}
+			res = toolError(refuse("tool_changed", "the tool %s of upstream %s is not the one an operator accepted: %s. Nothing was done; an operator reviews the change and accepts the catalogue again (airlock mcp tools --accept)", name, r.upstream, r.changed))
+		case r.tool.Read && annotatedDestructive(r.def):
+			// An annotation makes a call stricter, never looser: a tool the policy calls a
+			// read but its upstream calls destructive is not passed through unrecorded.
+			call.Class, call.Decision = "read", "annotated_destructive"
+			res = toolError(refuse("annotated_destructive", "the policy classifies %s as read, but upstream %s annotates it destructiveHint: true: nothing was done. Classify it as an effect (mcp.upstreams.%s.tools.%s)", name, r.upstream, r.upstream, name))
 		case r.tool.Read:
 			call.Class = "read"
-			params := &mcp.CallToolParams{Name: name, Arguments: args}
+			params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: traceMeta(ctx)}
 			done := g.progress.forward(req, params)
 			res, err = g.ups[r.upstream].CallTool(ctx, params)
 			done()
@@ -366,4 +427,15 @@ func sortedUpstreams(m map[string]*policy.Upstream) []string {
 		}
 	}
 	return out
+}
+
+// traceMeta is the _meta of a request the gateway sends upstream: the trace context of
+// its span for the call, so the upstream's spans join the agent's trace.
+func traceMeta(ctx context.Context) mcp.Meta {
+	m := mcp.Meta{}
+	tracing.InjectMeta(ctx, m)
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 const testPolicy = `
@@ -75,6 +76,7 @@ type upstream struct {
 	// release, and reports whether its context was cancelled meanwhile on finished.
 	started, release chan struct{}
 	finished         chan bool
+	traceparents     []string // the traceparent in each call's _meta, in order
 }
 
 func newUpstream() *upstream {
@@ -88,6 +90,9 @@ func newUpstream() *upstream {
 			u.mu.Lock()
 			defer u.mu.Unlock()
 			u.calls[name]++
+			if tp, ok := req.Params.Meta["traceparent"].(string); ok {
+				u.traceparents = append(u.traceparents, tp)
+			}
 			return fn(args), nil
 		})
 	}
@@ -180,6 +185,8 @@ type env struct {
 	progress chan *mcp.ProgressNotificationParams
 	// cancelled, when set, is told when the gateway receives the agent's cancellation.
 	cancelled chan struct{}
+	pins      *mcpgw.Pins     // the accepted tool definitions the gateway checks (nil: none)
+	tracer    *tracing.Tracer // traces airlock and the gateway (nil: neither)
 }
 
 func newEnv(t testing.TB, b storetest.Backend) *env {
@@ -204,7 +211,7 @@ func (e *env) startAirlock() {
 	if e.srv != nil {
 		e.srv.Close()
 	}
-	srv, err := airlocktest.StartWith(context.Background(), e.st, testPolicy, airlocktest.Options{MaxBodyBytes: e.maxBody})
+	srv, err := airlocktest.StartWith(context.Background(), e.st, testPolicy, airlocktest.Options{MaxBodyBytes: e.maxBody, Tracer: e.tracer})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -231,20 +238,14 @@ func (e *env) startAgent() {
 	if e.wait > 0 {
 		w = e.wait
 	}
-	gw, err := mcpgw.New(ctx, mcpgw.Options{Policy: e.pol, Client: c, RunID: "agent-run-1", Lease: l, Wait: w,
+	gw, err := mcpgw.New(ctx, mcpgw.Options{Policy: e.pol, Client: c, RunID: "agent-run-1", Lease: l, Wait: w, Pins: e.pins, Tracer: e.tracer,
 		Hook: func(p string) error {
 			if e.hook != nil {
 				return e.hook(p)
 			}
 			return nil
 		},
-		Connect: func(ctx context.Context, _ *policy.Upstream) (mcp.Transport, error) {
-			ct, st := mcp.NewInMemoryTransports()
-			if _, err := e.up.server.Connect(ctx, st, nil); err != nil {
-				return nil, err
-			}
-			return ct, nil
-		}})
+		Connect: e.connect})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -273,6 +274,15 @@ func (e *env) startAgent() {
 		e.t.Fatal(err)
 	}
 	e.gw, e.agent = gw, agent
+}
+
+// connect connects the gateway (or a catalogue) to the upstream, in memory.
+func (e *env) connect(ctx context.Context, _ *policy.Upstream) (mcp.Transport, error) {
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := e.up.server.Connect(ctx, st, nil); err != nil {
+		return nil, err
+	}
+	return ct, nil
 }
 
 // stopAgent ends the agent and its gateway as a crash would: the lease is not released
