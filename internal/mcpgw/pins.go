@@ -260,8 +260,11 @@ func (g *Gateway) relist(ctx context.Context, upstream string, cs *mcp.ClientSes
 	seen := map[string]bool{}
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
-			g.opts.Log.Warn("could not list an upstream's tools after it said they changed: its tools are refused until the gateway restarts", "upstream", upstream, "err", err)
-			g.mu.Lock()
+			g.opts.Log.Warn("could not list an upstream's tools after it said they changed", "upstream", upstream, "err", err)
+			if g.opts.Pins == nil {
+				return
+			}
+			g.mu.Lock() // refused until the gateway restarts: nothing is known to be accepted
 			for name, r := range g.routes {
 				if r.upstream == upstream {
 					r.changed = "its tools could not be listed after the upstream said they changed"
@@ -272,10 +275,7 @@ func (g *Gateway) relist(ctx context.Context, upstream string, cs *mcp.ClientSes
 			return
 		}
 		seen[tool.Name] = true
-		why := g.checkPin(upstream, tool)
-		if g.opts.Pins == nil {
-			why = "" // nothing pinned: as before, the definition is not checked
-		}
+		why := g.checkPin(upstream, tool) // "" without pins: definitions are not checked
 		g.mu.Lock()
 		if r, ok := g.routes[tool.Name]; ok && r.upstream == upstream {
 			r.changed = why
@@ -287,6 +287,9 @@ func (g *Gateway) relist(ctx context.Context, upstream string, cs *mcp.ClientSes
 			g.opts.Log.Warn("an upstream tool's definition no longer matches its pin: its calls are refused (tool_changed) until an operator accepts the catalogue again (airlock mcp tools --accept)",
 				"upstream", upstream, "tool", tool.Name, "changed", why)
 		}
+	}
+	if g.opts.Pins == nil {
+		return
 	}
 	g.mu.Lock()
 	for name, r := range g.routes {
