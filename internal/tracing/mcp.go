@@ -83,3 +83,41 @@ func (rt roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
 	return rt.base.RoundTrip(r)
 }
+
+// Parent is the W3C traceparent of ctx's span ("" without one): what an effect queued in
+// this request keeps, so its dispatch joins the trace.
+func Parent(ctx context.Context) string {
+	m := map[string]any{}
+	InjectMeta(ctx, m)
+	s, _ := m["traceparent"].(string)
+	return s
+}
+
+// WithParent returns ctx with the remote span context of traceparent ("" or invalid:
+// ctx unchanged).
+func WithParent(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, metaCarrier{"traceparent": traceparent})
+}
+
+// Dispatch begins the client span of an effect's send (named "send {action type}", a
+// child of the span that queued it when ctx carries one); end records the outcome. A nil
+// Tracer starts none, and ctx keeps the queuing request's trace for the connector.
+func (t *Tracer) Dispatch(ctx context.Context, actionType string) (context.Context, func(outcome string)) {
+	if t == nil {
+		return ctx, func(string) {}
+	}
+	ctx, span := t.t.Start(ctx, "send "+actionType, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("airlock.action_type", actionType)))
+	return ctx, func(outcome string) {
+		span.SetAttributes(attribute.String("airlock.outcome", outcome))
+		span.End()
+	}
+}
+
+// InjectHeader writes ctx's trace context into an outgoing request's headers.
+func InjectHeader(ctx context.Context, h http.Header) {
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+}
