@@ -151,6 +151,8 @@ export class InvalidLedgerError extends APIError { static readonly code: 'invali
 export class InvariantsChangedError extends APIError { static readonly code: 'invariants_changed'; readonly code: 'invariants_changed'; }
 /** 409: plan: this effect was planned and never confirmed (or its outcome is unknown): search the external system and reconcile it first ([agents.md](agents.md)) */
 export class ReconcileFirstError extends APIError { static readonly code: 'reconcile_first'; readonly code: 'reconcile_first'; }
+/** 409: plan: a person rejected this very effect (same run, effect id and input) and its action type has `approval.on_reject: skip_effect`: it is not performed, the run goes on; the message names who rejected it and why */
+export class EffectRejectedError extends APIError { static readonly code: 'effect_rejected'; readonly code: 'effect_rejected'; }
 /** 409: plan: the effect id was planned with another input hash; the run stops for a person (`airlock runs unpark`) */
 export class InputMismatchError extends APIError { static readonly code: 'input_mismatch'; readonly code: 'input_mismatch'; }
 /** 409: confirm or reconcile: the effect is not `planned` (an `unknown` one is a person's to resolve) */

@@ -260,7 +260,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	if !pol.Dispatch.Disabled {
 		d := &effects.Dispatcher{Service: eff, BatchSize: pol.Dispatch.BatchSize, Concurrency: pol.Dispatch.Concurrency,
-			Lease: pol.Dispatch.Lease.D(), Interval: pol.Dispatch.Interval.D(), Drain: pol.Dispatch.Drain.D(), Crash: crashHook()}
+			Lease: pol.Dispatch.Lease.D(), Interval: pol.Dispatch.Interval.D(), Drain: pol.Dispatch.Drain.D(), Crash: crashHook(), Tracer: tracer}
 		writer(d.Run)
 		writer(func(ctx context.Context) { every(ctx, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) })
 	}

@@ -450,6 +450,13 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 		}
 		if decision == Reject {
 			to = store.StateRejected
+			if act := s.policy.Action(a.ActionType); a.Executor == store.ExecutorAgent && act != nil && act.Approval.OnReject == policy.OnRejectSkipEffect {
+				// Only this effect is refused (its next plan answers effect_rejected with
+				// who and why); the agent goes on with the rest of its task.
+				to = store.StateProcessing
+			}
+		}
+		if to == store.StateRejected {
 			if result, err = json.Marshal(map[string]string{"rejected_by": who.Subject, "reason": reason}); err != nil {
 				return err
 			}

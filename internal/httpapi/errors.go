@@ -84,6 +84,7 @@ var errorTable = []struct {
 	{ledger.ErrReconcileFirst, http.StatusConflict, "reconcile_first"},
 	{ledger.ErrInputMismatch, http.StatusConflict, "input_mismatch"},
 	{ledger.ErrNotPlanned, http.StatusConflict, "not_planned"},
+	{ledger.ErrEffectRejected, http.StatusConflict, "effect_rejected"},
 	{ledger.ErrNotSettled, http.StatusConflict, "not_settled"}, // with Retry-After: toAPIError
 	{fleet.ErrLevelBehind, http.StatusServiceUnavailable, "writer_level_behind"},
 	{slack.ErrNotConfigured, http.StatusNotFound, "slack_not_configured"},

@@ -268,6 +268,11 @@ func (a *Action) validateSteps(f string, e *errs) {
 	if a.Approval.WarnBefore >= a.ApprovalTTL && a.ApprovalTTL > 0 {
 		e.add(f+".warn_before", "must be shorter than approval_ttl (%s): the warning comes before the approval lapses (0s: no warning)", a.ApprovalTTL.D())
 	}
+	switch a.Approval.OnReject {
+	case "", OnRejectEndRun, OnRejectSkipEffect:
+	default:
+		e.add(f+".on_reject", "must be %s or %s", OnRejectEndRun, OnRejectSkipEffect)
+	}
 	x := a.Approval.Escalate
 	if x == nil {
 		return

@@ -451,6 +451,9 @@ type Effect struct {
 	// Version is 1 when queued; every statement that changes the effect adds one. A
 	// decision taken on a row read earlier is applied by compare-and-set on its version.
 	Version int64
+	// TraceParent is the W3C traceparent of the request that queued the effect ("" when
+	// none): the dispatcher sends it in that trace.
+	TraceParent string
 }
 
 // KillSwitch is one scope's setting: "global" or "action:<type>".

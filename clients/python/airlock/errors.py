@@ -492,6 +492,12 @@ class ReconcileFirstError(APIError):
     code = "reconcile_first"
 
 
+class EffectRejectedError(APIError):
+    r"""409: plan: a person rejected this very effect (same run, effect id and input) and its action type has `approval.on_reject: skip_effect`: it is not performed, the run goes on; the message names who rejected it and why"""
+
+    code = "effect_rejected"
+
+
 class InputMismatchError(APIError):
     r"""409: plan: the effect id was planned with another input hash; the run stops for a person (`airlock runs unpark`)"""
 

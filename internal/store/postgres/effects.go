@@ -23,7 +23,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at`
+	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at, trace_parent`
 
 func scanEffect(row pgx.Row) (store.Effect, error) {
 	var e store.Effect
@@ -31,7 +31,7 @@ func scanEffect(row pgx.Row) (store.Effect, error) {
 	var payload []byte
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
-		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version, &e.AmbiguousAt, &e.NoneConfirmedAt)
+		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version, &e.AmbiguousAt, &e.NoneConfirmedAt, &e.TraceParent)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -49,12 +49,12 @@ func collectEffects(rows pgx.Rows, err error) ([]store.Effect, error) {
 func (q queries) EffectInsert(ctx context.Context, e store.Effect) (store.Effect, bool, error) {
 	got, err := scanEffect(q.db.QueryRow(ctx, `
 		INSERT INTO effects (id, idempotency_key, effect_id, action_type, target, executor, payload,
-		  payload_hash, state, not_before, created_at, updated_at)
+		  payload_hash, state, not_before, created_at, updated_at, trace_parent)
 		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, coalesce($10::timestamptz, now()),
-		  coalesce($11::timestamptz, now()), coalesce($11::timestamptz, now()))
+		  coalesce($11::timestamptz, now()), coalesce($11::timestamptz, now()), $12)
 		ON CONFLICT (idempotency_key, effect_id) DO NOTHING
 		RETURNING `+effectColumns, e.ID, e.RunKey, e.EffectID, e.ActionType, e.Target, e.Executor,
-		jsonArg(e.Payload), e.PayloadHash, string(e.State), timeArg(e.NotBefore), timeArg(e.CreatedAt)))
+		jsonArg(e.Payload), e.PayloadHash, string(e.State), timeArg(e.NotBefore), timeArg(e.CreatedAt), e.TraceParent))
 	if err == nil {
 		return got, true, nil
 	}
