@@ -64,6 +64,8 @@ var transitions = []transition{
 	{store.StateFailedRetryable, store.StateFailedTerminal, System},  // retry cap reached between claims
 	{store.StateAwaitingHuman, store.StateFailedTerminal, Operator},  // a parked run given up (unpark)
 	{store.StateAwaitingHuman, store.StateFailedRetryable, Operator}, // a parked run a delivery may take again (unpark)
+	{store.StateProcessing, store.StateFailedRetryable, Operator},    // a stalled run released for its redelivery (re-drive)
+	{store.StateProcessing, store.StateFailedTerminal, Operator},     // a stalled run given up (re-drive)
 }
 
 // Allowed reports whether by may move a run from → to.
@@ -579,3 +581,45 @@ const RerunProtocol = `Rerun protocol:
 1. Recovery retries reclaim only failed_retryable runs or processing runs whose lease expired, under the same key.
 2. Terminal, parked or completed keys (failed_terminal, rejected, awaiting_human, approved, completed) only report their state; they are never started again.
 3. A correction is a replacement: a new key issued upstream, linked to the original and its external results, with the operator and reason recorded, through the normal approval and outbox path. No ad-hoc key suffixes, no in-place rewrite.`
+
+// stallBatch bounds the runs one SweepStalled transaction marks and alerts.
+const stallBatch = 100
+
+// SweepStalled raises one run_stalled alert for each run stalled since the last sweep:
+// processing, its lease lapsed, and nothing has taken it since (its caller died
+// mid-run). Each is marked and alerted in one transaction, so a stall is alerted once
+// whichever instance sweeps; a reclaim changes the run's version, so a later stall of
+// the same run is alerted again. Nothing else changes: the next delivery of the key
+// still reclaims the run, and an operator may re-drive it from the console.
+func (s *Service) SweepStalled(ctx context.Context) error {
+	for range 10 { // up to 1,000 a round; the next round takes the rest
+		var n int
+		err := s.store.Transact(ctx, func(q store.Queries) error {
+			stalled, err := q.RunsStalledMark(ctx, s.At(), stallBatch)
+			if err != nil {
+				return err
+			}
+			n = len(stalled)
+			for _, r := range stalled {
+				fields := map[string]any{"lease_owner": r.LeaseOwner, "run_version": r.Version}
+				if r.LeaseExpiresAt != nil {
+					fields["lease_expired_at"] = r.LeaseExpiresAt.UTC()
+				}
+				if err := Alert(ctx, q, s.At(), r.Key, 0, "run_stalled", fields); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("sweep stalled runs: %w", err)
+		}
+		if n > 0 && s.alerts != nil {
+			s.alerts.Wake()
+		}
+		if n < stallBatch {
+			return nil
+		}
+	}
+	return nil
+}
