@@ -582,42 +582,44 @@ const RerunProtocol = `Rerun protocol:
 2. Terminal, parked or completed keys (failed_terminal, rejected, awaiting_human, approved, completed) only report their state; they are never started again.
 3. A correction is a replacement: a new key issued upstream, linked to the original and its external results, with the operator and reason recorded, through the normal approval and outbox path. No ad-hoc key suffixes, no in-place rewrite.`
 
-// stallBatch bounds the runs one SweepStalled transaction marks and alerts.
+// stallBatch bounds the stalled runs one SweepStalled round lists.
 const stallBatch = 100
 
 // SweepStalled raises one run_stalled alert for each run stalled since the last sweep:
 // processing, its lease lapsed, and nothing has taken it since (its caller died
-// mid-run). Each is marked and alerted in one transaction, so a stall is alerted once
-// whichever instance sweeps; a reclaim changes the run's version, so a later stall of
-// the same run is alerted again. Nothing else changes: the next delivery of the key
+// mid-run). Each run is marked and alerted in its own transaction, the mark re-checking
+// in its statement that the run is still stalled at the version listed and not marked:
+// a stall is alerted once whichever instance sweeps, and a reclaim (a new version) that
+// stalls again is alerted again. Nothing else changes: the next delivery of the key
 // still reclaims the run, and an operator may re-drive it from the console.
 func (s *Service) SweepStalled(ctx context.Context) error {
 	for range 10 { // up to 1,000 a round; the next round takes the rest
-		var n int
-		err := s.store.Transact(ctx, func(q store.Queries) error {
-			stalled, err := q.RunsStalledMark(ctx, s.At(), stallBatch)
-			if err != nil {
-				return err
-			}
-			n = len(stalled)
-			for _, r := range stalled {
+		stalled, err := s.store.RunsStalledUnmarked(ctx, s.At(), stallBatch)
+		if err != nil {
+			return fmt.Errorf("list stalled runs: %w", err)
+		}
+		alerted := 0
+		for _, r := range stalled {
+			err := s.store.Transact(ctx, func(q store.Queries) error {
+				marked, err := q.RunStallMark(ctx, r.Key, r.Version, s.At())
+				if err != nil || !marked {
+					return err
+				}
+				alerted++
 				fields := map[string]any{"lease_owner": r.LeaseOwner, "run_version": r.Version}
 				if r.LeaseExpiresAt != nil {
 					fields["lease_expired_at"] = r.LeaseExpiresAt.UTC()
 				}
-				if err := Alert(ctx, q, s.At(), r.Key, 0, "run_stalled", fields); err != nil {
-					return err
-				}
+				return Alert(ctx, q, s.At(), r.Key, 0, "run_stalled", fields)
+			})
+			if err != nil {
+				return fmt.Errorf("alert the stall of %q: %w", r.Key, err)
 			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("sweep stalled runs: %w", err)
 		}
-		if n > 0 && s.alerts != nil {
+		if alerted > 0 && s.alerts != nil {
 			s.alerts.Wake()
 		}
-		if n < stallBatch {
+		if len(stalled) < stallBatch {
 			return nil
 		}
 	}

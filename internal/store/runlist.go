@@ -28,11 +28,14 @@ type RunListQueries interface {
 	// RunList lists runs newest first (created_at, key), after the cursor, filtered:
 	// the statement names only the filters given, each on an index (0016_runlist.sql).
 	RunList(ctx context.Context, p RunListParams) ([]Run, error)
-	// RunsStalledMark marks up to limit runs stalled at now (processing, lease lapsed)
-	// and not yet marked at their current version, oldest lapse first, and returns them:
-	// the caller alerts each in the same transaction, so a stall is alerted once. The
+	// RunsStalledUnmarked lists up to limit runs stalled at now (processing, lease
+	// lapsed) and not yet marked at their current version, the oldest lapse first.
+	RunsStalledUnmarked(ctx context.Context, now *time.Time, limit int) ([]Run, error)
+	// RunStallMark marks the run's stall at version, if it is still stalled at now at
+	// that version and not marked yet; it reports whether it did. The caller alerts in
+	// the same transaction, so a stall is alerted once however many sweepers race. The
 	// mark changes neither the version nor updated_at.
-	RunsStalledMark(ctx context.Context, now *time.Time, limit int) ([]Run, error)
+	RunStallMark(ctx context.Context, key string, version int64, now *time.Time) (bool, error)
 	// EffectsWaiting lists pending effects of a dispatcher or a worker that have been due
 	// since dueBefore or earlier (approved or queued, never sent), the longest due first.
 	EffectsWaiting(ctx context.Context, dueBefore time.Time, limit int) ([]Effect, error)

@@ -56,24 +56,30 @@ func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Ru
 	return runs, nil
 }
 
-func (q queries) RunsStalledMark(ctx context.Context, now *time.Time, limit int) ([]store.Run, error) {
-	rows, err := q.db.Query(ctx, `UPDATE workflow_runs r SET stall_alerted_version = r.version
-		WHERE r.idempotency_key IN (
-		    SELECT idempotency_key FROM workflow_runs
-		    WHERE state = 'processing' AND lease_expires_at <= coalesce($1::timestamptz, now())
-		      AND stall_alerted_version IS DISTINCT FROM version
-		    ORDER BY lease_expires_at LIMIT $2)
-		  AND r.state = 'processing' AND r.lease_expires_at <= coalesce($1::timestamptz, now())
-		  AND r.stall_alerted_version IS DISTINCT FROM r.version
-		RETURNING `+runColumns, now, limit)
+func (q queries) RunsStalledUnmarked(ctx context.Context, now *time.Time, limit int) ([]store.Run, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+runColumns+` FROM workflow_runs
+		WHERE state = 'processing' AND lease_expires_at <= coalesce($1::timestamptz, now())
+		  AND stall_alerted_version IS DISTINCT FROM version
+		ORDER BY lease_expires_at LIMIT $2`, now, limit)
 	if err != nil {
-		return nil, fmt.Errorf("mark stalled runs: %w", err)
+		return nil, fmt.Errorf("list stalled runs: %w", err)
 	}
 	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
 	if err != nil {
-		return nil, fmt.Errorf("mark stalled runs: %w", err)
+		return nil, fmt.Errorf("list stalled runs: %w", err)
 	}
 	return runs, nil
+}
+
+func (q queries) RunStallMark(ctx context.Context, key string, version int64, now *time.Time) (bool, error) {
+	tag, err := q.db.Exec(ctx, `UPDATE workflow_runs SET stall_alerted_version = version
+		WHERE idempotency_key = $1 AND version = $2 AND state = 'processing'
+		  AND lease_expires_at <= coalesce($3::timestamptz, now())
+		  AND stall_alerted_version IS DISTINCT FROM version`, key, version, now)
+	if err != nil {
+		return false, fmt.Errorf("mark the stall of %q: %w", key, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 func (q queries) EffectsWaiting(ctx context.Context, dueBefore time.Time, limit int) ([]store.Effect, error) {

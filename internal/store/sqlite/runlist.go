@@ -52,18 +52,25 @@ func runListSQL(p store.RunListParams) (string, []any) {
 	return sql, args
 }
 
-func (q queries) RunsStalledMark(ctx context.Context, now *time.Time, limit int) ([]store.Run, error) {
-	runs, err := selectAll(ctx, q.db, scanRun, `UPDATE workflow_runs SET stall_alerted_version = version
-		WHERE idempotency_key IN (
-		    SELECT idempotency_key FROM workflow_runs
-		    WHERE state = 'processing' AND lease_expires_at <= ?1
-		      AND stall_alerted_version IS NOT version
-		    ORDER BY lease_expires_at LIMIT ?2)
-		RETURNING `+runColumns, q.at(now), limit)
+func (q queries) RunsStalledUnmarked(ctx context.Context, now *time.Time, limit int) ([]store.Run, error) {
+	runs, err := selectAll(ctx, q.db, scanRun, `SELECT `+runColumns+` FROM workflow_runs
+		WHERE state = 'processing' AND lease_expires_at <= ?1 AND stall_alerted_version IS NOT version
+		ORDER BY lease_expires_at LIMIT ?2`, q.at(now), limit)
 	if err != nil {
-		return nil, fmt.Errorf("mark stalled runs: %w", err)
+		return nil, fmt.Errorf("list stalled runs: %w", err)
 	}
 	return runs, nil
+}
+
+func (q queries) RunStallMark(ctx context.Context, key string, version int64, now *time.Time) (bool, error) {
+	res, err := q.db.ExecContext(ctx, `UPDATE workflow_runs SET stall_alerted_version = version
+		WHERE idempotency_key = ?1 AND version = ?2 AND state = 'processing' AND lease_expires_at <= ?3
+		  AND stall_alerted_version IS NOT version`, key, version, q.at(now))
+	if err != nil {
+		return false, fmt.Errorf("mark the stall of %q: %w", key, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 func (q queries) EffectsWaiting(ctx context.Context, dueBefore time.Time, limit int) ([]store.Effect, error) {
