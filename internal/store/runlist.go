@@ -15,7 +15,7 @@ type RunListParams struct {
 	// lapsed (nothing completed them; the next delivery of the key would reclaim them).
 	StalledAt *time.Time
 	After     Cursor // the last row of the previous page: (created_at, key)
-	Limit      int
+	Limit     int
 }
 
 // KeyPrefixEnd is the first key past every key that starts with prefix in byte order
