@@ -336,7 +336,7 @@ func TestCardPerExecutor(t *testing.T) {
 				t.Errorf("the email's button says %q, want Approve and send", got)
 			}
 			httpCard := card(h.propose("x-http", ""))
-			if got := button(httpCard); got != "Approve and send the request" {
+			if got := button(httpCard); got != "Approve and send" {
 				t.Errorf("the HTTP card's button says %q", got)
 			}
 			if !strings.Contains(httpCard, "<dt>Idempotency-Key</dt><dd><code>x-http/") {

@@ -184,7 +184,7 @@ func (httpCard) render(a store.Approval, act *policy.Action) (effectCard, bool) 
 	if act.HTTP == nil {
 		return effectCard{}, false
 	}
-	c := effectCard{Heading: "HTTP request to be made", Approve: "Approve and send the request", Fields: []cardField{
+	c := effectCard{Heading: "HTTP request to be made", Approve: approveSend, Fields: []cardField{
 		{Label: "Method", Value: "POST"},
 		{Label: "URL", Value: shownURL(act.HTTP.Targets[a.Target]), Code: true},
 		{Label: "Content-Type", Value: "application/json"},
