@@ -91,7 +91,9 @@ func TestConsoleTroubleInBrowser(t *testing.T) {
 
 		// This week: the stalled run and the waiting task, each a link.
 		open("/console/week")
-		if got := read.text("#outstanding-stalled"); got != "1 stalled run" {
+		// Stalled: the dead execution, and job-1 and task-1, whose workflows stopped
+		// heartbeating while their tasks were open.
+		if got := read.text("#outstanding-stalled"); got != "3 stalled runs" {
 			t.Errorf("the stalled line reads %q", got)
 		}
 		if got := read.text("#outstanding-unsent"); !strings.HasPrefix(got, "2 approved but unsent for 10m") {
@@ -104,7 +106,7 @@ func TestConsoleTroubleInBrowser(t *testing.T) {
 		resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`#outstanding-stalled`)))
 		step("follow the stalled link", err)
 		status(resp, 200, "/console/runs")
-		if n := read.count(`#runs td b.stalled`); n != 1 || !strings.Contains(read.text("#runs"), key) {
+		if n := read.count(`#runs td b.stalled`); n != 3 || !strings.Contains(read.text("#runs"), key) {
 			t.Fatalf("the stalled list marks %d runs:\n%s", n, read.text("#runs"))
 		}
 		fits("runs-stalled")
