@@ -647,7 +647,7 @@ func (s *Service) Redrive(ctx context.Context, key string, to store.State, reaso
 		if err != nil {
 			return err
 		}
-		detail := map[string]any{"from": store.StateProcessing, "to": to, "reason": reason, "lease_owner": run.LeaseOwner}
+		detail := map[string]any{"from": store.StateProcessing, "to": to, "reason": reason} // never the lease owner
 		if run.LeaseExpiresAt != nil {
 			detail["lease_expired_at"] = run.LeaseExpiresAt.UTC()
 		}

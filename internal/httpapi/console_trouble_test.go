@@ -56,7 +56,7 @@ func TestConsoleStalledAndOutstanding(t *testing.T) {
 			t.Fatalf("a finished run was claimed again: %s", r.raw)
 		}
 		// n8n dies mid-execution: claimed, then nothing.
-		h.claim("n8n-1")
+		n8nOwner, _ := h.claim("n8n-1")
 		h.env.Clock.Advance(11 * time.Minute) // past the lease and the unsent threshold
 		h.claim("live-1")
 
@@ -144,6 +144,20 @@ func TestConsoleStalledAndOutstanding(t *testing.T) {
 		week = get("/console/week", 200)
 		if tile(t, week, "outstanding-stalled") != "1" || tile(t, week, "outstanding-released") != "1" {
 			t.Errorf("after the release This week says:\n%s", week)
+		}
+		// Neither the alert nor the re-drive records the lease owner (the holder's
+		// credential), in the events or the log.
+		evs, err := h.env.Store.EventList(context.Background(), "n8n-1", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if strings.Contains(string(e.Detail), n8nOwner) || strings.Contains(string(e.Meta), n8nOwner) {
+				t.Errorf("the %s event carries the lease owner: %s", e.Kind, e.Detail)
+			}
+		}
+		if strings.Contains(h.logs.String(), n8nOwner) {
+			t.Errorf("the log carries the lease owner")
 		}
 		// The next delivery takes it at once.
 		if c := h.post("/v1/runs/claim", `{"key":"n8n-1","payload":{"ticket":42}}`); c.status != 201 {

@@ -606,7 +606,8 @@ func (s *Service) SweepStalled(ctx context.Context) error {
 					return err
 				}
 				alerted++
-				fields := map[string]any{"lease_owner": r.LeaseOwner, "run_version": r.Version}
+				// Never the lease owner: it is the holder's credential on the run.
+				fields := map[string]any{"run_version": r.Version}
 				if r.LeaseExpiresAt != nil {
 					fields["lease_expired_at"] = r.LeaseExpiresAt.UTC()
 				}
