@@ -27,9 +27,9 @@ const WebhookAttempts = 4
 
 // Card is what a notification says: the approval card's summary.
 type Card struct {
-	Title      string
-	Key        string
-	Action     string
+	Title  string
+	Key    string
+	Action string
 	// Approving says what approving does, in the card's words for its executor.
 	Approving  string
 	Target     string
