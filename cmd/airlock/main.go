@@ -272,6 +272,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	writer(func(ctx context.Context) { a.Alerts.Run(ctx, alerts.PollInterval) })
 	writer(func(ctx context.Context) { every(ctx, sweep, eff.SweepExpired, log) })
 	writer(func(ctx context.Context) { every(ctx, 10*time.Second, gate.Sweep, log) })
+	// Every instance looks for stalled runs (lease lapsed, nothing completed them): one
+	// run_stalled alert per stall, whichever instance marks it first.
+	writer(func(ctx context.Context) { every(ctx, 10*time.Second, a.Runs.SweepStalled, log) })
 	writer(func(ctx context.Context) { every(ctx, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) })
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()

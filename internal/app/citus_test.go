@@ -353,6 +353,16 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 		if err := e.Effects.Reconcile(ctx); err != nil {
 			return err
 		}
+		if err := e.Runs.SweepStalled(ctx); err != nil {
+			return err
+		}
+		// The stall mark, whether or not the sweep found a stalled run to mark.
+		if _, err := st.RunStallMark(ctx, "cit-a", 1, nil); err != nil {
+			return err
+		}
+		if _, err := st.EffectsWaiting(ctx, e.Clock.Now(), 10); err != nil { // the console's unsent list
+			return err
+		}
 		return e.Approvals.Sweep(ctx) // expiry, warnings, escalations, approvals nobody can decide
 	})
 	// gen-5 and cit-new-5 hash to different partitions of eight, as most pairs of keys do.

@@ -28,9 +28,11 @@ const WebhookAttempts = 4
 
 // Card is what a notification says: the approval card's summary.
 type Card struct {
-	Title      string
-	Key        string
-	Action     string
+	Title  string
+	Key    string
+	Action string
+	// Approving says what approving does, in the card's words for its executor.
+	Approving  string
 	Target     string
 	Recipients []string
 	Fields     [][2]string // the payload's log_fields, in the policy's order
@@ -50,7 +52,7 @@ func (s *Service) card(ctx context.Context, r Requested, a *policy.Action, log *
 
 // cardOf builds an approval's summary (see card).
 func (s *Service) cardOf(ctx context.Context, ap store.Approval, a *policy.Action, log *slog.Logger) Card {
-	c := Card{Title: "Approval needed: " + ap.ActionType, Key: ap.RunKey, Action: ap.ActionType,
+	c := Card{Title: "Approval needed: " + ap.ActionType, Key: ap.RunKey, Action: ap.ActionType, Approving: approving(ap, a),
 		Target: ap.Target, Recipients: a.Recipients(ap.Target), Expires: ap.ExpiresAt.UTC(),
 		Link: s.ConsoleURL(ap.ID)}
 	var payload map[string]any
@@ -79,8 +81,36 @@ func (s *Service) cardOf(ctx context.Context, ap store.Approval, a *policy.Actio
 	return c
 }
 
+// approving is what approving ap does, per executor (as the approval page's card says).
+func approving(ap store.Approval, a *policy.Action) string {
+	switch {
+	case ap.Executor == store.ExecutorAgent:
+		var call struct {
+			Tool string `json:"tool"`
+		}
+		if json.Unmarshal(ap.Payload, &call) == nil && call.Tool != "" {
+			return "lets the agent call " + call.Tool + " once, with the arguments on the card"
+		}
+		if len(bytes.TrimSpace(ap.Payload)) == 0 || string(bytes.TrimSpace(ap.Payload)) == "null" {
+			return "lets the agent perform this action once (it sent no input to show)"
+		}
+		return "lets the agent perform this action once, with the input on the card"
+	case ap.Executor == store.ExecutorWorker:
+		return "queues this task for the worker, once"
+	case a != nil && a.Connector == policy.ConnectorSMTP:
+		return "sends this email, once"
+	case a != nil && a.Connector == policy.ConnectorHTTP:
+		return "sends this request, once"
+	}
+	return "sends it, once"
+}
+
 func (c Card) facts() [][2]string {
-	f := [][2]string{{"Key", c.Key}, {"Action", c.Action}, {"Target", c.Target}}
+	f := [][2]string{{"Key", c.Key}, {"Action", c.Action}}
+	if c.Approving != "" {
+		f = append(f, [2]string{"Approving", c.Approving})
+	}
+	f = append(f, [2]string{"Target", c.Target})
 	if len(c.Recipients) > 0 {
 		f = append(f, [2]string{"Recipients", strings.Join(c.Recipients, ", ")})
 	}

@@ -64,6 +64,8 @@ var transitions = []transition{
 	{store.StateFailedRetryable, store.StateFailedTerminal, System},  // retry cap reached between claims
 	{store.StateAwaitingHuman, store.StateFailedTerminal, Operator},  // a parked run given up (unpark)
 	{store.StateAwaitingHuman, store.StateFailedRetryable, Operator}, // a parked run a delivery may take again (unpark)
+	{store.StateProcessing, store.StateFailedRetryable, Operator},    // a stalled run released for its redelivery (re-drive)
+	{store.StateProcessing, store.StateFailedTerminal, Operator},     // a stalled run given up (re-drive)
 }
 
 // Allowed reports whether by may move a run from → to.
@@ -606,3 +608,48 @@ const RerunProtocol = `Rerun protocol:
 1. Recovery retries reclaim only failed_retryable runs or processing runs whose lease expired, under the same key.
 2. Terminal, parked or completed keys (failed_terminal, rejected, awaiting_human, approved, completed) only report their state; they are never started again.
 3. A correction is a replacement: a new key issued upstream, linked to the original and its external results, with the operator and reason recorded, through the normal approval and outbox path. No ad-hoc key suffixes, no in-place rewrite.`
+
+// stallBatch bounds the stalled runs one SweepStalled round lists.
+const stallBatch = 100
+
+// SweepStalled raises one run_stalled alert for each run stalled since the last sweep:
+// processing, its lease lapsed, and nothing has taken it since (its caller died
+// mid-run). Each run is marked and alerted in its own transaction, the mark re-checking
+// in its statement that the run is still stalled at the version listed and not marked:
+// a stall is alerted once whichever instance sweeps, and a reclaim (a new version) that
+// stalls again is alerted again. Nothing else changes: the next delivery of the key
+// still reclaims the run, and an operator may re-drive it from the console.
+func (s *Service) SweepStalled(ctx context.Context) error {
+	for range 10 { // up to 1,000 a round; the next round takes the rest
+		stalled, err := s.store.RunsStalledUnmarked(ctx, s.At(), stallBatch)
+		if err != nil {
+			return fmt.Errorf("list stalled runs: %w", err)
+		}
+		alerted := 0
+		for _, r := range stalled {
+			err := s.store.Transact(ctx, func(q store.Queries) error {
+				marked, err := q.RunStallMark(ctx, r.Key, r.Version, s.At())
+				if err != nil || !marked {
+					return err
+				}
+				alerted++
+				// Never the lease owner: it is the holder's credential on the run.
+				fields := map[string]any{"run_version": r.Version}
+				if r.LeaseExpiresAt != nil {
+					fields["lease_expired_at"] = r.LeaseExpiresAt.UTC()
+				}
+				return Alert(ctx, q, s.At(), r.Key, 0, "run_stalled", fields)
+			})
+			if err != nil {
+				return fmt.Errorf("alert the stall of %q: %w", r.Key, err)
+			}
+		}
+		if alerted > 0 && s.alerts != nil {
+			s.alerts.Wake()
+		}
+		if len(stalled) < stallBatch {
+			return nil
+		}
+	}
+	return nil
+}
