@@ -84,11 +84,27 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
 // openStoreAt opens the store with now as the process clock (nil: time.Now). PostgreSQL
 // decides by its own clock; SQLite's clock is the process's.
 func openStoreAt(ctx context.Context, cfg config.Config, now func() time.Time) (store.Store, error) {
+	key, err := auditKey(cfg)
+	if err != nil {
+		return nil, err
+	}
 	backend, target := cfg.Backend()
 	if backend == "postgres" {
-		return postgres.OpenWith(ctx, target, postgres.Options{ListenURL: cfg.ListenDatabaseURL, QueryMode: cfg.DatabaseQueryMode})
+		return postgres.OpenWith(ctx, target, postgres.Options{ListenURL: cfg.ListenDatabaseURL, QueryMode: cfg.DatabaseQueryMode, AuditKey: key})
 	}
-	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous, Now: now})
+	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous, Now: now, AuditKey: key})
+}
+
+// auditKey reads AIRLOCK_AUDIT_KEY_FILE (nil when none is set).
+func auditKey(cfg config.Config) (*store.AuditKey, error) {
+	if cfg.AuditKeyFile == "" {
+		return nil, nil
+	}
+	k, err := store.ReadAuditKey(cfg.AuditKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("AIRLOCK_AUDIT_KEY_FILE (--audit-key-file): %w", err)
+	}
+	return k, nil
 }
 
 // startupWait is how long serve waits at start for a PostgreSQL that is unavailable (not

@@ -32,6 +32,24 @@ type ChainCheck struct {
 	// when the break is past the last event, or the head itself is missing).
 	Problem    string `json:"problem,omitempty"`
 	BadEventID int64  `json:"bad_event_id,omitempty"`
+	// Keyed counts the events whose MAC was checked and holds (store/mac.go); Unkeyed
+	// those written without a key (before one was configured); MACsUnchecked those that
+	// carry a MAC verify was given no key for (no --key-file, no AIRLOCK_AUDIT_KEY_FILE).
+	Keyed         int `json:"keyed"`
+	Unkeyed       int `json:"unkeyed"`
+	MACsUnchecked int `json:"macs_unchecked,omitempty"`
+}
+
+// VerifyOptions are what verify checks beyond the chain.
+type VerifyOptions struct {
+	// Keys are the audit keys (the current one and those kept from before a rotation):
+	// with any, every event's MAC is checked.
+	Keys store.Keyring
+	// RequireMAC fails a run with any unkeyed event.
+	RequireMAC bool
+	// KeyedSince is the first event id written with a MAC anywhere (0: none): an event
+	// without one after it was written around airlock (ChainFirstKeyed).
+	KeyedSince int64
 }
 
 // chainPage bounds one read of a run's events.
@@ -42,6 +60,11 @@ const chainPage = 1000
 // previous hash and its stored content. A run with no events is runs.ErrNotFound-like:
 // ErrNoEvents.
 func (s *Service) VerifyChain(ctx context.Context, key string) (ChainCheck, error) {
+	return s.VerifyChainWith(ctx, key, VerifyOptions{})
+}
+
+// VerifyChainWith is VerifyChain with the options: each event's MAC is checked too.
+func (s *Service) VerifyChainWith(ctx context.Context, key string, opt VerifyOptions) (ChainCheck, error) {
 	c := ChainCheck{Key: key}
 	// The head first: a link written after it (seq > head) is left for the next check,
 	// and every link up to it committed with the head, so it is there to read.
@@ -101,8 +124,14 @@ func (s *Service) VerifyChain(ctx context.Context, key string) (ChainCheck, erro
 		if len(chained) > 0 {
 			return fail(chained[0].ID, "the run's chain head is missing, but event %d carries link %d", chained[0].ID, *chained[0].Seq)
 		}
+		if ok, id, problem := checkMACs(&c, nil, unchained, opt); !ok {
+			return fail(id, "%s", problem)
+		}
 		c.OK = true // every event predates the chain
 		return c, nil
+	}
+	if ok, id, problem := checkMACs(&c, chained, unchained, opt); !ok {
+		return fail(id, "%s", problem)
 	}
 	prev, want := head.BaseHash, head.BaseSeq+1
 	for _, e := range chained {
@@ -135,19 +164,63 @@ func (s *Service) VerifyChain(ctx context.Context, key string) (ChainCheck, erro
 	return c, nil
 }
 
+// checkMACs checks each event's MAC with the keys and counts keyed and unkeyed events.
+// A missing MAC is a failure after the trail became keyed (KeyedSince) or with
+// RequireMAC; a MAC under a key verify was not given, a wrong one, or one repeated (a
+// genuine row copied) always is.
+func checkMACs(c *ChainCheck, chained, unchained []store.ChainEvent, opt VerifyOptions) (bool, int64, string) {
+	seen := map[string]int64{}
+	for _, e := range slices.Concat(unchained, chained) {
+		if len(opt.Keys) == 0 {
+			if e.MAC != nil || e.MACKey != nil {
+				c.MACsUnchecked++
+			} else {
+				c.Unkeyed++
+			}
+			continue
+		}
+		switch opt.Keys.CheckMAC(e) {
+		case store.MACValid:
+			if first, ok := seen[*e.MAC]; ok {
+				return false, e.ID, fmt.Sprintf("event %d (%s) repeats the MAC of event %d: a copy of a genuine event was inserted", e.ID, e.Kind, first)
+			}
+			seen[*e.MAC] = e.ID
+			c.Keyed++
+		case store.MACAbsent:
+			if opt.KeyedSince > 0 && e.ID > opt.KeyedSince {
+				return false, e.ID, fmt.Sprintf("event %d (%s) has no MAC although events are keyed since event %d: it was written around airlock (SQL), its MAC was erased, or an instance ran without the audit key", e.ID, e.Kind, opt.KeyedSince)
+			}
+			if opt.RequireMAC {
+				return false, e.ID, fmt.Sprintf("event %d (%s) has no MAC (--require-mac)", e.ID, e.Kind)
+			}
+			c.Unkeyed++
+		case store.MACUnknown:
+			return false, e.ID, fmt.Sprintf("event %d (%s) is sealed with audit key %s, which verify was not given: pass every key still in use with --key-file, or the MAC was forged", e.ID, e.Kind, *e.MACKey)
+		default:
+			return false, e.ID, fmt.Sprintf("event %d (%s) does not match its MAC: it was inserted or rewritten without the audit key", e.ID, e.Kind)
+		}
+	}
+	return true, 0, ""
+}
+
 // ErrNoEvents is VerifyChain's answer for a key with no events and no chain.
 var ErrNoEvents = errors.New("no events for this key")
 
 // VerifyAll checks every run with events or a chain head, in key order, calling fn with
 // each result; an error from fn stops it.
 func (s *Service) VerifyAll(ctx context.Context, fn func(ChainCheck) error) error {
+	return s.VerifyAllWith(ctx, VerifyOptions{}, fn)
+}
+
+// VerifyAllWith is VerifyAll with the options.
+func (s *Service) VerifyAllWith(ctx context.Context, opt VerifyOptions, fn func(ChainCheck) error) error {
 	for after := ""; ; {
 		keys, err := s.store.ChainRunKeys(ctx, after, chainPage)
 		if err != nil {
 			return err
 		}
 		for _, k := range keys {
-			c, err := s.VerifyChain(ctx, k)
+			c, err := s.VerifyChainWith(ctx, k, opt)
 			if errors.Is(err, ErrNoEvents) {
 				continue // purged meanwhile
 			}
@@ -182,6 +255,16 @@ func WriteChainCheck(w io.Writer, c ChainCheck) error {
 	}
 	if c.Purged > 0 {
 		line += fmt.Sprintf("; links 1-%d deleted by retention", c.Purged)
+	}
+	switch {
+	case c.Keyed > 0 && c.Unkeyed > 0:
+		line += fmt.Sprintf("; %d MACs checked, %d events unkeyed (written before the audit key was set)", c.Keyed, c.Unkeyed)
+	case c.Keyed > 0:
+		line += fmt.Sprintf("; %d MACs checked", c.Keyed)
+	case c.MACsUnchecked > 0:
+		line += fmt.Sprintf("; %d MACs not checked (no audit key given: --key-file)", c.MACsUnchecked)
+	case c.Events > 0:
+		line += "; unkeyed (no event carries a MAC)"
 	}
 	switch {
 	case c.Unchained > 0 && c.UnchainedBefore > 0:

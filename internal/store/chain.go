@@ -63,6 +63,10 @@ type ChainEvent struct {
 	Detail   *string
 	Seq      *int64  // nil: written before the chain began (or with the trigger bypassed)
 	Hash     *string // nil with Seq
+	// MACKey and MAC are the event's MAC and its key's id (store/mac.go); nil when it was
+	// written without an audit key.
+	MACKey *string
+	MAC    *string
 }
 
 // ChainHead is a run's row of event_chains: the last link written.
@@ -87,4 +91,7 @@ type ChainQueries interface {
 	// ChainRunKeys returns, in order, up to limit keys after afterKey of runs that have
 	// events or a chain head.
 	ChainRunKeys(ctx context.Context, afterKey string, limit int) ([]string, error)
+	// ChainFirstKeyed returns the smallest id of an event that carries a MAC (0: none):
+	// from there on, every event airlock writes carries one.
+	ChainFirstKeyed(ctx context.Context) (int64, error)
 }

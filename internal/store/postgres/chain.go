@@ -13,14 +13,14 @@ import (
 // microseconds and jsonb in its text form.
 func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, limit int) ([]store.ChainEvent, error) {
 	rows, err := q.db.Query(ctx, `SELECT id, run_key, (extract(epoch FROM at) * 1000000)::bigint, kind, version,
-		actor, meta::text, detail::text, chain_seq, chain_hash
+		actor, meta::text, detail::text, chain_seq, chain_hash, mac_key, mac
 		FROM events WHERE run_key = $1 AND id > $2 ORDER BY id LIMIT $3`, key, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list chain of %q: %w", key, err)
 	}
 	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainEvent, error) {
 		var e store.ChainEvent
-		err := row.Scan(&e.ID, &e.RunKey, &e.AtMicros, &e.Kind, &e.Version, &e.Actor, &e.Meta, &e.Detail, &e.Seq, &e.Hash)
+		err := row.Scan(&e.ID, &e.RunKey, &e.AtMicros, &e.Kind, &e.Version, &e.Actor, &e.Meta, &e.Detail, &e.Seq, &e.Hash, &e.MACKey, &e.MAC)
 		return e, err
 	})
 	if err != nil {
@@ -59,4 +59,17 @@ func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) (
 		return nil, fmt.Errorf("list chained runs: %w", err)
 	}
 	return keys, nil
+}
+
+// ChainFirstKeyed walks the id index from the start to the first keyed event: events
+// from before the audit key was set are read once per verify.
+func (q queries) ChainFirstKeyed(ctx context.Context) (int64, error) {
+	var id *int64
+	if err := q.db.QueryRow(ctx, `SELECT min(id) FROM events WHERE mac IS NOT NULL`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("find the first keyed event: %w", err)
+	}
+	if id == nil {
+		return 0, nil
+	}
+	return *id, nil
 }

@@ -70,9 +70,9 @@ func chainHashSQL(_ *msqlite.FunctionContext, args []driver.Value) (driver.Value
 func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, limit int) ([]store.ChainEvent, error) {
 	evs, err := selectAll(ctx, q.db, func(row scanner) (store.ChainEvent, error) {
 		var e store.ChainEvent
-		var meta, detail, hash sql.NullString
+		var meta, detail, hash, macKey, mac sql.NullString
 		var seq sql.NullInt64
-		if err := row.Scan(&e.ID, &e.RunKey, &e.AtMicros, &e.Kind, &e.Version, &e.Actor, &meta, &detail, &seq, &hash); err != nil {
+		if err := row.Scan(&e.ID, &e.RunKey, &e.AtMicros, &e.Kind, &e.Version, &e.Actor, &meta, &detail, &seq, &hash, &macKey, &mac); err != nil {
 			return store.ChainEvent{}, err
 		}
 		if meta.Valid {
@@ -87,8 +87,14 @@ func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, lim
 		if hash.Valid {
 			e.Hash = &hash.String
 		}
+		if macKey.Valid {
+			e.MACKey = &macKey.String
+		}
+		if mac.Valid {
+			e.MAC = &mac.String
+		}
 		return e, nil
-	}, `SELECT id, run_key, at, kind, version, actor, meta, detail, chain_seq, chain_hash
+	}, `SELECT id, run_key, at, kind, version, actor, meta, detail, chain_seq, chain_hash, mac_key, mac
 		FROM events WHERE run_key = ? AND id > ? ORDER BY id LIMIT ?`, key, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list chain of %q: %w", key, err)
@@ -131,3 +137,13 @@ func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) (
 
 // sqliteDriver is shared: a driver's functions are registered once.
 var sqliteDriver = newDriver()
+
+// ChainFirstKeyed walks the id index from the start to the first keyed event: events
+// from before the audit key was set are read once per verify.
+func (q queries) ChainFirstKeyed(ctx context.Context) (int64, error) {
+	var id sql.NullInt64
+	if err := q.db.QueryRowContext(ctx, `SELECT min(id) FROM events WHERE mac IS NOT NULL`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("find the first keyed event: %w", err)
+	}
+	return id.Int64, nil
+}
