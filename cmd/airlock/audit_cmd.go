@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -97,7 +98,7 @@ func auditCmd() *cobra.Command {
 		Use:   "audit",
 		Short: "Check the record airlock keeps",
 	}
-	cmd.AddCommand(auditVerifyCmd(), auditKeygenCmd())
+	cmd.AddCommand(auditVerifyCmd(), auditKeygenCmd(), auditCheckpointCmd())
 	return cmd
 }
 
@@ -145,6 +146,53 @@ whoever holds the key can forge what verify accepts (docs/operations.md#audit-ke
 	return cmd
 }
 
+func auditCheckpointCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "checkpoint [--dir DIR]",
+		Short: "Write a signed checkpoint of every run's chain head now",
+		Long: `checkpoint reads every run's chain head and writes them, signed with the audit key
+(AIRLOCK_AUDIT_KEY_FILE), as one new file in DIR (default AIRLOCK_AUDIT_CHECKPOINT_DIR),
+atomically. serve writes one every AIRLOCK_AUDIT_CHECKPOINT_INTERVAL and after every
+approval decision; verify --checkpoints DIR holds the chains to the newest
+(docs/operations.md#checkpoints).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			key, err := auditKey(cfg)
+			if err != nil {
+				return err
+			}
+			if key == nil {
+				return errors.New("a checkpoint is signed with the audit key: set AIRLOCK_AUDIT_KEY_FILE (airlock audit keygen)")
+			}
+			if dir == "" {
+				dir = cfg.AuditCheckpointDir
+			}
+			if dir == "" {
+				return errors.New("give the checkpoint directory with --dir or AIRLOCK_AUDIT_CHECKPOINT_DIR")
+			}
+			return withStore(cmd, func(st store.Store) error {
+				c, err := audit.New(st, nil).TakeCheckpoint(cmd.Context(), key)
+				if err != nil {
+					return err
+				}
+				name, err := audit.WriteCheckpoint(dir, c)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d runs\n", name, len(c.Runs))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the checkpoint directory (default: AIRLOCK_AUDIT_CHECKPOINT_DIR)")
+	return cmd
+}
+
 // verifyKeys is the keyring verify checks MACs with: the configured key and every
 // --key-file (keys kept from before a rotation).
 func verifyKeys(cmd *cobra.Command, files []string) (store.Keyring, error) {
@@ -174,8 +222,9 @@ var errChainBroken = errors.New("the hash chain is broken")
 func auditVerifyCmd() *cobra.Command {
 	var all, asJSON, requireMAC bool
 	var keyFiles []string
+	var checkpoints string
 	cmd := &cobra.Command{
-		Use:   "verify [KEY|--all] [--json] [--key-file FILE …] [--require-mac]",
+		Use:   "verify [KEY|--all] [--json] [--key-file FILE …] [--require-mac] [--checkpoints DIR]",
 		Short: "Check runs' event hash chains: a changed, deleted or reordered event is found",
 		Long: `verify recomputes the hash chain of a run's events (docs/operations.md#the-event-hash-chain):
 each event's hash covers the previous event's hash and its own content (id, key, time,
@@ -190,7 +239,13 @@ With the audit key (AIRLOCK_AUDIT_KEY_FILE, and --key-file for keys kept from be
 rotation; repeatable) every event's MAC is checked too: an event inserted or rewritten
 with SQL fails, wherever it is in the chain. Events written before the key was set are
 counted as unkeyed (a failure only with --require-mac); an event without a MAC after the
-first keyed one is a failure.`,
+first keyed one is a failure.
+
+With --checkpoints DIR, every chain is held to the newest signed checkpoint there: the
+newest events deleted and the head set back, a run wiped whole (--all names it from the
+checkpoint and the runs table), a retention base moved or set back are found for
+everything the checkpoint covered. A retention base is accepted only when its link is
+older than the policy's retention.events (--config) and, with the key, sealed by the purge.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) == 1) && len(args) <= 1 {
 				return errors.New("give one KEY or --all")
@@ -202,12 +257,35 @@ first keyed one is a failure.`,
 			if err != nil {
 				return err
 			}
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			pol, err := loadPolicyWithoutSecrets(cfg)
+			if err != nil {
+				return err
+			}
+			opt := audit.VerifyOptions{Keys: keys, RequireMAC: requireMAC, Retention: pol.Retention.Events.D()}
+			if checkpoints != "" {
+				if len(keys) == 0 {
+					return errors.New("--checkpoints needs the audit key they are signed with: AIRLOCK_AUDIT_KEY_FILE or --key-file")
+				}
+				c, file, err := audit.LoadCheckpoint(checkpoints, keys)
+				if err != nil {
+					return err
+				}
+				opt.Checkpoint = c
+				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: checkpoint: %s (%s, %d runs)\n", file, c.WrittenAt.Format(time.RFC3339), len(c.Runs))
+			}
 			return withStore(cmd, func(st store.Store) error {
 				svc := audit.New(st, nil)
-				opt := audit.VerifyOptions{Keys: keys, RequireMAC: requireMAC}
 				if len(keys) > 0 {
 					if opt.KeyedSince, err = st.ChainFirstKeyed(cmd.Context()); err != nil {
 						return err
+					}
+					if opt.Checkpoint != nil && opt.Checkpoint.KeyedSince > 0 &&
+						(opt.KeyedSince == 0 || opt.Checkpoint.KeyedSince < opt.KeyedSince) {
+						opt.KeyedSince = opt.Checkpoint.KeyedSince // MACs erased since
 					}
 				} else if requireMAC {
 					return errors.New("--require-mac needs the audit key: AIRLOCK_AUDIT_KEY_FILE or --key-file")
@@ -254,5 +332,6 @@ first keyed one is a failure.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per run")
 	cmd.Flags().StringArrayVar(&keyFiles, "key-file", nil, "an audit key to check MACs with, besides AIRLOCK_AUDIT_KEY_FILE (repeat for keys kept from before a rotation)")
 	cmd.Flags().BoolVar(&requireMAC, "require-mac", false, "fail on any event without a MAC")
+	cmd.Flags().StringVar(&checkpoints, "checkpoints", "", "hold the chains to the newest signed checkpoint in this directory")
 	return cmd
 }

@@ -277,3 +277,33 @@ func canonical(b *bytes.Buffer, v any) error {
 	}
 	return nil
 }
+
+// baseTag is a retention base's MAC: run key, link, hash and time.
+func (k *AuditKey) baseTag(b ChainBase) string {
+	var buf bytes.Buffer
+	for _, f := range []string{b.RunKey, strconv.FormatInt(b.Seq, 10), b.Hash, strconv.FormatInt(b.AtMicros, 10)} {
+		buf.WriteString(strconv.Itoa(len(f)))
+		buf.WriteByte(':')
+		buf.WriteString(f)
+	}
+	return hex.EncodeToString(k.Sum("airlock chain base v1", buf.Bytes()))
+}
+
+// CheckBase checks a head's retention base MAC against the keyring.
+func (r Keyring) CheckBase(h ChainHead) MACCheck {
+	if h.BaseMACKey == nil && h.BaseMAC == nil {
+		return MACAbsent
+	}
+	if h.BaseMACKey == nil || h.BaseMAC == nil || h.BaseAt == nil {
+		return MACMismatch
+	}
+	k, ok := r[*h.BaseMACKey]
+	if !ok {
+		return MACUnknown
+	}
+	want := k.baseTag(ChainBase{RunKey: h.RunKey, Seq: h.BaseSeq, Hash: h.BaseHash, AtMicros: h.BaseAt.UnixMicro()})
+	if !hmac.Equal([]byte(want), []byte(*h.BaseMAC)) {
+		return MACMismatch
+	}
+	return MACValid
+}

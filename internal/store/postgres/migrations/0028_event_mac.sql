@@ -8,3 +8,10 @@
 -- key configured seals every event it writes; a binary from before this migration cannot,
 -- and would leave unkeyed events in a keyed trail, so it writes nothing here.
 ALTER TABLE events ADD COLUMN mac_key text, ADD COLUMN mac text;
+
+-- A retention base now records the base link's time and, with the key, a MAC over the
+-- base (store.ChainBases), set by the purge in the transaction that deletes the rows:
+-- verify accepts a base only when its time was past the retention period, and only
+-- under the key, so a writer who deletes a run's first events and moves the base is found.
+ALTER TABLE event_chains ADD COLUMN base_at timestamptz, ADD COLUMN base_mac_key text,
+  ADD COLUMN base_mac text;

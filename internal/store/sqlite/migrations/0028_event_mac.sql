@@ -21,3 +21,11 @@ WHEN NOT (OLD.chain_seq IS NULL AND NEW.chain_seq IS NOT NULL AND NEW.chain_hash
 BEGIN
   SELECT RAISE(ABORT, 'events are append-only');
 END;
+
+-- A retention base now records the base link's time and, with the key, a MAC over the
+-- base (store.ChainBases), set by the purge in the transaction that deletes the rows:
+-- verify accepts a base only when its time was past the retention period, and only
+-- under the key, so a writer who deletes a run's first events and moves the base is found.
+ALTER TABLE event_chains ADD COLUMN base_at INTEGER;
+ALTER TABLE event_chains ADD COLUMN base_mac_key TEXT;
+ALTER TABLE event_chains ADD COLUMN base_mac TEXT;
