@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
@@ -188,6 +190,58 @@ func TestAuditKeyCommands(t *testing.T) {
 			}
 			if strings.Contains(all.String(), secret) || strings.Contains(all.String(), secret[:16]) {
 				t.Fatal("the key's secret appears in a command's output")
+			}
+		})
+	}
+}
+
+// TestServeWritesCheckpoints: serve with the audit key and a checkpoint directory seals
+// the claims it records and writes signed checkpoints that name the run; verify holds the
+// trail to them with every MAC required.
+func TestServeWritesCheckpoints(t *testing.T) {
+	for name, env := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			keyFile, cpDir := filepath.Join(dir, "audit.key"), filepath.Join(dir, "checkpoints")
+			if err := os.Mkdir(cpDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if _, stderr, err := airlock(t, env, "audit", "keygen", "--out", keyFile); err != nil {
+				t.Fatalf("keygen: %v %s", err, stderr)
+			}
+			if _, stderr, err := airlock(t, env, "migrate"); err != nil {
+				t.Fatalf("migrate: %v %s", err, stderr)
+			}
+			apiKey, stderr, err := airlock(t, env, "apikey", "create", "--name", "cp", "--scope", "runs")
+			if err != nil {
+				t.Fatalf("apikey: %v %s", err, stderr)
+			}
+			apiKey = strings.TrimSpace(apiKey)
+			keyed := append(env[:len(env):len(env)], "AIRLOCK_AUDIT_KEY_FILE="+keyFile,
+				"AIRLOCK_AUDIT_CHECKPOINT_DIR="+cpDir, "AIRLOCK_AUDIT_CHECKPOINT_INTERVAL=10s")
+			base, stop := serveProcessStop(t, keyed)
+			if r, err := postClaim(base, apiKey, "cp-1"); err != nil || r.status != 201 && r.status != 200 {
+				t.Fatalf("claim: %+v %v", r, err)
+			}
+			key, err := store.ReadAuditKey(keyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(40 * time.Second)
+			for {
+				c, _, err := audit.LoadCheckpoint(cpDir, store.NewKeyring(key))
+				if err == nil && len(c.Runs) == 1 && c.Runs[0].Key == "cp-1" && c.Runs[0].Seq >= 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no checkpoint naming cp-1 within 40s: %+v %v", c, err)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			stop()
+			out, stderr, err := airlock(t, keyed, "audit", "verify", "--all", "--require-mac", "--checkpoints", cpDir)
+			if err != nil || !strings.Contains(out, "cp-1: ok") || !strings.Contains(out, "holds to the checkpoint's link") {
+				t.Fatalf("verify: %v\n%s%s", err, out, stderr)
 			}
 		})
 	}

@@ -269,3 +269,36 @@ func testConcurrentPurges(t *testing.T, b storetest.Backend, key *store.AuditKey
 		}
 	}
 }
+
+// TestCheckpointerWakes: serve's writer writes a checkpoint as soon as an approval
+// decision wakes it, long before its interval.
+func TestCheckpointerWakes(t *testing.T) {
+	key := newKey(t)
+	st := storetest.KeyedBackends(key)[0].Open(t, nil)
+	seedChain(t, st, "decided")
+	dir := t.TempDir()
+	cp := audit.NewCheckpointer(st, key, dir, time.Hour)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	written := make(chan error, 4)
+	go func() {
+		defer close(done)
+		cp.Run(runCtx, func(_ string, err error) { written <- err })
+	}()
+	cp.Wake()
+	cp.Wake() // folded into the one being written, or the next
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no checkpoint within 30s of a wake")
+	}
+	cancel()
+	<-done
+	c, _, err := audit.LoadCheckpoint(dir, store.NewKeyring(key))
+	if err != nil || len(c.Runs) != 1 || c.Runs[0].Key != "decided" || c.Runs[0].Seq != 5 {
+		t.Fatalf("checkpoint: %+v %v", c, err)
+	}
+}
