@@ -56,12 +56,21 @@ func (c Checkpoint) body() ([]byte, error) {
 
 // TakeCheckpoint reads every run's head and signs them with key.
 func (s *Service) TakeCheckpoint(ctx context.Context, key *store.AuditKey) (Checkpoint, error) {
+	return s.takeCheckpoint(ctx, key, 0)
+}
+
+// takeCheckpoint is TakeCheckpoint with the first keyed event already known (0: look it
+// up). A value found earlier stays right: retention only deletes the oldest events, and
+// every event written after it is keyed.
+func (s *Service) takeCheckpoint(ctx context.Context, key *store.AuditKey, since int64) (Checkpoint, error) {
 	if key == nil {
 		return Checkpoint{}, errors.New("checkpoint: no audit key (AIRLOCK_AUDIT_KEY_FILE): an unsigned checkpoint proves nothing")
 	}
-	since, err := s.store.ChainFirstKeyed(ctx)
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
+	if since == 0 {
+		var err error
+		if since, err = s.store.ChainFirstKeyed(ctx); err != nil {
+			return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	c := Checkpoint{Format: CheckpointFormat, KeyedSince: since, Runs: []CheckpointRun{}}
 	for after := ""; ; {
@@ -211,6 +220,9 @@ type Checkpointer struct {
 	dir      string
 	interval time.Duration
 	wake     chan struct{}
+	// keyedSince is the first keyed event once found: the look-up walks the unkeyed
+	// history, so it runs until it finds one, not every interval.
+	keyedSince int64
 }
 
 // NewCheckpointer writes st's checkpoints into dir, signed with key.
@@ -226,12 +238,13 @@ func (c *Checkpointer) Wake() {
 	}
 }
 
-// Once writes one checkpoint.
+// Once writes one checkpoint; not safe for concurrent use (Run calls it).
 func (c *Checkpointer) Once(ctx context.Context) (string, error) {
-	cp, err := c.svc.TakeCheckpoint(ctx, c.key)
+	cp, err := c.svc.takeCheckpoint(ctx, c.key, c.keyedSince)
 	if err != nil {
 		return "", err
 	}
+	c.keyedSince = cp.KeyedSince
 	return WriteCheckpoint(c.dir, cp)
 }
 
