@@ -91,7 +91,7 @@ func BenchmarkSeal(b *testing.B) {
 		b.Fatal(err)
 	}
 	p := store.EventInsertParams{RunKey: "ticket-4711", Kind: "claimed", Version: 1, Actor: "apikey:n8n",
-		Meta: []byte(`{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}`),
+		Meta:   []byte(`{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}`),
 		Detail: []byte(`{"payload_hash":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","lease_expires_at":"2026-12-02T04:51:22.123456Z"}`)}
 	for b.Loop() {
 		if _, _, err := k.Seal(p); err != nil {
