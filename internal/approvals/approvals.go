@@ -103,6 +103,9 @@ type Service struct {
 	// Queued, when set, is told after an approval put an effect into the outbox (this
 	// instance's dispatcher wakes at once).
 	Queued func()
+	// Decided, when set, is told after a decision committed (serve writes an audit
+	// checkpoint, so the decision is covered by one at once).
+	Decided func()
 	// WebhookBackoff is the first wait before a chat webhook is posted again (default
 	// 1s, doubled each time); WebhookClient posts them (default http.DefaultClient).
 	WebhookBackoff time.Duration
@@ -504,6 +507,9 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 	}
 	if s.Observer != nil && out.ConsumedAt != nil {
 		s.Observer.Decision(out.Mode, decision, out.ConsumedAt.Sub(out.CreatedAt))
+	}
+	if s.Decided != nil {
+		s.Decided()
 	}
 	return out, nil
 }

@@ -47,6 +47,13 @@ type Config struct {
 	// (the default, so also when unset) leaves sending to the database's kill switch;
 	// any other value, the empty one included, stops every send from this process.
 	AIActionsEnabled string
+	// AuditKeyFile is the audit key (`airlock audit keygen`): every event written is
+	// sealed with a MAC under it ("": events are written unkeyed).
+	AuditKeyFile string
+	// AuditCheckpointDir is where serve writes signed checkpoints of the chain heads
+	// ("": none); AuditCheckpointInterval how often, besides after each approval decision.
+	AuditCheckpointDir      string
+	AuditCheckpointInterval time.Duration
 }
 
 // envAIActionsEnabled is the one option whose value is not trimmed: only exactly "true"
@@ -326,6 +333,22 @@ var Options = []Option{
 	{"ai-actions-enabled", envAIActionsEnabled, "true",
 		"this process's kill switch: true leaves sending to the database's kill switch; any other value stops every send",
 		func(c *Config, v string) error { c.AIActionsEnabled = v; return nil }},
+	{"audit-key-file", "AIRLOCK_AUDIT_KEY_FILE", "",
+		"the audit key file (airlock audit keygen): events are sealed with a MAC under it and checkpoints signed with it",
+		func(c *Config, v string) error { c.AuditKeyFile = v; return nil }},
+	{"audit-checkpoint-dir", "AIRLOCK_AUDIT_CHECKPOINT_DIR", "",
+		"where serve writes signed checkpoints of every run's chain head (needs the audit key)",
+		func(c *Config, v string) error { c.AuditCheckpointDir = v; return nil }},
+	{"audit-checkpoint-interval", "AIRLOCK_AUDIT_CHECKPOINT_INTERVAL", "5m",
+		"how often serve writes a checkpoint (10s to 24h), besides after every approval decision",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 10*time.Second || d > 24*time.Hour {
+				return errors.New("must be a duration from 10s to 24h, such as 5m")
+			}
+			c.AuditCheckpointInterval = d
+			return nil
+		}},
 }
 
 func duration(field func(*Config) *time.Duration) func(*Config, string) error {

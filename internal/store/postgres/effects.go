@@ -561,10 +561,11 @@ func effectUpdateManyStatement(lock bool) string {
 		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner` + cond + `
 		  RETURNING e.id, u.i
 		), ev AS (
-		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-		  SELECT v.run_key, coalesce(v.at, now()), v.kind, v.version, v.actor, v.meta::jsonb, v.detail::jsonb
-		  FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[])
-		       WITH ORDINALITY AS v(effect, run_key, at, kind, version, actor, meta, detail, i)
+		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail, mac_key, mac)
+		  SELECT v.run_key, coalesce(v.at, now()), v.kind, v.version, v.actor, v.meta::jsonb, v.detail::jsonb, v.mac_key, v.mac
+		  FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[],
+		         $16::text[], $17::text[])
+		       WITH ORDINALITY AS v(effect, run_key, at, kind, version, actor, meta, detail, mac_key, mac, i)
 		  WHERE v.effect IN (SELECT id FROM u)
 		  ORDER BY v.i
 		)
@@ -593,7 +594,9 @@ func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		providerIDs[i], classes[i], notBefore[i] = p.ProviderID, p.ErrorClass, p.NotBefore
 		if i < len(events) {
 			for _, e := range events[i] {
-				ev.add(p.ID, e)
+				if err := ev.add(q.key, p.ID, e); err != nil {
+					return nil, nil, err
+				}
 			}
 		}
 	}
@@ -602,7 +605,7 @@ func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		sql = effectUpdateManyLockedSQL
 	}
 	rows, err := q.db.Query(ctx, sql, ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now,
-		ev.effects, ev.keys, ev.ats, ev.kinds, ev.versions, ev.actors, ev.metas, ev.details)
+		ev.effects, ev.keys, ev.ats, ev.kinds, ev.versions, ev.actors, ev.metas, ev.details, ev.macKeys, ev.macs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("update effects: %w", err)
 	}
@@ -637,12 +640,19 @@ type eventArrays struct {
 	versions                     []int64
 	ats                          []*time.Time
 	metas, details               []*string
+	macKeys, macs                []*string
 }
 
-func (c *eventArrays) add(effect string, p store.EventInsertParams) {
+func (c *eventArrays) add(key *store.AuditKey, effect string, p store.EventInsertParams) error {
+	macKey, mac, err := key.Seal(p)
+	if err != nil {
+		return fmt.Errorf("update effects: %w", err)
+	}
 	c.effects, c.keys, c.kinds, c.actors = append(c.effects, effect), append(c.keys, p.RunKey), append(c.kinds, p.Kind), append(c.actors, p.Actor)
 	c.versions, c.ats = append(c.versions, p.Version), append(c.ats, p.Now)
 	c.metas, c.details = append(c.metas, textArg(p.Meta)), append(c.details, textArg(p.Detail))
+	c.macKeys, c.macs = append(c.macKeys, macKey), append(c.macs, mac)
+	return nil
 }
 
 // textArg is a JSON document as a text array element: NULL for none.
