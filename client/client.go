@@ -389,6 +389,7 @@ type RunEffect struct {
 	PayloadHash string    `json:"payload_hash"`
 	ProviderID  string    `json:"provider_id"`
 	Attempts    int       `json:"attempts"`
+	Version     int64     `json:"version"` // an operator's resolve sends it back (compare-and-set)
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }

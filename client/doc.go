@@ -1,6 +1,20 @@
 // Package client is a small Go client for airlock's HTTP API, written for developers of
 // long-running agents that touch the outside world and must survive being stopped.
 //
+// # Steps
+//
+// Most agents need two calls: [Client.OpenRun] claims the run and keeps its lease
+// (heartbeats; [AgentRun.Context] is cancelled when the lease is lost), and
+// [AgentRun.Step] performs one side effect at most once — it plans the effect with its
+// input (what a gated action's approval card shows), performs it only when airlock says
+// execute, confirms it with the receipt perform returns, answers a replay from airlock's
+// record, runs the step's [Lookup] when a crashed attempt left it planned, waits for (or
+// hands back) a gated step's approval, and records the step in the ledger once. A
+// rejection is a [*RejectedError] with the approver's reason; an effect nobody can settle
+// by a lookup is a [*NeedsPersonError]; a pending approval the caller did not wait out is
+// an [*ApprovalPendingError] with its console link. docs/agents.md shows a complete agent.
+// The calls below are what a step does; they stay for agents that need them.
+//
 // # The flow
 //
 // An agent works on one run, named by an idempotency key its caller issued once

@@ -81,6 +81,19 @@ mcp:
         trigger-long-running-operation: {effect: slow_op}
 YAML
 
+# Accept each catalogue (docs/mcp.md, pinned tool definitions): the agent below runs with
+# the pins on, so every real server's definitions must read the same in each spawn.
+for pol in "$work/policy.yaml" "$work/policy2.yaml"; do
+	before=$("$work/airlock" mcp tools --config "$pol" 2>&1) || { echo "$before" >&2; echo "test-mcp-e2e: airlock mcp tools failed" >&2; exit 1; }
+	grep -q 'write_file.*effect (fs_write).*sha256:.*not pinned\|create_entities.*effect (memory_write).*sha256:.*not pinned' <<<"$before" ||
+		{ echo "$before" >&2; echo "test-mcp-e2e: airlock mcp tools does not list the classes and digests" >&2; exit 1; }
+	"$work/airlock" mcp tools --config "$pol" --accept >/dev/null
+	after=$("$work/airlock" mcp tools --config "$pol")
+	if grep -q 'CHANGED\|not pinned' <<<"$after" || [ ! -s "$pol.pins.json" ]; then
+		echo "$after" >&2; echo "test-mcp-e2e: the accepted catalogue of $pol does not match itself" >&2; exit 1
+	fi
+done
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 db="$work/airlock.db"

@@ -2,13 +2,14 @@
 # End to end: the OpenAI Agents SDK example (examples/openai-agents) against a real airlock
 # and a scripted OpenAI-compatible model (no model is reachable here; see
 # examples/openai-agents/scripted-model.mjs). For each crash point, a refund ticket:
-#   1. the agent runs; its gated tool (issue_refund) pauses the SDK run on airlock's
+#   1. the agent runs; its gated tool (issue_refund, one run.step) waits on airlock's
 #      approval: exit 3, nothing refunded;
 #   2. a person approves on airlock's page (signed in, as the browser would post);
-#   3. the agent starts again, resumes the SDK run and is SIGKILLed at the crash point;
-#   4. started again, it reconciles with the payment system and finishes.
+#   3. the agent starts again, runs the conversation again and is SIGKILLed at the crash point;
+#   4. started again, its step looks the refund up in the payment system and finishes.
 # Each time exactly one refund exists for the ticket and the run is completed. Once, a start
-# before the decision waits again, and a start after the end answers "already completed". Needs Go, node 20.3+ and npm (installs the example's
+# before the decision waits again, the card shows the order and the amount, and a start after
+# the end answers "already completed"; a rejected ticket stops with the approver's reason. Needs Go, node 20.3+ and npm (installs the example's
 # dependencies on first use, ~25 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +70,19 @@ approve() { # approve TICKET: signs in as the approver and presses Approve on th
 	curl -sf -c "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
 	curl -sf -b "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d decision=approve "$url"
 }
+reject() { # reject TICKET REASON: signs in and presses Reject with a reason
+	local url
+	url=$(grep -o "http://[^ ]*/approve/[^ ]*" "$WORK/$1.log" | tail -n 1 || true)
+	[ -n "$url" ] || { echo "no approval link"; return 1; }
+	curl -sf -c "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
+	curl -sf -b "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d decision=reject --data-urlencode "reason=$2" "$url"
+}
+card() { # card TICKET: the approval page the approver sees
+	local url
+	url=$(grep -o "http://[^ ]*/approve/[^ ]*" "$WORK/$1.log" | tail -n 1 || true)
+	curl -sf -c "$WORK/$1.cookies" -o /dev/null -H "Origin: $AIRLOCK_URL" -d username=lead -d 'password=correct horse battery staple' "$AIRLOCK_URL/login"
+	curl -sf -b "$WORK/$1.cookies" "$url"
+}
 state() { curl -sf "$AIRLOCK_URL/v1/runs/refund-$1" -H "Authorization: Bearer $AIRLOCK_API_KEY" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 
 # scenario CRASH: one ticket through the approval and a crash at CRASH; prints what went
@@ -80,6 +94,18 @@ scenario() {
 	[ "$(state "$t")" = awaiting_human ] || { echo "the run should wait for a person"; return; }
 	if [ "$crash" = none ]; then
 		[ "$(agent "$t")" = 3 ] || { echo "a start before the decision should wait again"; return; }
+		# The card shows the tool call's arguments: the order and the amount.
+		card "$t" >"$WORK/$t.card.html" || { echo "no approval card"; return; }
+		# (the scripted model reads the order "A-T-" from "order A-T-none": its pattern stops at lowercase)
+		grep -q 'order_id&#34;: &#34;A-T-' "$WORK/$t.card.html" || { echo "the approval card does not show the order"; return; }
+		grep -q 'amount_cents&#34;: 4200' "$WORK/$t.card.html" || { echo "the approval card does not show the amount"; return; }
+	fi
+	if [ "$crash" = reject ]; then
+		reject "$t" "order already refunded by phone" || return
+		[ "$(agent "$t")" = 2 ] || { echo "a rejected run should stop (exit 2)"; return; }
+		grep -q "order already refunded by phone" "$WORK/$t.log" || { echo "the approver's reason did not reach the agent"; return; }
+		[ "$(refunds "$t")" = 0 ] || { echo "refunded although rejected"; return; }
+		return
 	fi
 	approve "$t" || return
 	if [ "$crash" = none ]; then
@@ -98,7 +124,7 @@ scenario() {
 }
 
 start=$(date +%s)
-CRASHES=(none before_refund after_refund before_confirm)
+CRASHES=(none reject before_refund after_refund before_confirm)
 # The crash points run at once, each on its own ticket: the SDK's load and the lease waits overlap.
 for crash in "${CRASHES[@]}"; do
 	scenario "$crash" >"$WORK/$crash.result" 2>&1 &
@@ -112,11 +138,15 @@ for crash in "${CRASHES[@]}"; do
 		tail -n 20 "$WORK/T-$crash.log" >&2 || true
 		failed=1
 	else
-		echo "test-openai-agents: $crash: paused on the approval, approved, 1 refund, completed"
+		if [ "$crash" = reject ]; then
+			echo "test-openai-agents: reject: paused on the approval, rejected, the reason reached the agent, 0 refunds"
+		else
+			echo "test-openai-agents: $crash: paused on the approval, approved, 1 refund, completed"
+		fi
 	fi
 done
 [ "$failed" = 0 ] || exit 1
 cat "$WORK"/T-*.log >"$WORK/agent.log"
-grep -q '"status":"confirmed"' "$WORK/agent.log" || fail "no crash was reconciled as confirmed"
-grep -q '"status":"cleared"' "$WORK/agent.log" || fail "no crash was reconciled as cleared"
+grep -q '"msg":"looked up".*"found":\["payment://' "$WORK/agent.log" || fail "no crash was looked up and found (confirmed)"
+grep -q '"msg":"looked up".*"found":\[\]' "$WORK/agent.log" || fail "no crash was looked up and not found (cleared)"
 echo "test-openai-agents: ok ($(($(date +%s) - start)) s)"

@@ -1,6 +1,8 @@
 // The client of airlock's HTTP API: fetch only, no dependencies.
 import { randomBytes } from 'node:crypto';
+import { hashInput } from './canonical.js';
 import { APIError, ApprovalNotFoundError, LeaseLifetimeExceededError, LeaseLostError, TransportError, VersionConflictError, errorFor } from './errors.js';
+import { AgentRun } from './steps.js';
 
 const RETRY_STATUSES = new Set([500, 502, 503, 504]);
 
@@ -278,13 +280,25 @@ export class Client {
 		return (await this.request('GET', '/v1/ledger.schema.json', undefined, opts)).body;
 	}
 
-	/** plan records the intent before performing an effect: exactly one of execute, receipt, approval holds. */
-	async plan(key, effectId, lease_owner, { action, target, input_hash, meta }, opts) {
-		const body = put({ lease_owner, action, target, input_hash }, 'meta', meta);
+	/**
+	 * plan records the intent before performing an effect. `input` is what the effect will
+	 * do (any JSON): a gated action's approval card shows it to the person who decides and
+	 * the approval is bound to it (its hash is computed when input_hash is not given;
+	 * airlock's privacy allow-list and payload retention apply). Give input_hash alone to
+	 * keep the input to yourself. Exactly one of execute, confirmed (performed before:
+	 * receipt, '' when an operator resolved it as sent without the provider's id) and
+	 * approval holds.
+	 */
+	async plan(key, effectId, lease_owner, { action, target, input_hash, input, meta }, opts) {
+		if (input !== undefined && !input_hash) input_hash = hashInput(input);
+		if (!input_hash) throw new TypeError('plan: give input, or its input_hash');
+		const body = put(put({ lease_owner, action, target, input_hash }, 'input', input), 'meta', meta);
 		const { status, body: d } = await this.#post(runPath(key, 'ledger', 'effects', effectId, 'plan'), body, opts);
-		if (status === 202) return { execute: false, receipt: '', result: undefined, approval: approvalOf(d), raw: d };
-		if (!d.execute && !d.receipt) throw new APIError(status, '', `plan ${effectId}: neither execute nor a receipt in the answer`);
-		return { execute: !!d.execute, receipt: d.receipt ?? '', result: d.result, approval: null, raw: d };
+		if (status === 202) return { execute: false, confirmed: false, receipt: '', result: undefined, approval: approvalOf(d), raw: d };
+		const execute = !!d.execute;
+		const confirmed = !!d.confirmed || (!execute && !!d.receipt);
+		if (!execute && !confirmed) throw new APIError(status, '', `plan ${effectId}: neither execute nor confirmed in the answer`);
+		return { execute, confirmed, receipt: d.receipt ?? '', result: d.result, approval: null, raw: d };
 	}
 
 	/** confirm records that the planned effect happened, with the external system's id as receipt. */
@@ -305,6 +319,30 @@ export class Client {
 
 	async recordToolCall(key, call, opts) {
 		await this.#post(runPath(key, 'ledger', 'calls'), call, opts);
+	}
+
+	// --- the step API -----------------------------------------------------------
+
+	/**
+	 * openRun claims the run `key` and keeps it: an AgentRun whose step() performs each side
+	 * effect at most once (see steps.js). A live lease of another process is waited out for
+	 * up to waitLeaseMs (default: the lease + 5 s), then RunBusyError; a run waiting for a
+	 * person is waited on for up to waitApprovalMs (default 0), then ApprovalPendingError; a
+	 * rejected run throws RejectedError with the approver's reason; a finished run opens
+	 * with `finished` set.
+	 */
+	async openRun(key, payload, options = {}) {
+		return new AgentRun(this, key, payload, options).open();
+	}
+
+	/** withRun opens the run, calls fn(run) and closes it (stops the heartbeats) however fn ends. */
+	async withRun(key, payload, options, fn) {
+		const run = await this.openRun(key, payload, options);
+		try {
+			return await fn(run);
+		} finally {
+			run.close();
+		}
 	}
 
 	// --- leases ---------------------------------------------------------------

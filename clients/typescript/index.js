@@ -6,3 +6,4 @@ export * from './client.js';
 
 export const STATES = Object.freeze({ PROCESSING: 'processing', COMPLETED: 'completed', FAILED_RETRYABLE: 'failed_retryable', FAILED_TERMINAL: 'failed_terminal', AWAITING_HUMAN: 'awaiting_human', APPROVED: 'approved', REJECTED: 'rejected' });
 export const VERDICTS = Object.freeze({ CONTINUE: 'continue', RECONCILE: 'reconcile', WAIT: 'wait', STOP: 'stop' });
+export { AgentRun, DONE, RejectedError, NeedsPersonError, ApprovalPendingError, RunBusyError, RunFinishedError } from './steps.js';

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -96,17 +98,133 @@ func auditCmd() *cobra.Command {
 		Use:   "audit",
 		Short: "Check the record airlock keeps",
 	}
-	cmd.AddCommand(auditVerifyCmd())
+	cmd.AddCommand(auditVerifyCmd(), auditKeygenCmd(), auditCheckpointCmd())
 	return cmd
+}
+
+func auditKeygenCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "keygen --out FILE",
+		Short: "Create an audit key: events are sealed with a MAC under it, checkpoints signed with it",
+		Long: `keygen writes a new audit key (32 random bytes) to FILE, readable by its owner only
+(0600), and refuses to overwrite a file that exists. Point AIRLOCK_AUDIT_KEY_FILE at it
+on every instance, and keep a copy where the database's administrators cannot reach it:
+whoever holds the key can forge what verify accepts (docs/operations.md#audit-keys).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return errors.New("give the key file with --out FILE")
+			}
+			k, err := store.NewAuditKey()
+			if err != nil {
+				return err
+			}
+			f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("%s exists: keygen never overwrites a key (events sealed with it could no longer be verified)", out)
+			}
+			if err != nil {
+				return fmt.Errorf("create %s: %w", out, errors.Unwrap(err))
+			}
+			if _, err := f.Write(k.Encode()); err != nil {
+				f.Close()
+				return fmt.Errorf("write %s: %w", out, err)
+			}
+			if err := f.Sync(); err != nil {
+				f.Close()
+				return fmt.Errorf("write %s: %w", out, err)
+			}
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("write %s: %w", out, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote audit key %s to %s\n", k.ID(), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "the key file to create (0600; never overwritten)")
+	return cmd
+}
+
+func auditCheckpointCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "checkpoint [--dir DIR]",
+		Short: "Write a signed checkpoint of every run's chain head now",
+		Long: `checkpoint reads every run's chain head and writes them, signed with the audit key
+(AIRLOCK_AUDIT_KEY_FILE), as one new file in DIR (default AIRLOCK_AUDIT_CHECKPOINT_DIR),
+atomically. serve writes one every AIRLOCK_AUDIT_CHECKPOINT_INTERVAL and after every
+approval decision; verify --checkpoints DIR holds the chains to the newest
+(docs/operations.md#checkpoints).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			key, err := auditKey(cfg)
+			if err != nil {
+				return err
+			}
+			if key == nil {
+				return errors.New("a checkpoint is signed with the audit key: set AIRLOCK_AUDIT_KEY_FILE (airlock audit keygen)")
+			}
+			if dir == "" {
+				dir = cfg.AuditCheckpointDir
+			}
+			if dir == "" {
+				return errors.New("give the checkpoint directory with --dir or AIRLOCK_AUDIT_CHECKPOINT_DIR")
+			}
+			return withStore(cmd, func(st store.Store) error {
+				c, err := audit.New(st, nil).TakeCheckpoint(cmd.Context(), key)
+				if err != nil {
+					return err
+				}
+				name, err := audit.WriteCheckpoint(dir, c)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d runs\n", name, len(c.Runs))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the checkpoint directory (default: AIRLOCK_AUDIT_CHECKPOINT_DIR)")
+	return cmd
+}
+
+// verifyKeys is the keyring verify checks MACs with: the configured key and every
+// --key-file (keys kept from before a rotation).
+func verifyKeys(cmd *cobra.Command, files []string) (store.Keyring, error) {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	var keys []*store.AuditKey
+	if k, err := auditKey(cfg); err != nil {
+		return nil, err
+	} else if k != nil {
+		keys = append(keys, k)
+	}
+	for _, f := range files {
+		k, err := store.ReadAuditKey(f)
+		if err != nil {
+			return nil, fmt.Errorf("--key-file: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	return store.NewKeyring(keys...), nil
 }
 
 // errChainBroken is verify's failure: its output already names the run and the event.
 var errChainBroken = errors.New("the hash chain is broken")
 
 func auditVerifyCmd() *cobra.Command {
-	var all, asJSON bool
+	var all, asJSON, requireMAC bool
+	var keyFiles []string
+	var checkpoints string
 	cmd := &cobra.Command{
-		Use:   "verify [KEY|--all] [--json]",
+		Use:   "verify [KEY|--all] [--json] [--key-file FILE …] [--require-mac] [--checkpoints DIR]",
 		Short: "Check runs' event hash chains: a changed, deleted or reordered event is found",
 		Long: `verify recomputes the hash chain of a run's events (docs/operations.md#the-event-hash-chain):
 each event's hash covers the previous event's hash and its own content (id, key, time,
@@ -115,7 +233,19 @@ It prints one line per run and exits non-zero naming the first bad event when an
 was changed, deleted, reordered or written around the chain.
 
 Events written before the chain began (before migration 0015) are counted as
-"unchained before event N": nothing proves them. --all checks every run, in key order.`,
+"unchained before event N": nothing proves them. --all checks every run, in key order.
+
+With the audit key (AIRLOCK_AUDIT_KEY_FILE, and --key-file for keys kept from before a
+rotation; repeatable) every event's MAC is checked too: an event inserted or rewritten
+with SQL fails, wherever it is in the chain. Events written before the key was set are
+counted as unkeyed (a failure only with --require-mac); an event without a MAC after the
+first keyed one is a failure.
+
+With --checkpoints DIR, every chain is held to the newest signed checkpoint there: the
+newest events deleted and the head set back, a run wiped whole (--all names it from the
+checkpoint and the runs table), a retention base moved or set back are found for
+everything the checkpoint covered. A retention base is accepted only when its link is
+older than the policy's retention.events (--config) and, with the key, sealed by the purge.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) == 1) && len(args) <= 1 {
 				return errors.New("give one KEY or --all")
@@ -123,8 +253,43 @@ Events written before the chain began (before migration 0015) are counted as
 			return cobra.MaximumNArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			keys, err := verifyKeys(cmd, keyFiles)
+			if err != nil {
+				return err
+			}
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			pol, err := loadPolicyWithoutSecrets(cfg)
+			if err != nil {
+				return err
+			}
+			opt := audit.VerifyOptions{Keys: keys, RequireMAC: requireMAC, Retention: pol.Retention.Events.D()}
+			if checkpoints != "" {
+				if len(keys) == 0 {
+					return errors.New("--checkpoints needs the audit key they are signed with: AIRLOCK_AUDIT_KEY_FILE or --key-file")
+				}
+				c, file, err := audit.LoadCheckpoint(checkpoints, keys)
+				if err != nil {
+					return err
+				}
+				opt.Checkpoint = c
+				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: checkpoint: %s (%s, %d runs)\n", file, c.WrittenAt.Format(time.RFC3339), len(c.Runs))
+			}
 			return withStore(cmd, func(st store.Store) error {
 				svc := audit.New(st, nil)
+				if len(keys) > 0 {
+					if opt.KeyedSince, err = st.ChainFirstKeyed(cmd.Context()); err != nil {
+						return err
+					}
+					if opt.Checkpoint != nil && opt.Checkpoint.KeyedSince > 0 &&
+						(opt.KeyedSince == 0 || opt.Checkpoint.KeyedSince < opt.KeyedSince) {
+						opt.KeyedSince = opt.Checkpoint.KeyedSince // MACs erased since
+					}
+				} else if requireMAC {
+					return errors.New("--require-mac needs the audit key: AIRLOCK_AUDIT_KEY_FILE or --key-file")
+				}
 				out := cmd.OutOrStdout()
 				bad, total := 0, 0
 				report := func(c audit.ChainCheck) error {
@@ -138,14 +303,14 @@ Events written before the chain began (before migration 0015) are counted as
 					return audit.WriteChainCheck(out, c)
 				}
 				if all {
-					if err := svc.VerifyAll(cmd.Context(), report); err != nil {
+					if err := svc.VerifyAllWith(cmd.Context(), opt, report); err != nil {
 						return err
 					}
 					if !asJSON {
 						fmt.Fprintf(out, "%d runs checked, %d broken\n", total, bad)
 					}
 				} else {
-					c, err := svc.VerifyChain(cmd.Context(), args[0])
+					c, err := svc.VerifyChainWith(cmd.Context(), args[0], opt)
 					if errors.Is(err, audit.ErrNoEvents) {
 						return fmt.Errorf("no events have the key %q", args[0])
 					}
@@ -165,5 +330,8 @@ Events written before the chain began (before migration 0015) are counted as
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "check every run")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per run")
+	cmd.Flags().StringArrayVar(&keyFiles, "key-file", nil, "an audit key to check MACs with, besides AIRLOCK_AUDIT_KEY_FILE (repeat for keys kept from before a rotation)")
+	cmd.Flags().BoolVar(&requireMAC, "require-mac", false, "fail on any event without a MAC")
+	cmd.Flags().StringVar(&checkpoints, "checkpoints", "", "hold the chains to the newest signed checkpoint in this directory")
 	return cmd
 }

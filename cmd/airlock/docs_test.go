@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // docFiles are the pages a newcomer reads: the README, docs/, and the n8n package's.
@@ -331,5 +332,226 @@ func TestDocsRoutes(t *testing.T) {
 	}
 	if n < 30 {
 		t.Fatalf("found only %d routes in the docs: the scan is broken", n)
+	}
+}
+
+// TestReadmeIsAFrontPage: the README tells a user what airlock is, what they get, how to
+// run it, whether it is stable, its known limits and its licence, and nothing from the
+// development log (issue 35, 8): history is CHANGELOG.md's, test prerequisites
+// docs/testing.md's.
+func TestReadmeIsAFrontPage(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	heads := anchors(readme)
+	for _, h := range []string{"what-you-get", "quick-start", "where-to-go-next", "is-it-stable", "known-limits", "licence"} {
+		if !heads[h] {
+			t.Errorf("README has no section #%s", h)
+		}
+	}
+	for _, h := range []string{"status", "tests"} {
+		if heads[h] {
+			t.Errorf("README has a section #%s: history goes to CHANGELOG.md, test prerequisites to docs/testing.md", h)
+		}
+	}
+	internal := regexp.MustCompile(`(?i)\bcensus\b|\bHOT\b|begin-mark|\(00\d\d\)|\bissue \d+|this round`)
+	for _, f := range []string{"../../README.md", "../../CHANGELOG.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range internal.FindAllString(string(b), -1) {
+			t.Errorf("%s speaks the development log's words: %q", filepath.Base(f), m)
+		}
+	}
+	if n := len(strings.Fields(readme)); n > 1100 {
+		t.Errorf("README has %d words: a front page, not a manual (reference goes to docs/)", n)
+	}
+	if !strings.Contains(readme, "[Apache License 2.0](LICENSE)") {
+		t.Error("README does not name its licence, linked to LICENSE")
+	}
+}
+
+// TestLicence: the licence is Apache-2.0 at the root and in every package's metadata, so
+// an evaluator (and a package index) can tell what they may do with it.
+func TestLicence(t *testing.T) {
+	lic, err := os.ReadFile("../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(lic), "Apache License\n                           Version 2.0, January 2004") ||
+		!strings.Contains(string(lic), "END OF TERMS AND CONDITIONS") {
+		t.Error("LICENSE is not the full Apache License 2.0 text")
+	}
+	for f, want := range map[string]string{
+		"../../clients/python/pyproject.toml":              `license = { text = "Apache-2.0" }`,
+		"../../clients/python/_backend/airlock_backend.py": `License: Apache-2.0`,
+		"../../clients/typescript/package.json":            `"license": "Apache-2.0"`,
+		"../../integrations/n8n/package.json":              `"license": "Apache-2.0"`,
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", f, want)
+		}
+	}
+}
+
+var (
+	routeCell = regexp.MustCompile("(?m)^\\| (`[^|]*?) \\| [^|]+ \\| ")
+	backtick  = regexp.MustCompile("`([^`]+)`")
+)
+
+// apiTableRoutes reads docs/api.md's route table: each row's first cell names one or more
+// routes ("`GET /a` · `POST /a/{id}`", "`GET` / `PUT /a`", "`POST /a/{id}/complete` ·
+// `/fail`": a bare path ends the previous one's).
+func apiTableRoutes(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "| method and path | scope | does |")
+	if !ok {
+		t.Fatal("docs/api.md has no route table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	out := map[string]bool{}
+	for _, row := range routeCell.FindAllStringSubmatch(table, -1) {
+		var methods []string
+		var last string
+		for _, code := range backtick.FindAllStringSubmatch(row[1], -1) {
+			f := strings.Fields(code[1])
+			switch {
+			case len(f) == 1 && !strings.HasPrefix(f[0], "/"): // `GET` / `PUT /path`
+				methods = append(methods, f[0])
+				continue
+			case len(f) == 1: // `/fail` after `POST /v1/effects/{id}/complete`
+				if last == "" {
+					t.Fatalf("docs/api.md: %q has no route before it", code[1])
+				}
+				m, p, _ := strings.Cut(last, " ")
+				last = m + " " + p[:strings.LastIndex(p, "/")] + f[0]
+				out[last] = true
+				continue
+			}
+			path, _, _ := strings.Cut(f[1], "?")
+			for _, m := range append(methods, f[0]) {
+				last = m + " " + path
+				out[last] = true
+			}
+			methods = nil
+		}
+	}
+	return out
+}
+
+// TestAPIDocListsEveryRoute keeps docs/api.md's route table and the router the same (issue
+// 35, 10: it lacked 9 of the API's routes): every API route has a row, and every row names
+// a route the API or the pages serve.
+func TestAPIDocListsEveryRoute(t *testing.T) {
+	inDoc := apiTableRoutes(t)
+	served := map[string]bool{}
+	for _, r := range httpapi.Routes {
+		name := r.Method + " " + r.Pattern
+		served[name] = true
+		if !inDoc[name] {
+			t.Errorf("docs/api.md's route table has no row for %s", name)
+		}
+	}
+	for _, p := range web.Patterns {
+		served[p] = true
+	}
+	for name := range inDoc {
+		if !served[name] {
+			t.Errorf("docs/api.md's route table names %s, which airlock does not serve", name)
+		}
+	}
+	if len(inDoc) < 30 {
+		t.Fatalf("read only %d routes from docs/api.md's table: the parser is broken", len(inDoc))
+	}
+}
+
+// TestConfigurationDocListsEveryCommand keeps configuration.md's command table and the
+// CLI the same (issue 35, 10: it lacked 5 commands): every command a user can run — each
+// leaf of the command tree, or its parent when the table names the parent's subcommands
+// on one row ("`airlock user list` · `disable` · …") — has a row, and every row resolves.
+func TestConfigurationDocListsEveryCommand(t *testing.T) {
+	b, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "| command | does |")
+	if !ok {
+		t.Fatal("docs/configuration.md has no command table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	root := newRoot()
+	named := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		cell, _, ok := strings.Cut(strings.TrimPrefix(line, "| "), " | ")
+		if !ok || !strings.HasPrefix(cell, "`airlock ") {
+			continue
+		}
+		var parent string
+		for _, code := range backtick.FindAllStringSubmatch(cell, -1) {
+			words := strings.Fields(code[1])
+			if words[0] == "airlock" {
+				words = words[1:]
+				parent = words[0]
+			} else if parent != "" { // `disable` after `airlock user list`
+				words = append([]string{parent}, words...)
+			}
+			var path []string
+			for _, w := range words {
+				if !regexp.MustCompile(`^[a-z][a-z-]*$`).MatchString(w) {
+					break
+				}
+				path = append(path, w)
+			}
+			named[strings.Join(path, " ")] = true
+			if msg := checkCommand(root, strings.Join(words, " ")); msg != "" {
+				t.Errorf("docs/configuration.md: `airlock %s`: %s", strings.Join(words, " "), msg)
+			}
+		}
+	}
+	var walk func(c *cobra.Command, path string)
+	walk = func(c *cobra.Command, path string) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			p := strings.TrimSpace(path + " " + sub.Name())
+			if sub.HasSubCommands() {
+				walk(sub, p)
+				continue
+			}
+			if !named[p] {
+				t.Errorf("docs/configuration.md's command table has no row for `airlock %s`", p)
+			}
+		}
+	}
+	walk(root, "")
+}
+
+// TestMakeBuildWarnsFirst: the first `make build` compiles the SQLite driver for minutes
+// in silence; it says so before it starts (issue 35, 10).
+func TestMakeBuildWarnsFirst(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, target, ok := strings.Cut(string(b), "\nbuild:\n")
+	if !ok {
+		t.Fatal("the Makefile has no build target")
+	}
+	first, rest, _ := strings.Cut(target, "\n")
+	if !strings.HasPrefix(first, "\t@echo ") || !strings.Contains(first, "first build") || !strings.Contains(first, "minutes") ||
+		!strings.Contains(strings.SplitN(rest, "\n\n", 2)[0], "go build") {
+		t.Errorf("make build's first line is %q; want an echo that the first build takes minutes, then go build", first)
 	}
 }

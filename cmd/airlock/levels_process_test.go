@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -90,7 +91,7 @@ func TestWriterLevelProcess(t *testing.T) {
 				}
 			}
 			_, stderr, err = airlock(t, env, "purge")
-			if err == nil || !strings.Contains(stderr, "refusing to write") || !strings.Contains(stderr, "requires 2") {
+			if err == nil || !strings.Contains(stderr, "refusing to write") || !strings.Contains(stderr, fmt.Sprintf("requires %d", store.WriterLevel+1)) {
 				t.Fatalf("purge on a database above its level: %v\n%s", err, stderr)
 			}
 

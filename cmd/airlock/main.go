@@ -26,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/internal/alerts"
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/fleet"
@@ -84,11 +85,27 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
 // openStoreAt opens the store with now as the process clock (nil: time.Now). PostgreSQL
 // decides by its own clock; SQLite's clock is the process's.
 func openStoreAt(ctx context.Context, cfg config.Config, now func() time.Time) (store.Store, error) {
+	key, err := auditKey(cfg)
+	if err != nil {
+		return nil, err
+	}
 	backend, target := cfg.Backend()
 	if backend == "postgres" {
-		return postgres.OpenWith(ctx, target, postgres.Options{ListenURL: cfg.ListenDatabaseURL, QueryMode: cfg.DatabaseQueryMode})
+		return postgres.OpenWith(ctx, target, postgres.Options{ListenURL: cfg.ListenDatabaseURL, QueryMode: cfg.DatabaseQueryMode, AuditKey: key})
 	}
-	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous, Now: now})
+	return sqlite.Open(ctx, target, sqlite.Options{Synchronous: cfg.SQLiteSynchronous, Now: now, AuditKey: key})
+}
+
+// auditKey reads AIRLOCK_AUDIT_KEY_FILE (nil when none is set).
+func auditKey(cfg config.Config) (*store.AuditKey, error) {
+	if cfg.AuditKeyFile == "" {
+		return nil, nil
+	}
+	k, err := store.ReadAuditKey(cfg.AuditKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("AIRLOCK_AUDIT_KEY_FILE (--audit-key-file): %w", err)
+	}
+	return k, nil
 }
 
 // startupWait is how long serve waits at start for a PostgreSQL that is unavailable (not
@@ -235,6 +252,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	eff, gate := a.Effects, a.Approvals
+	cp, err := checkpointer(cfg, st)
+	if err != nil {
+		return err
+	}
+	if cp != nil {
+		gate.Decided = cp.Wake // before anything serves: a decision wakes the writer
+	}
 	srv := &http.Server{
 		Handler:           a.Handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -245,7 +269,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return listenError(cfg.Listen, err)
 	}
 	backend, _ := cfg.Backend()
 	bg, stopBG := context.WithCancel(context.Background())
@@ -260,7 +284,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	if !pol.Dispatch.Disabled {
 		d := &effects.Dispatcher{Service: eff, BatchSize: pol.Dispatch.BatchSize, Concurrency: pol.Dispatch.Concurrency,
-			Lease: pol.Dispatch.Lease.D(), Interval: pol.Dispatch.Interval.D(), Drain: pol.Dispatch.Drain.D(), Crash: crashHook()}
+			Lease: pol.Dispatch.Lease.D(), Interval: pol.Dispatch.Interval.D(), Drain: pol.Dispatch.Drain.D(), Crash: crashHook(), Tracer: tracer}
 		writer(d.Run)
 		writer(func(ctx context.Context) { every(ctx, pol.Dispatch.ReconcileInterval.D(), eff.Reconcile, log) })
 	}
@@ -272,7 +296,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	writer(func(ctx context.Context) { a.Alerts.Run(ctx, alerts.PollInterval) })
 	writer(func(ctx context.Context) { every(ctx, sweep, eff.SweepExpired, log) })
 	writer(func(ctx context.Context) { every(ctx, 10*time.Second, gate.Sweep, log) })
+	// Every instance looks for stalled runs (lease lapsed, nothing completed them): one
+	// run_stalled alert per stall, whichever instance marks it first.
+	writer(func(ctx context.Context) { every(ctx, 10*time.Second, a.Runs.SweepStalled, log) })
 	writer(func(ctx context.Context) { every(ctx, pol.Retention.Interval.D(), retention.Job(st, pol, log), log) })
+	if cp != nil {
+		// Not a writer of the database: checkpoints go on while the level is behind.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cp.Run(bg, func(file string, err error) {
+				if err != nil {
+					log.Error("audit checkpoint failed", "dir", cfg.AuditCheckpointDir, "err", err)
+					return
+				}
+				log.Debug("audit checkpoint written", "file", file)
+			})
+		}()
+	}
 	// Background work stops after the HTTP server has drained, before the store closes.
 	defer func() { stopBG(); wg.Wait() }()
 	log.Info("airlock serving", "addr", ln.Addr().String(), "backend", backend, "database", describeDatabase(cfg), "version", version.String(), "instance", instance,
@@ -294,6 +335,29 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// checkpointer is serve's audit checkpoint writer (nil without
+// AIRLOCK_AUDIT_CHECKPOINT_DIR). The directory must exist and take a file now: a
+// checkpoint that cannot be written stops start-up rather than failing unseen later.
+func checkpointer(cfg config.Config, st store.Store) (*audit.Checkpointer, error) {
+	if cfg.AuditCheckpointDir == "" {
+		return nil, nil
+	}
+	key, err := auditKey(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if key == nil {
+		return nil, errors.New("AIRLOCK_AUDIT_CHECKPOINT_DIR needs AIRLOCK_AUDIT_KEY_FILE: checkpoints are signed with the audit key")
+	}
+	f, err := os.CreateTemp(cfg.AuditCheckpointDir, ".checkpoint-probe-*")
+	if err != nil {
+		return nil, fmt.Errorf("AIRLOCK_AUDIT_CHECKPOINT_DIR (--audit-checkpoint-dir): %w", err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return audit.NewCheckpointer(st, key, cfg.AuditCheckpointDir, cfg.AuditCheckpointInterval), nil
 }
 
 // writerPoll is how often a background writer looks whether it may still write (the
@@ -408,7 +472,7 @@ func withStore(cmd *cobra.Command, fn func(st store.Store) error) error {
 // readOnlyCommands are the operator commands that write nothing; every other command that
 // opens the store writes, and runs only as a registered writer of the database's level.
 var readOnlyCommands = map[string]bool{
-	"airlock explain": true, "airlock report": true, "airlock audit verify": true,
+	"airlock explain": true, "airlock report": true, "airlock audit verify": true, "airlock audit checkpoint": true,
 	"airlock effects list": true, "airlock actions status": true,
 	"airlock apikey list": true, "airlock user list": true,
 }
@@ -612,4 +676,20 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// listenError says why serve cannot listen on addr and what to do about it.
+func listenError(addr string, err error) error {
+	var hint string
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		hint = "the address is already in use: another program listens there (another airlock serve?). Stop it, or give serve another address: --listen 127.0.0.1:8081 (or AIRLOCK_LISTEN)"
+	case errors.Is(err, syscall.EACCES):
+		hint = "permission denied: ports below 1024 need privileges. Use a port of 1024 or more (--listen 127.0.0.1:8080), or grant the binary CAP_NET_BIND_SERVICE"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		hint = "this machine has no such address. Use one of its own: 127.0.0.1 for this machine only, 0.0.0.0 for every interface (--listen or AIRLOCK_LISTEN)"
+	default:
+		return fmt.Errorf("cannot listen on %s: %w", addr, err)
+	}
+	return fmt.Errorf("cannot listen on %s: %s (%w)", addr, hint, err)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,6 +39,10 @@ func TestTutorial(t *testing.T) {
 	if len(blocks) < 10 {
 		t.Fatalf("docs/tutorial.md has %d blocks marked for the test", len(blocks))
 	}
+	// macOS's shell is zsh: bash-only devices print nothing there (issue 35, 10).
+	if strings.Contains(string(doc), "/dev/tcp") {
+		t.Error("docs/tutorial.md uses bash's /dev/tcp, which zsh does not have: use curl")
+	}
 	fake := filepath.Join(t.TempDir(), "fakeprovider")
 	build := exec.Command("go", "build", "-o", fake, "../../examples/fakeprovider")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -51,6 +56,10 @@ func TestTutorial(t *testing.T) {
 			t.Fatalf("the tutorial failed after %s: %v\n%s", took, err, out)
 		}
 		t.Logf("the tutorial ran in %s", took)
+		// §7 creates its approver before it asks: no alert the page does not explain.
+		if strings.Contains(out, "undecidable") {
+			t.Errorf("the tutorial's approval was undecidable when requested:\n%s", out)
+		}
 		for _, want := range []string{`{"claimed":false,"state":"processing"}`, `{"created":true,"state":"pending"}`, "ticket-2: completed", "is now completed", "actions_disabled"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the tutorial's output lacks %q:\n%s", want, out)
@@ -81,6 +90,26 @@ func TestTutorial(t *testing.T) {
 		})
 		if err == nil || !strings.Contains(out, "something already listens on 127.0.0.1:") || took > 20*time.Second {
 			t.Fatalf("with an airlock already on the port the tutorial ended after %s (%v); want it to stop at once naming the port:\n%s", took, err, out)
+		}
+	})
+
+	t.Run("pasted past the guard onto a taken port", func(t *testing.T) {
+		// Without the guard (a page pasted whole runs on after it), §5's wait must not
+		// take another airlock's answers for its own serve's: that serve cannot bind, and
+		// the wait stops with its error, which says why.
+		listen := ""
+		out, took, err := runTutorial(t, strings.Join(blocks[1:], "\n"), fake, func(addr string) {
+			listen = addr
+			taken, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { taken.Close() })
+			go func() { _ = http.Serve(taken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})) }()
+		})
+		if err == nil || !strings.Contains(out, "airlock serve exited") || !strings.Contains(out, "cannot listen on "+listen) ||
+			!strings.Contains(out, "already in use") || took > 20*time.Second {
+			t.Fatalf("with the port answering 200 to anything the tutorial ended after %s (%v); want §5 to stop with serve's error:\n%s", took, err, out)
 		}
 	})
 

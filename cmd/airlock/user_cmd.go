@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/accounts"
+	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -142,6 +144,92 @@ change is an event (user_changed) with who made it.`,
 			_, err = a.ResetPassword(cmd.Context(), name, password)
 			return err
 		})
-	cmd.AddCommand(add, list, disable, enable, remove, setRoles, reset)
+	cmd.AddCommand(add, list, disable, enable, remove, setRoles, reset, linkSlackCmd(), unlinkSlackCmd())
+	return cmd
+}
+
+// slackID is a Slack team or user id as Slack signs it (T0123ABCD, U0123ABCD, W…).
+var slackID = regexp.MustCompile(`^[A-Z0-9]{2,32}$`)
+
+func slackIDs(team, user string) error {
+	if !slackID.MatchString(team) || !slackID.MatchString(user) {
+		return errors.New("--team and --user are Slack ids such as T0123ABCD and U0123ABCD (in Slack: the member's profile, Copy member ID)")
+	}
+	return nil
+}
+
+func linkSlackCmd() *cobra.Command {
+	var team, user string
+	var sso bool
+	cmd := &cobra.Command{
+		Use:   "link-slack NAME --team T… --user U…",
+		Short: "Link a Slack user to an airlock person: their clicks on Slack decision buttons decide as that person",
+		Long: `Links the Slack user (team and user id, as Slack signs them) to the airlock person NAME:
+a local account (its current roles apply at each click; disabling or removing it ends
+what the link can do), or with --sso a single sign-on subject (the roles of their last
+sign-in apply, if it was within 12 hours). A person can also link themselves: the
+console's Link Slack page gives a one-time code for /airlock link CODE in Slack.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := slackIDs(team, user); err != nil {
+				return err
+			}
+			return withStore(cmd, func(st store.Store) error {
+				account := ""
+				u, err := st.UserByName(cmd.Context(), args[0])
+				switch {
+				case err == nil && sso:
+					return fmt.Errorf("%q is a local account: link it without --sso", args[0])
+				case err == nil:
+					account = u.ID
+				case errors.Is(err, store.ErrNotFound) && !sso:
+					return fmt.Errorf("no local account is named %q (a single sign-on person: add --sso)", args[0])
+				case !errors.Is(err, store.ErrNotFound):
+					return err
+				}
+				s := &slack.Service{Store: st}
+				if err := s.Link(cmd.Context(), team, user, args[0], account, cliActor()); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "linked slack:%s/%s to %s\n", team, user, args[0])
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&team, "team", "", "the Slack workspace's team id, e.g. T0123ABCD (required)")
+	cmd.Flags().StringVar(&user, "user", "", "the Slack member id, e.g. U0123ABCD (required)")
+	cmd.Flags().BoolVar(&sso, "sso", false, "NAME is a single sign-on subject, not a local account")
+	_ = cmd.MarkFlagRequired("team")
+	_ = cmd.MarkFlagRequired("user")
+	return cmd
+}
+
+func unlinkSlackCmd() *cobra.Command {
+	var team, user string
+	cmd := &cobra.Command{
+		Use:   "unlink-slack --team T… --user U…",
+		Short: "Remove a Slack user's link: their clicks decide nothing any more",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := slackIDs(team, user); err != nil {
+				return err
+			}
+			return withStore(cmd, func(st store.Store) error {
+				err := (&slack.Service{Store: st}).Unlink(cmd.Context(), team, user, cliActor())
+				if errors.Is(err, store.ErrNotFound) {
+					return fmt.Errorf("slack:%s/%s is not linked", team, user)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "unlinked slack:%s/%s\n", team, user)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&team, "team", "", "the Slack team id (required)")
+	cmd.Flags().StringVar(&user, "user", "", "the Slack member id (required)")
+	_ = cmd.MarkFlagRequired("team")
+	_ = cmd.MarkFlagRequired("user")
 	return cmd
 }

@@ -165,3 +165,49 @@ func TestUserCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestUserLinkSlack links and unlinks Slack users from the CLI: Slack ids are checked, a
+// local account is linked by name, a single sign-on subject only with --sso, and an
+// unlink of nothing is an error.
+func TestUserLinkSlack(t *testing.T) {
+	for name, env := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			run := func(extra []string, args ...string) (string, error) {
+				t.Helper()
+				out, errOut, err := airlock(t, slices.Concat(env, extra), args...)
+				return out + errOut, err
+			}
+			if out, err := run(nil, "migrate"); err != nil {
+				t.Fatalf("migrate: %v %s", err, out)
+			}
+			if out, err := run([]string{"AIRLOCK_USER_PASSWORD=correct horse battery"}, "user", "add", "lead", "--role", "support-lead"); err != nil {
+				t.Fatalf("add: %v %s", err, out)
+			}
+			for _, bad := range [][]string{
+				{"user", "link-slack", "lead", "--team", "t01", "--user", "U01"},
+				{"user", "link-slack", "lead", "--team", "T01", "--user", "<@U01>"},
+				{"user", "link-slack", "nobody", "--team", "T01", "--user", "U01"},
+				{"user", "link-slack", "lead", "--team", "T01", "--user", "U01", "--sso"},
+				{"user", "unlink-slack", "--team", "T01", "--user", "U01"},
+			} {
+				if out, err := run(nil, bad...); err == nil {
+					t.Fatalf("%v accepted: %s", bad, out)
+				}
+			}
+			if out, err := run(nil, "user", "link-slack", "lead", "--team", "T01", "--user", "U01"); err != nil || !strings.Contains(out, "linked slack:T01/U01 to lead") {
+				t.Fatalf("link: %v %s", err, out)
+			}
+			if out, err := run(nil, "user", "link-slack", "idp-7f3a", "--team", "T01", "--user", "U02", "--sso"); err != nil {
+				t.Fatalf("link sso: %v %s", err, out)
+			}
+			for _, u := range []string{"U01", "U02"} {
+				if out, err := run(nil, "user", "unlink-slack", "--team", "T01", "--user", u); err != nil || !strings.Contains(out, "unlinked") {
+					t.Fatalf("unlink %s: %v %s", u, err, out)
+				}
+			}
+			if out, err := run(nil, "user", "unlink-slack", "--team", "T01", "--user", "U01"); err == nil {
+				t.Fatalf("unlinked twice: %s", out)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -383,12 +384,18 @@ func (a *agent) draft() (title, body string) {
 // createDraft is the external effect, recorded as planned before and confirmed after.
 func (a *agent) createDraft(ctx context.Context, l client.Ledger) (string, error) {
 	title, body := a.draft()
-	hash, err := client.HashInput(map[string]string{"run_id": a.key, "title": title, "body": body})
+	input := map[string]string{"run_id": a.key, "title": title, "body": body}
+	hash, err := client.HashInput(input)
 	if err != nil {
 		return "", err
 	}
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return "", err
+	}
+	// Input is what a gated action's approval card shows the person who decides.
 	plan, err := a.c.Plan(ctx, a.key, effectID, client.PlanRequest{LeaseOwner: a.claim.LeaseOwner,
-		Action: actionDraft, Target: targetDocs, InputHash: hash})
+		Action: actionDraft, Target: targetDocs, InputHash: hash, Input: raw})
 	switch {
 	case client.IsCode(err, "reconcile_first"):
 		return "", errReconcile

@@ -68,17 +68,23 @@ var ErrNoSession = errors.New("no live session")
 // when id names none. The error is store.ErrUnavailable when the database could not say
 // (the session is touched, a write): nobody is taken for signed out because of an outage.
 func (s Sessions) Person(ctx context.Context, id string) (approvals.Person, error) {
+	who, _, err := s.Account(ctx, id)
+	return who, err
+}
+
+// Account is Person with the local account signed in ("" for single sign-on).
+func (s Sessions) Account(ctx context.Context, id string) (approvals.Person, string, error) {
 	if id == "" {
-		return approvals.Person{}, ErrNoSession
+		return approvals.Person{}, "", ErrNoSession
 	}
 	sess, err := s.Store.SessionTouch(ctx, hashOf(id), SessionIdle, s.At())
 	if errors.Is(err, store.ErrUnavailable) {
-		return approvals.Person{}, err
+		return approvals.Person{}, "", err
 	}
 	if err != nil {
-		return approvals.Person{}, ErrNoSession
+		return approvals.Person{}, "", ErrNoSession
 	}
-	return approvals.Person{Subject: sess.Subject, Roles: sess.Roles}, nil
+	return approvals.Person{Subject: sess.Subject, Roles: sess.Roles}, sess.UserID, nil
 }
 
 // End ends the session (signing out); an unknown id is no error.

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // AgentPolicy is the policy of the weekly-report agent (examples/agent): its one
@@ -69,6 +70,8 @@ type Options struct {
 	Log *slog.Logger // nil: discarded
 	// MaxBodyBytes is AIRLOCK_MAX_BODY_BYTES (default 1 MiB).
 	MaxBodyBytes int64
+	// Tracer traces the API's requests (nil: none).
+	Tracer *tracing.Tracer
 }
 
 // StartWith is Start with options.
@@ -79,7 +82,7 @@ func StartWith(ctx context.Context, st store.Store, policyYAML string, o Options
 	}
 	srv := httptest.NewUnstartedServer(nil)
 	url := "http://" + srv.Listener.Addr().String()
-	a, err := app.New(app.Options{Store: st, Policy: pol, PublicURL: url, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
+	a, err := app.New(app.Options{Store: st, Policy: pol, PublicURL: url, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes, Tracer: o.Tracer,
 		Runs: runs.Config{DefaultLease: 5 * time.Minute, MaxLease: time.Hour, MaxLeaseLifetime: 24 * time.Hour, ReclaimAlertAfter: 3}})
 	if err != nil {
 		srv.Close()

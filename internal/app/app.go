@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/web"
@@ -80,6 +81,8 @@ type App struct {
 	// after committing an alert; whoever runs the services' loops also runs its poll
 	// (Alerts.Run), which raises the alerts other processes committed.
 	Alerts *alerts.Relay
+	// Slack takes decisions and links from the Slack app (policy slack section).
+	Slack *slack.Service
 	// Deps are what Handler serves; a test builds a second instance from a copy.
 	Deps    httpapi.Deps
 	Handler http.Handler
@@ -130,7 +133,8 @@ func New(o Options) (*App, error) {
 	a.Runs.Outcomes = func(outcome string) { m.Claims.WithLabelValues(outcome).Inc() }
 	a.Runs.Budgets = a.Failures.Budget
 	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)
-	a.Deps = httpapi.Deps{Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
+	a.Slack = &slack.Service{Store: st, Approvals: a.Approvals, Policy: pol, Log: o.Log, Clock: runs.Clock{Now: o.Now}}
+	a.Deps = httpapi.Deps{Slack: a.Slack, Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
 		Ledger: a.Ledger, Web: a.Web, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
 		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance, RequestTimeout: o.RequestTimeout, Writers: o.Writers}
 	a.Handler = httpapi.New(a.Deps)

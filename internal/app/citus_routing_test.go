@@ -27,7 +27,7 @@ var citusHotOps = map[string]bool{"claim": true, "duplicate claim": true, "heart
 var citusTaskCount = regexp.MustCompile(`"Task Count": (\d+)`)
 
 // citusFailing are the operations of hotOperations and citusOperations that fail on
-// Citus 13.2 today, with why; docs/architecture.md ("What was tried") lists them with
+// Citus 13.2 today, with why; docs/scaling.md ("What was tried") lists them with
 // what would make them hold. TestCitusRouting fails when one of them passes (remove it
 // here and there) or another operation fails.
 var citusFailing = map[string]string{
@@ -56,13 +56,13 @@ var citusUnplannable = map[string]bool{
 // store sent with its arguments: Citus's plan says how many tasks (shard queries) the
 // statement runs. It fails when a statement of a hot operation (citusHotOps) runs more
 // than one task, and when a store method's statement runs several tasks while the plan's
-// cross-shard table (docs/architecture.md) does not list the method. It logs, per store
+// cross-shard table (docs/scaling.md) does not list the method. It logs, per store
 // method, the most tasks one of its statements ran: the cross-shard statements measured.
 func TestCitusRouting(t *testing.T) {
 	if os.Getenv("AIRLOCK_TEST_CITUS") != "1" {
 		t.Skip("needs a Citus cluster: run under scripts/with-citus.sh")
 	}
-	plan := readCitusPlan(t, "../../docs/architecture.md")
+	plan := readCitusPlan(t, "../../docs/scaling.md")
 	cfg := storetest.NewPostgresSchema(t)
 	rec := &citusRecorder{open: map[*pgx.Conn]int{}}
 	cfg.ConnConfig.Tracer = rec

@@ -34,7 +34,7 @@ import (
 // citusShards is how many hash partitions stand for Citus's shards in TestCitusPlan.
 const citusShards = 8
 
-// TestCitusPlan keeps docs/architecture.md's Citus plan true as the schema and the
+// TestCitusPlan keeps docs/scaling.md's Citus plan true as the schema and the
 // statements grow. No Citus build is installable on these machines, so PostgreSQL's own
 // hash partitioning stands in for Citus's hash distribution: every table the plan
 // distributes is rebuilt as a table partitioned by HASH of its distribution column into
@@ -61,7 +61,7 @@ func TestCitusPlan(t *testing.T) {
 		// cluster the tables are distributed already, and TestCitusRouting checks them.
 		t.Skip("on Citus: TestCitusRouting checks the plan there")
 	}
-	plan := readCitusPlan(t, "../../docs/architecture.md")
+	plan := readCitusPlan(t, "../../docs/scaling.md")
 	cfg := storetest.NewPostgresSchema(t)
 	rec := &citusRecorder{open: map[*pgx.Conn]int{}}
 	cfg.ConnConfig.Tracer = rec
@@ -358,6 +358,16 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 		if err := e.Effects.Reconcile(ctx); err != nil {
 			return err
 		}
+		if err := e.Runs.SweepStalled(ctx); err != nil {
+			return err
+		}
+		// The stall mark, whether or not the sweep found a stalled run to mark.
+		if _, err := st.RunStallMark(ctx, "cit-a", 1, nil); err != nil {
+			return err
+		}
+		if _, err := st.EffectsWaiting(ctx, e.Clock.Now(), 10); err != nil { // the console's unsent list
+			return err
+		}
 		return e.Approvals.Sweep(ctx) // expiry, warnings, escalations, approvals nobody can decide
 	})
 	// gen-5 and cit-new-5 hash to different partitions of eight, as most pairs of keys do.
@@ -386,6 +396,14 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 			}
 			return q.ReplayInsert(ctx, store.Replay{ReplayScope: scope, RequestHash: "rh", Status: 200, Response: []byte("sealed")}, time.Hour, nil)
 		})
+	})
+	op("audit checkpoint", func(ctx context.Context) error {
+		key, err := store.NewAuditKey()
+		if err != nil {
+			return err
+		}
+		_, err = audit.New(st, nil).TakeCheckpoint(ctx, key)
+		return err
 	})
 	op("verify chains", func(ctx context.Context) error {
 		n := 0
@@ -438,6 +456,7 @@ var errStopVerify = errors.New("verified enough chains")
 // and why; every other method must send its statements during the check.
 var citusUnrun = map[string]string{
 	"Backend":              "sends nothing",
+	"ChainSnapshot":        "sends only BEGIN and ROLLBACK: the ChainHeadGet and ChainEvents verify runs in it are checked under their names",
 	"Close":                "sends nothing",
 	"Pool":                 "sends nothing",
 	"QueryMode":            "sends nothing",
@@ -550,6 +569,17 @@ func citusRest(ctx context.Context, e *apptest.EffectsEnv, st *postgres.Store, a
 			return st.PersonSeenPut(ctx, store.PersonSeen{Subject: "cit-sso", Roles: []string{"support-lead"}, SeenAt: now})
 		},
 		func() error { _, err := st.PeopleSeen(ctx, now.Add(-time.Hour)); return err },
+		func() error { _, err := st.PersonSeenGet(ctx, "cit-sso"); return err },
+		func() error {
+			return st.SlackLinkPut(ctx, store.SlackLink{TeamID: "T1", UserID: "U1", Subject: "cit-sso", LinkedAt: now, LinkedBy: "cli:test"})
+		},
+		func() error { _, err := st.SlackLinkGet(ctx, "T1", "U1"); return err },
+		func() error { return st.SlackLinkDelete(ctx, "T1", "U1") },
+		func() error {
+			return st.SlackCodePut(ctx, store.SlackCode{CodeHash: "cit-code", Subject: "cit-sso", ExpiresAt: now.Add(time.Hour)})
+		},
+		func() error { _, err := st.SlackCodeTake(ctx, "cit-code", &now); return err },
+		func() error { _, err := st.SlackRequestSeen(ctx, "cit-sig", now, now.Add(-10*time.Minute)); return err },
 		func() error { _, err := st.ApprovalsDue(ctx, store.StepWarn, nil, 10); return err },
 		func() error {
 			_, err := st.ApprovalClaimStep(ctx, approvalID, store.StepWarn, nil)
@@ -585,7 +615,7 @@ func noMatchOK(err error) error {
 	return err
 }
 
-// --- the plan, as docs/architecture.md states it ---------------------------------------
+// --- the plan, as docs/scaling.md states it ---------------------------------------
 
 type citusPlan struct {
 	tables   map[string]citusTable      // every table of the schema
@@ -743,7 +773,7 @@ func checkCitusSchema(t *testing.T, pool *pgxpool.Pool, plan citusPlan) {
 		WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p') ORDER BY relname`)
 	for _, name := range tables {
 		if _, ok := plan.tables[name]; !ok {
-			t.Errorf("table %s is not in the Citus plan (docs/architecture.md): say whether it is distributed (by which column), a reference table, or stays on the coordinator", name)
+			t.Errorf("table %s is not in the Citus plan (docs/scaling.md): say whether it is distributed (by which column), a reference table, or stays on the coordinator", name)
 		}
 	}
 	for name := range plan.tables {

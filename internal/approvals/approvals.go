@@ -103,6 +103,9 @@ type Service struct {
 	// Queued, when set, is told after an approval put an effect into the outbox (this
 	// instance's dispatcher wakes at once).
 	Queued func()
+	// Decided, when set, is told after a decision committed (serve writes an audit
+	// checkpoint, so the decision is covered by one at once).
+	Decided func()
 	// WebhookBackoff is the first wait before a chat webhook is posted again (default
 	// 1s, doubled each time); WebhookClient posts them (default http.DefaultClient).
 	WebhookBackoff time.Duration
@@ -353,11 +356,50 @@ func May(a store.Approval, who Person) error {
 	return nil
 }
 
-// Decide consumes the approval and acts on it in one transaction: approve moves the run
+// Decision is one decision attempt, wherever the person makes it: the page (the link,
+// the console) or a chat message's button. Every place goes through DecideBy.
+type Decision struct {
+	TokenHash        string // the approval's, as stored (the page hashes its link's token)
+	Decision, Reason string
+	Who              Person
+	// Via names where the person decided when it is not the page ("slack:TEAM/USER"):
+	// the events' actor is then "person:NAME via VIA".
+	Via string
+	// PayloadHash, when set, must equal the approval's: what the person was shown is
+	// what is decided (ErrPayloadChanged otherwise).
+	PayloadHash string
+	// Place, when not the page, must be one of the action type's approval.decide_in
+	// (ErrNotDecidedHere otherwise): a type that forbids chat is not decided there,
+	// whatever button was clicked.
+	Place string
+}
+
+// ErrPayloadChanged: the decision names a payload hash that is not the approval's.
+var ErrPayloadChanged = errors.New("the payload shown is not the one this approval holds: nothing was decided")
+
+// ErrNotDecidedHere: the approval's action type is not decided where the decision came
+// from (approval.decide_in).
+var ErrNotDecidedHere = errors.New("this action type's approvals are decided on the page only: nothing was decided")
+
+// Actor is how the decision's events name who decided.
+func (d Decision) Actor() string {
+	if d.Via == "" {
+		return d.Who.Subject
+	}
+	return "person:" + d.Who.Subject + " via " + d.Via
+}
+
+// Decide is DecideBy for the page: the person signed in, no payload hash to compare.
+func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string, who Person) (store.Approval, error) {
+	return s.DecideBy(ctx, Decision{TokenHash: tokenHash, Decision: decision, Reason: reason, Who: who})
+}
+
+// DecideBy consumes the approval and acts on it in one transaction: approve moves the run
 // to approved and inserts the held effect into the outbox; reject moves it to rejected
 // with the reason and queues nothing. Any failure rolls everything back. Like every
 // transaction that locks a run and an approval of it, it locks the run first.
-func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string, who Person) (store.Approval, error) {
+func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, error) {
+	tokenHash, decision, reason, who, actor := d.TokenHash, d.Decision, d.Reason, d.Who, d.Actor()
 	if decision != Approve && decision != Reject && decision != Cancel {
 		return store.Approval{}, ErrDecisionNotAllowed
 	}
@@ -374,6 +416,14 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		}
 		if err := May(a, who); err != nil {
 			return err
+		}
+		if d.Place != "" && d.Place != policy.DecideInPage {
+			if act := s.policy.Action(a.ActionType); act == nil || !act.DecidesIn(d.Place) {
+				return ErrNotDecidedHere
+			}
+		}
+		if d.PayloadHash != "" && d.PayloadHash != a.PayloadHash {
+			return ErrPayloadChanged
 		}
 		if !slices.Contains(a.AllowedDecisions, decision) {
 			return ErrDecisionNotAllowed
@@ -393,7 +443,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		}
 		s.hook("approval_consumed")
 		if decision == Cancel {
-			return s.cancel(ctx, q, a, who, reason)
+			return s.cancel(ctx, q, a, who, actor, reason)
 		}
 		to, result := store.StateApproved, json.RawMessage(nil)
 		if a.Executor == store.ExecutorAgent {
@@ -403,6 +453,13 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		}
 		if decision == Reject {
 			to = store.StateRejected
+			if act := s.policy.Action(a.ActionType); a.Executor == store.ExecutorAgent && act != nil && act.Approval.OnReject == policy.OnRejectSkipEffect {
+				// Only this effect is refused (its next plan answers effect_rejected with
+				// who and why); the agent goes on with the rest of its task.
+				to = store.StateProcessing
+			}
+		}
+		if to == store.StateRejected {
 			if result, err = json.Marshal(map[string]string{"rejected_by": who.Subject, "reason": reason}); err != nil {
 				return err
 			}
@@ -415,7 +472,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		if err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalDecided, run.Version, who.Subject, nil, map[string]any{
+		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalDecided, run.Version, actor, nil, map[string]any{
 			"approval_id": a.ID, "decision": decision, "approver": who.Subject, "reason": reason, "to": to,
 			"payload_hash": a.PayloadHash,
 		}); err != nil {
@@ -437,7 +494,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 		if err := q.EffectNotify(ctx); err != nil { // every instance's dispatcher, at commit
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectQueued, run.Version, who.Subject, nil, map[string]any{
+		return runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectQueued, run.Version, actor, nil, map[string]any{
 			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "executor": e.Executor,
 			"payload_hash": e.PayloadHash, "approval_id": a.ID,
 		})
@@ -451,6 +508,9 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 	if s.Observer != nil && out.ConsumedAt != nil {
 		s.Observer.Decision(out.Mode, decision, out.ConsumedAt.Sub(out.CreatedAt))
 	}
+	if s.Decided != nil {
+		s.Decided()
+	}
 	return out, nil
 }
 
@@ -458,7 +518,7 @@ func (s *Service) Decide(ctx context.Context, tokenHash, decision, reason string
 // dispatcher has it, it is too late and nothing changes. The caller holds the run's lock
 // (taken before the approval's), which the outbox's rule against write skew also needs
 // before its effects change openness.
-func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval, who Person, reason string) error {
+func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval, who Person, actor, reason string) error {
 	e, err := q.EffectByRunEffectID(ctx, a.RunKey, a.EffectID)
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrTooLate
@@ -473,7 +533,7 @@ func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval,
 	} else if err != nil {
 		return err
 	}
-	if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectCancelled, 0, who.Subject, nil, map[string]any{
+	if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectCancelled, 0, actor, nil, map[string]any{
 		"effect_id": e.EffectID, "approval_id": a.ID, "by": who.Subject, "reason": reason,
 	}); err != nil {
 		return err
@@ -739,7 +799,7 @@ func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
 		return
 	}
 	c := s.card(ctx, r, a, log)
-	s.notifyWebhooks(ctx, c, a, log)
+	s.notifyWebhooks(ctx, c, r.Approval, a, log)
 	if hook == "" {
 		return
 	}

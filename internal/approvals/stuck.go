@@ -180,7 +180,7 @@ func (s *Service) announce(ctx context.Context, a store.Approval, title string) 
 	}
 	c := s.cardOf(ctx, a, act, s.logger())
 	c.Title = title
-	s.notifyWebhooks(ctx, c, act, s.logger())
+	s.notifyWebhooks(ctx, c, a, act, s.logger())
 	if hook := s.policy.Notify.WebhookURL; hook != "" {
 		s.webhooks.Add(1)
 		go func() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +28,11 @@ const WebhookAttempts = 4
 
 // Card is what a notification says: the approval card's summary.
 type Card struct {
-	Title      string
-	Key        string
-	Action     string
+	Title  string
+	Key    string
+	Action string
+	// Approving says what approving does, in the card's words for its executor.
+	Approving  string
 	Target     string
 	Recipients []string
 	Fields     [][2]string // the payload's log_fields, in the policy's order
@@ -49,7 +52,7 @@ func (s *Service) card(ctx context.Context, r Requested, a *policy.Action, log *
 
 // cardOf builds an approval's summary (see card).
 func (s *Service) cardOf(ctx context.Context, ap store.Approval, a *policy.Action, log *slog.Logger) Card {
-	c := Card{Title: "Approval needed: " + ap.ActionType, Key: ap.RunKey, Action: ap.ActionType,
+	c := Card{Title: "Approval needed: " + ap.ActionType, Key: ap.RunKey, Action: ap.ActionType, Approving: approving(ap, a),
 		Target: ap.Target, Recipients: a.Recipients(ap.Target), Expires: ap.ExpiresAt.UTC(),
 		Link: s.ConsoleURL(ap.ID)}
 	var payload map[string]any
@@ -78,8 +81,36 @@ func (s *Service) cardOf(ctx context.Context, ap store.Approval, a *policy.Actio
 	return c
 }
 
+// approving is what approving ap does, per executor (as the approval page's card says).
+func approving(ap store.Approval, a *policy.Action) string {
+	switch {
+	case ap.Executor == store.ExecutorAgent:
+		var call struct {
+			Tool string `json:"tool"`
+		}
+		if json.Unmarshal(ap.Payload, &call) == nil && call.Tool != "" {
+			return "lets the agent call " + call.Tool + " once, with the arguments on the card"
+		}
+		if len(bytes.TrimSpace(ap.Payload)) == 0 || string(bytes.TrimSpace(ap.Payload)) == "null" {
+			return "lets the agent perform this action once (it sent no input to show)"
+		}
+		return "lets the agent perform this action once, with the input on the card"
+	case ap.Executor == store.ExecutorWorker:
+		return "queues this task for the worker, once"
+	case a != nil && a.Connector == policy.ConnectorSMTP:
+		return "sends this email, once"
+	case a != nil && a.Connector == policy.ConnectorHTTP:
+		return "sends this request, once"
+	}
+	return "sends it, once"
+}
+
 func (c Card) facts() [][2]string {
-	f := [][2]string{{"Key", c.Key}, {"Action", c.Action}, {"Target", c.Target}}
+	f := [][2]string{{"Key", c.Key}, {"Action", c.Action}}
+	if c.Approving != "" {
+		f = append(f, [2]string{"Approving", c.Approving})
+	}
+	f = append(f, [2]string{"Target", c.Target})
 	if len(c.Recipients) > 0 {
 		f = append(f, [2]string{"Recipients", strings.Join(c.Recipients, ", ")})
 	}
@@ -112,6 +143,13 @@ var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 // (mrkdwn objects would auto-link one). The fallback text is sent with mrkdwn off and
 // carries only the title, the key and the console link.
 func SlackPayload(c Card) ([]byte, error) {
+	text, blocks := slackBlocks(c, nil)
+	return json.Marshal(map[string]any{"text": text, "mrkdwn": false, "blocks": blocks})
+}
+
+// slackBlocks are SlackPayload's fallback text and blocks; extra blocks (decision
+// buttons: slackdecide.go) come before the link buttons.
+func slackBlocks(c Card, extra []any) (string, []any) {
 	var fields []map[string]any
 	for _, f := range c.facts() {
 		fields = append(fields,
@@ -125,13 +163,13 @@ func SlackPayload(c Card) ([]byte, error) {
 		blocks = append(blocks, map[string]any{"type": "section", "fields": fields[:n]})
 		fields = fields[n:]
 	}
+	blocks = append(blocks, extra...)
 	buttons := []any{map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the approval"}, "url": c.Link}}
 	if c.SourceURL != "" {
 		buttons = append(buttons, map[string]any{"type": "button", "text": map[string]any{"type": "plain_text", "text": "Open the source record"}, "url": c.SourceURL})
 	}
 	blocks = append(blocks, map[string]any{"type": "actions", "elements": buttons})
-	text := slackEscape.Replace(c.Title + " for " + c.Key + ": " + c.Link)
-	return json.Marshal(map[string]any{"text": text, "mrkdwn": false, "blocks": blocks})
+	return slackEscape.Replace(c.Title + " for " + c.Key + ": " + c.Link), blocks
 }
 
 // orDash is v, or "-" for an empty value (a text object must not be empty).
@@ -196,7 +234,7 @@ func TeamsEscape(s string) string {
 
 // notifyWebhooks posts the card c to each webhook its action type names, each in its own
 // goroutine (retries wait; the request that opened the approval does not).
-func (s *Service) notifyWebhooks(ctx context.Context, c Card, a *policy.Action, log *slog.Logger) {
+func (s *Service) notifyWebhooks(ctx context.Context, c Card, ap store.Approval, a *policy.Action, log *slog.Logger) {
 	for _, name := range a.Notify {
 		w := s.policy.Notify.Webhooks[name]
 		if w == nil || w.URL == "" {
@@ -205,7 +243,7 @@ func (s *Service) notifyWebhooks(ctx context.Context, c Card, a *policy.Action, 
 		s.webhooks.Add(1)
 		go func() {
 			defer s.webhooks.Done()
-			s.postWebhook(context.WithoutCancel(ctx), w, c, log)
+			s.postWebhook(context.WithoutCancel(ctx), w, c, ap, a, log)
 		}()
 	}
 }
@@ -213,10 +251,13 @@ func (s *Service) notifyWebhooks(ctx context.Context, c Card, a *policy.Action, 
 // WaitNotifications waits for the webhook posts under way (tests, shutdown).
 func (s *Service) WaitNotifications() { s.webhooks.Wait() }
 
-func (s *Service) postWebhook(ctx context.Context, w *policy.Webhook, c Card, log *slog.Logger) {
+func (s *Service) postWebhook(ctx context.Context, w *policy.Webhook, c Card, ap store.Approval, a *policy.Action, log *slog.Logger) {
 	build := SlackPayload
-	if w.Format == policy.WebhookTeams {
-		build = TeamsPayload
+	switch {
+	case w.Format == policy.WebhookTeams:
+		build = TeamsPayload // Teams keeps the link-out card
+	case a.DecidesIn(policy.DecideInSlack) && ap.Mode != ModeReview && !slices.Equal(ap.AllowedDecisions, []string{Cancel}):
+		build = func(c Card) ([]byte, error) { return SlackDecisionPayload(c, ap) }
 	}
 	body, err := build(c)
 	if err != nil {

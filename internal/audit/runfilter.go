@@ -47,6 +47,17 @@ func RunFilter(q url.Values, now func() (time.Time, error)) (store.RunListParams
 		}
 		p.After = c
 	}
+	switch v := q.Get("stalled"); v {
+	case "":
+	case "true":
+		t, err := now()
+		if err != nil {
+			return p, err
+		}
+		p.StalledAt = &t
+	default:
+		return p, &runs.FieldError{Field: "stalled", Msg: "must be true (or left out)"}
+	}
 	if v := q.Get("older_than"); v != "" {
 		d, err := ParseWindow(v)
 		if err != nil {

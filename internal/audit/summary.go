@@ -42,6 +42,8 @@ func Summary(se store.Event) string {
 		return with(e.str("from")+" → "+e.str("to"), "reason", ": ")
 	case "run_unparked":
 		return fmt.Sprintf("unparked (was parked for %s): %s → %s; reason: %s", e.str("parked_for"), e.str("from"), e.str("to"), e.str("reason"))
+	case "run_redriven":
+		return fmt.Sprintf("re-driven: stalled since its lease lapsed at %s, %s → %s; reason: %s", at("lease_expired_at"), e.str("from"), e.str("to"), e.str("reason"))
 	case "alert":
 		return with(with("alert: "+e.str("alert"), "effect_id", " on effect "), "error_class", ", ")
 	case "effect_queued":

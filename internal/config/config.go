@@ -6,10 +6,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,6 +47,13 @@ type Config struct {
 	// (the default, so also when unset) leaves sending to the database's kill switch;
 	// any other value, the empty one included, stops every send from this process.
 	AIActionsEnabled string
+	// AuditKeyFile is the audit key (`airlock audit keygen`): every event written is
+	// sealed with a MAC under it ("": events are written unkeyed).
+	AuditKeyFile string
+	// AuditCheckpointDir is where serve writes signed checkpoints of the chain heads
+	// ("": none); AuditCheckpointInterval how often, besides after each approval decision.
+	AuditCheckpointDir      string
+	AuditCheckpointInterval time.Duration
 }
 
 // envAIActionsEnabled is the one option whose value is not trimmed: only exactly "true"
@@ -208,8 +217,8 @@ var Options = []Option{
 	{"config", "AIRLOCK_CONFIG", "", "policy file (YAML) naming the action types; without one every effect is refused",
 		func(c *Config, v string) error {
 			if v != "" {
-				if _, err := os.Stat(v); err != nil {
-					return errors.New("cannot read the file")
+				if err := policyFileReadable(v); err != nil {
+					return err
 				}
 			}
 			c.PolicyFile = v
@@ -324,6 +333,22 @@ var Options = []Option{
 	{"ai-actions-enabled", envAIActionsEnabled, "true",
 		"this process's kill switch: true leaves sending to the database's kill switch; any other value stops every send",
 		func(c *Config, v string) error { c.AIActionsEnabled = v; return nil }},
+	{"audit-key-file", "AIRLOCK_AUDIT_KEY_FILE", "",
+		"the audit key file (airlock audit keygen): events are sealed with a MAC under it and checkpoints signed with it",
+		func(c *Config, v string) error { c.AuditKeyFile = v; return nil }},
+	{"audit-checkpoint-dir", "AIRLOCK_AUDIT_CHECKPOINT_DIR", "",
+		"where serve writes signed checkpoints of every run's chain head (needs the audit key)",
+		func(c *Config, v string) error { c.AuditCheckpointDir = v; return nil }},
+	{"audit-checkpoint-interval", "AIRLOCK_AUDIT_CHECKPOINT_INTERVAL", "5m",
+		"how often serve writes a checkpoint (10s to 24h), besides after every approval decision",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 10*time.Second || d > 24*time.Hour {
+				return errors.New("must be a duration from 10s to 24h, such as 5m")
+			}
+			c.AuditCheckpointInterval = d
+			return nil
+		}},
 }
 
 func duration(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -409,4 +434,29 @@ func ParseSize(v string) (int64, error) {
 		return 0, errors.New("not a size")
 	}
 	return n * unit, nil
+}
+
+// policyFileReadable says why a policy file cannot be used, and what to do: a newcomer's
+// first mistake is a relative path read from another directory.
+func policyFileReadable(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return errors.New("is a directory, not a policy file (YAML)")
+	case err == nil:
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("cannot be read (%v): the user running airlock needs read access", errors.Unwrap(err))
+		}
+		return f.Close()
+	case errors.Is(err, fs.ErrNotExist):
+		where := path
+		if abs, aerr := filepath.Abs(path); aerr == nil && abs != path {
+			where = abs + " (relative to the working directory)"
+		}
+		return fmt.Errorf("no such file: %s. Write one (docs/policy.md; the tutorial has an example) or give its path; without a policy, leave the setting out: serve starts and refuses every effect", where)
+	case errors.Is(err, fs.ErrPermission):
+		return errors.New("cannot be read (permission denied): the user running airlock needs read access to it and its directories")
+	}
+	return fmt.Errorf("cannot be read: %v", errors.Unwrap(err))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // Dispatcher sends due effects through their connectors. Any number may run, in one
@@ -30,11 +31,12 @@ import (
 // still unrecorded then is applied late).
 type Dispatcher struct {
 	*Service
-	BatchSize   int           // most effects leased in one statement
-	Concurrency int           // most sends in flight in this instance
-	Lease       time.Duration // how long a send may take before it counts as crashed
-	Interval    time.Duration // the fallback poll
-	Drain       time.Duration // how long Run lets in-flight sends finish once stopped
+	BatchSize   int             // most effects leased in one statement
+	Concurrency int             // most sends in flight in this instance
+	Lease       time.Duration   // how long a send may take before it counts as crashed
+	Interval    time.Duration   // the fallback poll
+	Tracer      *tracing.Tracer // nil: sends carry the queuing request's trace, without a span of their own
+	Drain       time.Duration   // how long Run lets in-flight sends finish once stopped
 	// Crash, when set, is called at the named points (after_lease, after_send): the crash
 	// tests use it to SIGKILL the process there. Never set in production.
 	Crash func(point string)
@@ -422,9 +424,11 @@ func (d *Dispatcher) cancelIfRunEnded(ctx context.Context, q store.Queries, e st
 func (d *Dispatcher) send(sendCtx context.Context, e store.Effect, owner string, deadline time.Time) {
 	c := d.connectors[e.ActionType]
 	start := time.Now()
-	ctx, cancel := context.WithDeadline(sendCtx, deadline)
+	ctx, cancel := context.WithDeadline(tracing.WithParent(sendCtx, e.TraceParent), deadline)
+	ctx, end := d.Tracer.Dispatch(ctx, e.ActionType)
 	res := c.Send(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
 		ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
+	end(res.Outcome.String())
 	cancel()
 	if d.Observe != nil {
 		d.Observe(res.Outcome.String(), time.Since(start))

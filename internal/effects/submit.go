@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // QueueRequest asks to queue one effect of a run under its lease.
@@ -286,6 +287,7 @@ func (t *submission) queue(ctx context.Context, notBefore time.Time) (e store.Ef
 		ID: uuid.NewString(), RunKey: req.Key, EffectID: req.EffectID, ActionType: req.ActionType,
 		Target: req.Target, Executor: t.a.Executor(), Payload: req.Payload, PayloadHash: t.hash,
 		State: store.EffectPending, NotBefore: notBefore, CreatedAt: t.s.AtOrZero(),
+		TraceParent: tracing.Parent(ctx),
 	})
 	t.sub.Effect, t.sub.Created = e, created
 	if err != nil {

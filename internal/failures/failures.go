@@ -30,6 +30,7 @@ var (
 	ErrAlreadyReplaced    = errors.New("the run has already been replaced")
 	ErrKeyInUse           = errors.New("the new key is already in use")
 	ErrNotParked          = errors.New("the run is not parked for unknown_commit or input_mismatch")
+	ErrNotStalled         = errors.New("the run is not stalled: only a run still processing after its lease lapsed can be re-driven")
 )
 
 // InputError is a claim payload that its trigger source's schema refuses.
@@ -322,8 +323,10 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 				return err
 			}
 		case rule.Retry == policy.RetryNever:
-			d.Decision, d.Reason = DecisionTerminal, "never"
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried", nil, map[string]any{"class": req.Class})
+			// Nothing will answer this run now: a person hears of it, as of a retry cap.
+			d.Decision, d.Reason, alert = DecisionTerminal, "never", "failure_not_retried"
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried",
+				map[string]any{"class": req.Class, "attempts": d.Attempts}, map[string]any{"class": req.Class})
 		case d.Attempts >= rule.MaxAttempts:
 			d.Decision, d.Reason, alert = DecisionTerminal, "retry_cap", "retry_cap"
 			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventRetryCap, run.Version, "airlock", nil,
@@ -593,6 +596,73 @@ func (s *Service) Unpark(ctx context.Context, key string, to store.State, reason
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("unpark %q: %w", key, err)
+	}
+	return out, nil
+}
+
+// Redrive ends a stall: a run left processing after its lease lapsed, that nothing
+// completed (its caller died mid-run and no delivery came back). to is failed_retryable
+// — released for its redelivery: the lease is over, and the next delivery of the same key
+// claims it at once, as after any retryable failure — or failed_terminal: given up, its
+// pending effects withdrawn (a replacement run is then the way to do the work). The run
+// is re-read under its lock, so a run that a delivery reclaimed meanwhile is refused
+// (ErrNotStalled), never taken from its new holder. A run_redriven event records who,
+// why and when the lapsed lease ended.
+func (s *Service) Redrive(ctx context.Context, key string, to store.State, reason, actor string) (store.Run, error) {
+	if to != store.StateFailedTerminal && to != store.StateFailedRetryable {
+		return store.Run{}, &runs.FieldError{Field: "to", Msg: "must be failed_terminal or failed_retryable"}
+	}
+	if strings.TrimSpace(reason) == "" {
+		return store.Run{}, &runs.FieldError{Field: "reason", Msg: "required: say why"}
+	}
+	if !runs.Allowed(store.StateProcessing, to, runs.Operator) {
+		return store.Run{}, runs.ErrInvalidTransition
+	}
+	var out store.Run
+	err := s.store.Transact(ctx, func(q store.Queries) error {
+		locked, err := q.RunLockKeys(ctx, []string{key})
+		if err != nil {
+			return err
+		}
+		run, ok := locked[key]
+		if !ok {
+			return runs.ErrNotFound
+		}
+		now, err := s.Read(ctx, q)
+		if err != nil {
+			return err
+		}
+		if run.State != store.StateProcessing || run.LeaseLive(now) {
+			why := string(run.State)
+			if run.LeaseLive(now) {
+				why += ", its lease held until " + run.LeaseExpiresAt.UTC().Format(time.RFC3339)
+			}
+			return fmt.Errorf("%w: it is %s", ErrNotStalled, why)
+		}
+		var result json.RawMessage
+		if to == store.StateFailedTerminal {
+			if result, err = json.Marshal(map[string]string{"reason": "stalled", "by": actor}); err != nil {
+				return err
+			}
+		}
+		out, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateProcessing, To: to, Result: result, Now: s.At()})
+		if err != nil {
+			return err
+		}
+		detail := map[string]any{"from": store.StateProcessing, "to": to, "reason": reason} // never the lease owner
+		if run.LeaseExpiresAt != nil {
+			detail["lease_expired_at"] = run.LeaseExpiresAt.UTC()
+		}
+		if err := runs.Event(ctx, q, s.At(), key, store.EventRunRedriven, out.Version, actor, nil, detail); err != nil {
+			return err
+		}
+		if to == store.StateFailedTerminal {
+			return runs.CancelPending(ctx, q, s.At(), key)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("re-drive %q: %w", key, err)
 	}
 	return out, nil
 }

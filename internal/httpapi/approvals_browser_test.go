@@ -174,10 +174,10 @@ func TestApprovalInBrowser(t *testing.T) {
 			t.Fatalf("after sign-in: %d %s, want 200 /approve/continue", resp.Status, path(resp))
 		}
 
-		// The approval card: the idempotency key, the decision buttons, the rerun protocol.
+		// The approval card: the idempotency key and the decision buttons; the rerun
+		// protocol is the operator's (the console's run page), not the approver's.
 		step("approval card", chromedp.Do(ctx,
 			chromedp.WaitVisible(`//h1[starts-with(normalize-space(), "Approve or reject")]`),
-			chromedp.WaitVisible(`//h2[normalize-space()="Rerun protocol"]`),
 			chromedp.WaitVisible(`//button[normalize-space()="Approve and send"]`),
 		))
 		shownKey, err := chromedp.Run(ctx, chromedp.Text(`//dt[normalize-space()="Idempotency key"]/following-sibling::dd[1]`))
@@ -187,10 +187,13 @@ func TestApprovalInBrowser(t *testing.T) {
 		}
 		body, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
 		step("read the card", err)
-		for _, want := range []string{key, "Rerun protocol", "Signed in as lead"} {
+		for _, want := range []string{key, "Signed in as lead"} {
 			if !strings.Contains(body, want) {
 				t.Fatalf("the card does not show %q:\n%s", want, body)
 			}
+		}
+		if strings.Contains(body, "Rerun protocol") {
+			t.Fatalf("the approver's card still carries the rerun protocol:\n%s", body)
 		}
 		noScripts(ctx, t, "the approval card")
 

@@ -135,7 +135,8 @@ func TestCardsInBrowser(t *testing.T) {
 				t.Fatal("the MCP card lacks the call's source link")
 			}
 			shoot("card-mcp")
-			resp, err := chromedp.RunResponse(ctx, chromedp.Click(`//button[normalize-space()="Approve and send"]`))
+			// An agent's action is approved, not "sent": airlock sends nothing itself.
+			resp, err := chromedp.RunResponse(ctx, chromedp.Click(`//button[normalize-space()="Approve"]`))
 			step("approve", err)
 			status(resp, 200, "")
 			if n := count(`p.onward a[href="/console"]`) + count(`p.onward a[href="/console/runs?key=agent-run-3"]`); n != 2 {

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -151,7 +152,7 @@ func TestCardPerConnector(t *testing.T) {
 				}
 			}
 			mcp := card(h.planTool("c-mcp", "delete_entities", `{"entityNames":["customer:ana","customer:bob"],"reason":"GDPR erasure"}`, ""))
-			for _, want := range []string{"<h2>Tool call to be made</h2>", "<dt>Tool</dt><dd><code>delete_entities</code>", "<dt>entityNames</dt>", "customer:ana", "<dt>reason</dt>", "GDPR erasure"} {
+			for _, want := range []string{"<h2>Action to be performed</h2>", "<dt>Tool</dt><dd><code>delete_entities</code>", "<dt>entityNames</dt>", "customer:ana", "<dt>reason</dt>", "GDPR erasure"} {
 				if !strings.Contains(mcp, want) {
 					t.Errorf("the MCP card lacks %q:\n%s", want, mcp)
 				}
@@ -160,7 +161,7 @@ func TestCardPerConnector(t *testing.T) {
 			r := h.post("/v1/runs/c-worker/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"share_publicly","target":"blog","payload":{"title":"Release notes","draft":"We shipped."}}`, owner, v))
 			expect(t, r, 202, "")
 			worker := card(r.body["approve_url"].(string))
-			for _, want := range []string{"<h2>Task for the worker</h2>", "<dt>title</dt>", "Release notes", "<dt>draft</dt>", "We shipped."} {
+			for _, want := range []string{"<h2>Task the worker will perform</h2>", "<dt>title</dt>", "Release notes", "<dt>draft</dt>", "We shipped."} {
 				if !strings.Contains(worker, want) {
 					t.Errorf("the worker card lacks %q:\n%s", want, worker)
 				}
@@ -257,4 +258,111 @@ func TestUsedLinkShowsTheDecisionToItsApprovers(t *testing.T) {
 			t.Fatalf("%d effects after looking at the used link", len(effs))
 		}
 	})
+}
+
+// planInput claims key and plans the gated share_publicly through the ledger as a
+// client's agent does, with input (raw JSON; "" sends none); it returns the approval link.
+func (h *harness) planInput(key, input string) string {
+	h.t.Helper()
+	owner, _ := h.claim(key)
+	hash := strings.Repeat("ab", 32)
+	body := fmt.Sprintf(`{"lease_owner":"%s","action":"share_publicly","target":"default","input_hash":"%s"}`, owner, hash)
+	if input != "" {
+		var err error
+		if hash, err = ledger.InputHash([]byte(input)); err != nil {
+			h.t.Fatal(err)
+		}
+		body = fmt.Sprintf(`{"lease_owner":"%s","action":"share_publicly","target":"default","input_hash":"%s","input":%s}`, owner, hash, input)
+	}
+	r := h.post("/v1/runs/"+key+"/ledger/effects/refund-1/plan", body)
+	expect(h.t, r, 202, "")
+	return r.body["approve_url"].(string)
+}
+
+// Issue 34 item 1: each executor's card says what approving does, in its own words. An
+// agent's plan shows its input as named fields under "Action to be performed" with a
+// plain "Approve"; a plan without input says so; email keeps "Approve and send"; a
+// worker's task has no "Target default"; and no approver's card carries the rerun
+// protocol (the console's run page does).
+func TestCardPerExecutor(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			h := cardHarness(t, b)
+			br := newBrowser(t)
+			h.signIn(br, "lead")
+			card := func(link string) string {
+				t.Helper()
+				code, page, _ := br.do("GET", link, nil, nil)
+				if code != 200 {
+					t.Fatalf("card: %d %s", code, page)
+				}
+				if strings.Contains(page, "Rerun protocol") || strings.Contains(page, "Model output to be sent") {
+					t.Errorf("an approver's card carries the rerun protocol or the email's wording:\n%s", page)
+				}
+				return page
+			}
+			button := func(page string) string {
+				t.Helper()
+				_, rest, ok := strings.Cut(page, `name="decision" value="approve">`)
+				if !ok {
+					t.Fatalf("no approve button:\n%s", page)
+				}
+				label, _, _ := strings.Cut(rest, "</button>")
+				return label
+			}
+			agent := card(h.planInput("x-agent", `{"order_id":"A-17","amount":{"value":40,"currency":"EUR"},"note":"refund the broken kettle"}`))
+			for _, want := range []string{"<h2>Action to be performed</h2>", "<dt>Action</dt><dd><code>share_publicly</code>", "<dt>order_id</dt>", "A-17",
+				"<dt>amount</dt>", "&#34;currency&#34;: &#34;EUR&#34;", "<dt>note</dt>", "refund the broken kettle"} {
+				if !strings.Contains(agent, want) {
+					t.Errorf("the agent's card lacks %q:\n%s", want, agent)
+				}
+			}
+			if got := button(agent); got != "Approve" {
+				t.Errorf("the agent's approve button says %q, want Approve", got)
+			}
+			blind := card(h.planInput("x-blind", ""))
+			for _, want := range []string{"<h2>Action to be performed</h2>", `id="card-empty"`, "did not send what it will do", strings.Repeat("ab", 32)} {
+				if !strings.Contains(blind, want) {
+					t.Errorf("the card of a plan without input lacks %q:\n%s", want, blind)
+				}
+			}
+			mcp := card(h.planTool("x-mcp", "delete_entities", `{"entityNames":["customer:ana"]}`, ""))
+			if got := button(mcp); got != "Approve" || !strings.Contains(mcp, "<h2>Action to be performed</h2>") {
+				t.Errorf("the MCP card's button says %q:\n%s", got, mcp)
+			}
+			mail := card(h.queueMail("x-mail", `{"subject":"Your refund","text":"Dear Ana"}`, ""))
+			if got := button(mail); got != "Approve and send" {
+				t.Errorf("the email's button says %q, want Approve and send", got)
+			}
+			httpCard := card(h.propose("x-http", ""))
+			if got := button(httpCard); got != "Approve and send" {
+				t.Errorf("the HTTP card's button says %q", got)
+			}
+			if !strings.Contains(httpCard, "<dt>Idempotency-Key</dt><dd><code>x-http/") {
+				t.Errorf("the HTTP card's Idempotency-Key is not the one the provider gets (run key/effect id):\n%s", httpCard)
+			}
+			owner, v := h.claim("x-worker")
+			r := h.post("/v1/runs/x-worker/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"share_publicly","target":"default","payload":{"title":"Release notes"}}`, owner, v))
+			expect(t, r, 202, "")
+			worker := card(r.body["approve_url"].(string))
+			if got := button(worker); got != "Approve" {
+				t.Errorf("the worker's button says %q, want Approve", got)
+			}
+			_, workerCard, _ := strings.Cut(worker, "<h2>Task the worker will perform</h2>")
+			workerCard, _, _ = strings.Cut(workerCard, "</dl>")
+			if workerCard == "" || strings.Contains(workerCard, "Target") || strings.Contains(workerCard, ">default<") {
+				t.Errorf("the worker's card says the target jargon: %q", workerCard)
+			}
+			// The decision page says what approving did, per executor.
+			if code, page, _ := br.do("POST", h.planInput("x-agent-2", `{"order_id":"A-18"}`), url.Values{"decision": {"approve"}}, nil); code != 200 ||
+				!strings.Contains(page, "the agent may now perform this action, once, with exactly the input shown") {
+				t.Errorf("approving the agent's plan: %d\n%s", code, page)
+			}
+			if code, page, _ := br.do("POST", h.planInput("x-blind-2", ""), url.Values{"decision": {"approve"}}, nil); code != 200 ||
+				!strings.Contains(page, "(none was shown)") {
+				t.Errorf("approving a plan without input: %d\n%s", code, page)
+			}
+		})
+	}
 }

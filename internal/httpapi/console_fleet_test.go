@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -30,8 +31,9 @@ func TestConsoleShowsFleet(t *testing.T) {
 			t.Fatalf("kill switch page: %d", code)
 		}
 		_, fleet, _ := strings.Cut(page, `<table id="fleet">`)
-		for _, want := range []string{"web-1-aaaa</td><td>serve</td><td>v9.9.9</td><td>1</td><td>on</td>", ">live<",
-			"old-2-bbbb</td><td>purge</td><td>v0.0.1-old</td><td>0</td><td>off</td>", "below level 1: writes nothing"} {
+		for _, want := range []string{fmt.Sprintf("web-1-aaaa</td><td>serve</td><td>v9.9.9</td><td>%d</td><td>on</td>", store.WriterLevel), ">live<",
+			fmt.Sprintf("old-2-bbbb</td><td>purge</td><td>v0.0.1-old</td><td>%d</td><td>off</td>", store.WriterLevel-1),
+			fmt.Sprintf("below level %d: writes nothing", store.WriterLevel)} {
 			if !strings.Contains(fleet, want) {
 				t.Fatalf("the fleet table lacks %q:\n%s", want, fleet)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/validation"
 )
@@ -36,7 +37,10 @@ func apiError(status int, code, msg string) *Error {
 	return &Error{Status: status, Code: code, Message: msg}
 }
 
-// errorTable maps domain sentinels to HTTP: the only place that does.
+// errorTable maps domain sentinels to HTTP: the only place that does. Every code it (or
+// an apiError call) answers is listed, with its status, in internal/errcodes, from which
+// docs/errors.md, openapi.json's enum and the clients are generated
+// (TestErrorCodesAreTheCatalog).
 var errorTable = []struct {
 	err    error
 	status int
@@ -80,8 +84,14 @@ var errorTable = []struct {
 	{ledger.ErrReconcileFirst, http.StatusConflict, "reconcile_first"},
 	{ledger.ErrInputMismatch, http.StatusConflict, "input_mismatch"},
 	{ledger.ErrNotPlanned, http.StatusConflict, "not_planned"},
+	{ledger.ErrEffectRejected, http.StatusConflict, "effect_rejected"},
 	{ledger.ErrNotSettled, http.StatusConflict, "not_settled"}, // with Retry-After: toAPIError
 	{fleet.ErrLevelBehind, http.StatusServiceUnavailable, "writer_level_behind"},
+	{slack.ErrNotConfigured, http.StatusNotFound, "slack_not_configured"},
+	{slack.ErrSignature, http.StatusUnauthorized, "slack_signature_invalid"},
+	{slack.ErrStale, http.StatusUnauthorized, "slack_request_stale"},
+	{slack.ErrReplayed, http.StatusConflict, "slack_request_replayed"},
+	{slack.ErrTeam, http.StatusForbidden, "slack_team_refused"},
 	{apikeys.ErrInvalid, http.StatusUnauthorized, "unauthenticated"},
 	{apikeys.ErrRevoked, http.StatusUnauthorized, "unauthenticated"},
 }

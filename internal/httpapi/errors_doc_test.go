@@ -5,13 +5,13 @@ import (
 	"go/parser"
 	"go/token"
 	"net/http"
-	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/errcodes"
 )
 
 // codesInCode returns every error code this package answers, with its statuses: the
@@ -111,42 +111,12 @@ var httpStatus = map[string]int{
 	"StatusTooManyRequests": 429, "StatusInternalServerError": 500, "StatusServiceUnavailable": 503,
 }
 
-// codesInDoc reads docs/errors.md's table: each row's statuses and codes.
-func codesInDoc(t *testing.T) map[string]map[int]bool {
-	t.Helper()
-	b, err := os.ReadFile("../../docs/errors.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	codes := map[string]map[int]bool{}
-	row := regexp.MustCompile(`^\| ([0-9 ·]+) \| ([^|]+) \|`)
-	code := regexp.MustCompile("`([a-z_0-9]+)`")
-	for _, line := range strings.Split(string(b), "\n") {
-		m := row.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		for _, c := range code.FindAllStringSubmatch(m[2], -1) {
-			if codes[c[1]] == nil {
-				codes[c[1]] = map[int]bool{}
-			}
-			for _, s := range strings.Split(m[1], "·") {
-				n, err := strconv.Atoi(strings.TrimSpace(s))
-				if err != nil {
-					t.Fatalf("docs/errors.md: status %q in %q", s, line)
-				}
-				codes[c[1]][n] = true
-			}
-		}
-	}
-	return codes
-}
-
-// TestDocsErrorsMatchTheCode keeps docs/errors.md's table and the code's codes the same
-// (issue 24, 12: six codes were missing): every code the API answers has a row with its
-// status, and every code the table names is one the API answers.
-func TestDocsErrorsMatchTheCode(t *testing.T) {
-	inCode, inDoc := codesInCode(t), codesInDoc(t)
+// TestErrorCodesAreTheCatalog keeps the server's answers and internal/errcodes' list
+// (from which docs/errors.md, openapi.json's enum and the clients' classes are generated)
+// the same: every code the API answers is listed with the status it is answered with, and
+// every listed code is one the API answers.
+func TestErrorCodesAreTheCatalog(t *testing.T) {
+	inCode := codesInCode(t)
 	if len(inCode) < 40 {
 		t.Fatalf("found only %d codes in the code: the scan is broken", len(inCode))
 	}
@@ -156,21 +126,20 @@ func TestDocsErrorsMatchTheCode(t *testing.T) {
 	}
 	sort.Strings(names)
 	for _, c := range names {
-		doc, ok := inDoc[c]
+		listed, ok := errcodes.ByName(c)
 		if !ok {
-			t.Errorf("docs/errors.md has no row for %q (status %v)", c, keys(inCode[c]))
+			t.Errorf("the server answers %q (status %v), which internal/errcodes/errcodes.go does not list: add it there and run `make generate`", c, keys(inCode[c]))
 			continue
 		}
 		for s := range inCode[c] {
-			// A row may list two statuses for two codes (404 · 422): the code's must be one.
-			if !doc[s] {
-				t.Errorf("docs/errors.md lists %q under %v; the code answers it with %d", c, keys(doc), s)
+			if s != listed.Status {
+				t.Errorf("internal/errcodes lists %q with %d; the server answers it with %d", c, listed.Status, s)
 			}
 		}
 	}
-	for c := range inDoc {
-		if _, ok := inCode[c]; !ok {
-			t.Errorf("docs/errors.md lists %q, which the API never answers", c)
+	for _, c := range errcodes.All {
+		if _, ok := inCode[c.Name]; !ok {
+			t.Errorf("internal/errcodes lists %q, which the API never answers", c.Name)
 		}
 	}
 }

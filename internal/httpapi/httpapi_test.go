@@ -271,7 +271,7 @@ func TestClaimFlow(t *testing.T) {
 		for _, e := range evs.body["events"].([]any) {
 			got = append(got, e.(map[string]any)["kind"].(string))
 		}
-		want := []string{"claimed", "duplicate", "duplicate", "payload_mismatch", "heartbeat", "transition", "duplicate"}
+		want := []string{"claimed", "duplicate", "duplicate", "payload_mismatch", "alert", "heartbeat", "transition", "duplicate"}
 		if !slices.Equal(got, want) {
 			t.Fatalf("events = %v, want %v", got, want)
 		}

@@ -323,6 +323,7 @@ func (s *server) transition(w http.ResponseWriter, r *http.Request) error {
 		leaseBody
 		To     string          `json:"to"`
 		Result json.RawMessage `json:"result"`
+		Alert  string          `json:"alert"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -337,11 +338,14 @@ func (s *server) transition(w http.ResponseWriter, r *http.Request) error {
 	if body.To == "" {
 		return missing("to")
 	}
+	if err := validText("alert", body.Alert, 200); err != nil {
+		return err
+	}
 	result := body.Result
 	if bytes.Equal(result, []byte("null")) {
 		result = nil
 	}
-	run, err := s.Runs.Transition(r.Context(), runs.TransitionRequest{LeaseRequest: lr, To: store.State(body.To), Result: result})
+	run, err := s.Runs.Transition(r.Context(), runs.TransitionRequest{LeaseRequest: lr, To: store.State(body.To), Result: result, Alert: body.Alert})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/version"
@@ -67,6 +68,9 @@ type Deps struct {
 	// Err is not nil, every request that is not a GET, HEAD or OPTIONS is answered with
 	// it (503), and readiness fails. nil: always.
 	Writers interface{ Err() error }
+	// Slack takes decisions and links from the Slack app (nil: its routes answer
+	// slack_not_configured).
+	Slack *slack.Service
 }
 
 // DefaultRequestTimeout is the bound of an API request's work: inside the server's
@@ -133,6 +137,8 @@ var Routes = []Route{
 	{"POST", "/v1/reviews/{id}", apikeys.ScopeOperator, func(s *server) handlerFunc { return s.review }},
 	{"GET", "/v1/admin/kill-switch", apikeys.ScopeRead, func(s *server) handlerFunc { return s.getKillSwitch }},
 	{"PUT", "/v1/admin/kill-switch", apikeys.ScopeAdmin, func(s *server) handlerFunc { return s.putKillSwitch }},
+	{"POST", "/integrations/slack/actions", "", func(s *server) handlerFunc { return s.slackActions }},
+	{"POST", "/integrations/slack/commands", "", func(s *server) handlerFunc { return s.slackCommands }},
 	{"GET", "/healthz", "", func(s *server) handlerFunc { return s.healthz }},
 	{"GET", "/readyz", "", func(s *server) handlerFunc { return s.readyz }},
 	{"GET", "/metrics", "", func(s *server) handlerFunc { return s.metrics }},
@@ -170,7 +176,7 @@ func New(d Deps) http.Handler {
 	if aud == nil {
 		aud = audit.New(d.Store, d.Web.Now)
 	}
-	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy()})
+	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy(), Slack: d.Slack})
 	d.Web.Register(mux)
 	return s.observe(s.writerGate(s.jsonFallback(mux)))
 }

@@ -103,7 +103,8 @@ func TestApprovalWebhooks(t *testing.T) {
 		// label; and nothing from the request in a text that the chat formats.
 		slackFacts, teamsFacts := slackLiteral(t, slack.got()[1], link), teamsLiteral(t, teams.got()[0], link)
 		for name, facts := range map[string]map[string]string{"slack": slackFacts, "teams": teamsFacts} {
-			if facts["Key"] != "w-1" || facts["subject"] != "Refund <42> & more" || facts["Action"] != "email" || facts["Expires"] == "" || !strings.HasPrefix(facts["Who may approve"], "role ") {
+			if facts["Key"] != "w-1" || facts["subject"] != "Refund <42> & more" || facts["Action"] != "email" || facts["Approving"] != "sends this request, once" ||
+				facts["Expires"] == "" || !strings.HasPrefix(facts["Who may approve"], "role ") {
 				t.Fatalf("%s facts: %v", name, facts)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,6 +46,10 @@ var (
 	ErrReconcileFirst    = errors.New("this effect was planned but not confirmed (or its outcome is unknown): search the external system and reconcile it first")
 	ErrInputMismatch     = errors.New("the effect id was planned with another input: the run stops for a person")
 	ErrNotPlanned        = errors.New("the effect is not planned")
+	// ErrEffectRejected: a person rejected this very effect (run, effect id, input) and
+	// its action type lets the run go on without it (approval.on_reject: skip_effect).
+	// The message names who rejected it and why.
+	ErrEffectRejected = errors.New("a person rejected this effect: it is not performed")
 	// ErrNotSettled: a search found nothing, but the planned effect's settle window has
 	// not passed since it was planned: the earlier holder's call may still be in
 	// progress at the provider. Ask again after NotSettledError.RetryAfter.
@@ -244,7 +250,9 @@ type PlanRequest struct {
 	Meta                 *runs.Meta
 	// Input, when given, is what the effect will do (an MCP call's tool and arguments):
 	// InputHash must be its hash (see [InputHash]). A gated effect's approval holds it as
-	// an effect's payload, so the person sees what the decision is bound to.
+	// an effect's payload, so the person sees what the decision is bound to; the planned
+	// effect keeps it as its payload until its result replaces it, so an effect whose
+	// outcome becomes unknown shows the person who resolves it what the call was.
 	Input json.RawMessage
 }
 
@@ -333,7 +341,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 			}
 			return runs.Alert(ctx, q, s.At(), run.Key, moved.Version, "input_mismatch", map[string]any{"effect_id": req.EffectID})
 		case e.State == store.EffectCompleted:
-			res = PlanResult{Confirmed: true, Receipt: e.ProviderID, Result: e.Payload}
+			res = PlanResult{Confirmed: true, Receipt: e.ProviderID, Result: resultOf(e)}
 			return nil
 		case e.State == store.EffectPending:
 			// Reconciled as not done: it may run again, under the same id.
@@ -371,11 +379,14 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 		if err != nil {
 			return err
 		}
-		approved := slices.ContainsFunc(aps, func(ap store.Approval) bool {
-			return ap.Decision == approvals.Approve && ap.RunKey == run.Key && ap.EffectID == req.EffectID &&
-				ap.ActionType == req.Action && ap.Target == req.Target && ap.PayloadHash == req.InputHash &&
-				ap.Executor == store.ExecutorAgent
-		})
+		this := func(ap store.Approval) bool {
+			return ap.RunKey == run.Key && ap.EffectID == req.EffectID && ap.ActionType == req.Action &&
+				ap.Target == req.Target && ap.PayloadHash == req.InputHash && ap.Executor == store.ExecutorAgent
+		}
+		if i := slices.IndexFunc(aps, func(ap store.Approval) bool { return ap.Decision == approvals.Reject && this(ap) }); i >= 0 {
+			return fmt.Errorf("%w (rejected by %s: %s)", ErrEffectRejected, aps[i].ApproverSubject, rejectReason(aps[i].Reason))
+		}
+		approved := slices.ContainsFunc(aps, func(ap store.Approval) bool { return ap.Decision == approvals.Approve && this(ap) })
 		if !approved {
 			declared := ""
 			if req.Meta != nil {
@@ -389,7 +400,7 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 		}
 	}
 	if _, created, err := q.EffectInsert(ctx, store.Effect{ID: uuid.NewString(), RunKey: run.Key, EffectID: req.EffectID,
-		ActionType: req.Action, Target: req.Target, Executor: store.ExecutorAgent, PayloadHash: req.InputHash,
+		ActionType: req.Action, Target: req.Target, Executor: store.ExecutorAgent, Payload: req.Input, PayloadHash: req.InputHash,
 		State: store.EffectPlanned, NotBefore: s.AtOrZero(), CreatedAt: s.AtOrZero()}); err != nil {
 		return err
 	} else if !created {
@@ -398,6 +409,39 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 	res.Execute = true
 	return runs.Event(ctx, q, s.At(), run.Key, store.EventEffectPlanned, run.Version, req.Actor, req.Meta,
 		map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash})
+}
+
+// resultOf is the result recorded with an agent effect's confirmation, nil when none was.
+// Until then the effect's payload is its input (the plan's, when given: an unknown effect
+// keeps what it was, for the person who resolves it; retention purges it as any payload),
+// and a confirmation without a result, a lookup or a person's resolve leaves it there:
+// the input is told from a result by its hash, which the effect is bound to.
+func resultOf(e store.Effect) json.RawMessage {
+	if e.Payload == nil {
+		return nil
+	}
+	if h, err := InputHash(e.Payload); err == nil && h == e.PayloadHash {
+		return nil
+	}
+	return e.Payload
+}
+
+// unknownCheck tells the person who resolves an unknown agent effect what to look for.
+func unknownCheck(e store.Effect) string {
+	what := "the effect's payload is what the agent said it would do (for an MCP call: the tool and its arguments)"
+	if e.Payload == nil {
+		what = "the agent gave no input with its plan: only its hash is known, so ask the agent's operator what the call was"
+	}
+	return fmt.Sprintf("%s; look at %s (the target) for what it would have made or changed, "+
+		"then resolve the effect: sent (with the id found there) or not_sent (the agent's next identical call performs it once)", what, e.Target)
+}
+
+// rejectReason is a reject's reason as the agent reads it.
+func rejectReason(r string) string {
+	if strings.TrimSpace(r) == "" {
+		return "no reason given"
+	}
+	return strconv.Quote(r)
 }
 
 // Confirm records the receipt of an effect the agent performed, and optionally its
@@ -602,7 +646,7 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		}
 		if p.To == store.EffectUnknown {
 			return runs.Event(ctx, q, s.At(), key, store.EventAlert, run.Version, "airlock", nil,
-				map[string]any{"alert": "agent_effect_unknown", "effect_id": effectID})
+				map[string]any{"alert": "agent_effect_unknown", "effect_id": effectID, "check": unknownCheck(e)})
 		}
 		return nil
 	})

@@ -142,7 +142,7 @@ func TestGatedCallHoldsItsArguments(t *testing.T) {
 			t.Errorf("the approval is bound to %s, want the call's hash %s", ap.PayloadHash, hash)
 		}
 		page := card(t, e, token, signedIn(t, e, "lead-1"))
-		for _, want := range []string{"Tool call to be made", "<code>send_mail</code>", "<dt>to</dt>", "ana@example.com", "<dt>text</dt>", "your refund of 40 EUR"} {
+		for _, want := range []string{"Action to be performed", "<code>send_mail</code>", "<dt>to</dt>", "ana@example.com", "<dt>text</dt>", "your refund of 40 EUR"} {
 			if !strings.Contains(page, want) {
 				t.Errorf("the card lacks %q", want)
 			}

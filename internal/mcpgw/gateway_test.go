@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 const testPolicy = `
@@ -35,6 +36,11 @@ actions:
     connector: worker
     gate: approve_before_act
     approvers: {roles: [lead]}
+  note_delete:
+    connector: worker
+    gate: approve_before_act
+    approvers: {roles: [lead]}
+    approval: {on_reject: skip_effect}
 mcp:
   upstreams:
     notes:
@@ -51,6 +57,8 @@ mcp:
         slow_write: {effect: note_write}
         write_blob: {effect: note_write}
         write_big: {effect: note_write}
+        delete_note: {effect: note_delete}
+        write_report: {effect: note_write}
 `
 
 // lease is short so a restarted gateway takes its run over soon after its predecessor
@@ -68,6 +76,7 @@ type upstream struct {
 	// release, and reports whether its context was cancelled meanwhile on finished.
 	started, release chan struct{}
 	finished         chan bool
+	traceparents     []string // the traceparent in each call's _meta, in order
 }
 
 func newUpstream() *upstream {
@@ -81,6 +90,9 @@ func newUpstream() *upstream {
 			u.mu.Lock()
 			defer u.mu.Unlock()
 			u.calls[name]++
+			if tp, ok := req.Params.Meta["traceparent"].(string); ok {
+				u.traceparents = append(u.traceparents, tp)
+			}
 			return fn(args), nil
 		})
 	}
@@ -108,6 +120,16 @@ func newUpstream() *upstream {
 	})
 	u.addSlow()
 	u.addReads()
+	// write_report creates a resource at run time (in no list read at start) and links it.
+	add("write_report", func(args map[string]any) *mcp.CallToolResult {
+		uri := fmt.Sprintf("notes://report/%v", args["name"])
+		u.server.AddResource(&mcp.Resource{URI: uri, Name: "report", MIMEType: "text/plain"},
+			func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "text/plain", Text: "the report " + uri}}}, nil
+			})
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "wrote " + uri}, &mcp.ResourceLink{URI: uri, Name: "report"}}}
+	})
+	add("delete_note", func(args map[string]any) *mcp.CallToolResult { return text(fmt.Sprintf("deleted %v", args["id"])) })
 	add("delete_all", func(map[string]any) *mcp.CallToolResult { u.notes = nil; return text("deleted") })
 	// Results PostgreSQL cannot store as they are (a NUL), or larger than a body limit.
 	add("write_blob", func(args map[string]any) *mcp.CallToolResult {
@@ -163,6 +185,8 @@ type env struct {
 	progress chan *mcp.ProgressNotificationParams
 	// cancelled, when set, is told when the gateway receives the agent's cancellation.
 	cancelled chan struct{}
+	pins      *mcpgw.Pins     // the accepted tool definitions the gateway checks (nil: none)
+	tracer    *tracing.Tracer // traces airlock and the gateway (nil: neither)
 }
 
 func newEnv(t testing.TB, b storetest.Backend) *env {
@@ -187,7 +211,7 @@ func (e *env) startAirlock() {
 	if e.srv != nil {
 		e.srv.Close()
 	}
-	srv, err := airlocktest.StartWith(context.Background(), e.st, testPolicy, airlocktest.Options{MaxBodyBytes: e.maxBody})
+	srv, err := airlocktest.StartWith(context.Background(), e.st, testPolicy, airlocktest.Options{MaxBodyBytes: e.maxBody, Tracer: e.tracer})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -214,20 +238,14 @@ func (e *env) startAgent() {
 	if e.wait > 0 {
 		w = e.wait
 	}
-	gw, err := mcpgw.New(ctx, mcpgw.Options{Policy: e.pol, Client: c, RunID: "agent-run-1", Lease: l, Wait: w,
+	gw, err := mcpgw.New(ctx, mcpgw.Options{Policy: e.pol, Client: c, RunID: "agent-run-1", Lease: l, Wait: w, Pins: e.pins, Tracer: e.tracer,
 		Hook: func(p string) error {
 			if e.hook != nil {
 				return e.hook(p)
 			}
 			return nil
 		},
-		Connect: func(ctx context.Context, _ *policy.Upstream) (mcp.Transport, error) {
-			ct, st := mcp.NewInMemoryTransports()
-			if _, err := e.up.server.Connect(ctx, st, nil); err != nil {
-				return nil, err
-			}
-			return ct, nil
-		}})
+		Connect: e.connect})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -256,6 +274,15 @@ func (e *env) startAgent() {
 		e.t.Fatal(err)
 	}
 	e.gw, e.agent = gw, agent
+}
+
+// connect connects the gateway (or a catalogue) to the upstream, in memory.
+func (e *env) connect(ctx context.Context, _ *policy.Upstream) (mcp.Transport, error) {
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := e.up.server.Connect(ctx, st, nil); err != nil {
+		return nil, err
+	}
+	return ct, nil
 }
 
 // stopAgent ends the agent and its gateway as a crash would: the lease is not released
@@ -379,8 +406,8 @@ func TestReadPassesThroughAndUnclassifiedIsRefused(t *testing.T) {
 				t.Errorf("the unclassified tool is listed without saying it is refused: %q", tool.Description)
 			}
 		}
-		if len(names) != 10 {
-			t.Errorf("the gateway lists %v; want the upstream's 10 tools", names)
+		if len(names) != 12 {
+			t.Errorf("the gateway lists %v; want the upstream's 12 tools", names)
 		}
 		r := e.mustOK("read_note", map[string]any{"id": 7})
 		if text(r) != "note 7" || e.up.count("read_note") != 1 {

@@ -94,6 +94,7 @@ var AlertKinds = []string{
 	"lease_reclaims", "budget_exhausted", "validation_failed", "retry_cap", "deadline", "unknown_commit",
 	"effect_unknown", "effect_failed", "reconcile_several", "approval_expired", "auto_approval_flagged",
 	"input_mismatch", "agent_effect_unknown", "approval_undecidable", "approval_expiry_warning", "performed_twice",
+	"failure_not_retried", "workflow_gave_up", "payload_mismatch", "run_stalled",
 }
 
 // Alerter raises an alert, which means one thing everywhere: a warn-level structured log

@@ -17,6 +17,10 @@ import (
 // does not classify is refused (a closed set, like action types).
 type MCP struct {
 	Upstreams map[string]*Upstream `yaml:"upstreams"`
+	// Pins is the file of accepted tool definitions (`airlock mcp tools --accept` writes
+	// it), relative to the policy file's directory; default: the policy file's name with
+	// .pins.json added.
+	Pins string `yaml:"pins"`
 }
 
 // Upstream is one MCP server behind the gateway: a command to spawn (stdio) or the URL

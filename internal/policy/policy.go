@@ -83,6 +83,9 @@ type Policy struct {
 
 	// MCP configures the `airlock mcp` gateway (optional; see mcp.go).
 	MCP *MCP `yaml:"mcp"`
+
+	// Slack configures decisions in Slack (optional; see slack.go).
+	Slack *Slack `yaml:"slack"`
 }
 
 // Console maps people to console roles, by role (local accounts' roles, or OIDC claims
@@ -340,7 +343,22 @@ type ApprovalSteps struct {
 	WarnBefore Duration `yaml:"warn_before"`
 	// Escalate, when set, lets Roles also decide after After, and announces it.
 	Escalate *Escalate `yaml:"escalate"`
+	// DecideIn are the places a decision may be made: page (always, the default) and
+	// slack (buttons in the Slack message; see slack.go).
+	DecideIn []string `yaml:"decide_in"`
+	// OnReject is what a person's reject of an effect an agent performs itself (an MCP
+	// gateway's or an agent's plan) does to its run: end_run (the default: the run ends
+	// rejected, and every later plan in it is refused run_finished) or skip_effect (only
+	// that effect is refused — effect_rejected, with who and why — and the run goes on).
+	// Effects airlock sends itself always end their run on a reject.
+	OnReject string `yaml:"on_reject"`
 }
+
+// What a reject of an agent's effect does to its run (ApprovalSteps.OnReject).
+const (
+	OnRejectEndRun     = "end_run"
+	OnRejectSkipEffect = "skip_effect"
+)
 
 // Escalate is the escalation of a pending approval to a second role.
 type Escalate struct {

@@ -46,6 +46,8 @@ actions:
 			`actions.t.approval.escalate.roles: "f" already approves this type`},
 		{`{connector: worker, gate: act_with_window, reversible: true, window: 1m, approvers: {roles: [f]}, approval: {escalate: {after: 1h, roles: [lead]}}}`,
 			"actions.t.approval.escalate: gate act_with_window has no approval to escalate"},
+		{`{connector: worker, approvers: {roles: [f]}, approval: {on_reject: ignore}}`,
+			"actions.t.approval.on_reject: must be end_run or skip_effect"},
 		{`{connector: worker, approvers: {roles: [f]}, approval: {warn_before: soon}}`,
 			`"soon" is not a duration`},
 		{`{connector: worker, approvers: {roles: [f]}, approval: {escalate: {after: 1h, roles: [lead], when: always}}}`,

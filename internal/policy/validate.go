@@ -41,6 +41,10 @@ func (p *Policy) validate(lookupEnv func(string) (string, bool)) error {
 	}
 	p.OIDC.validate("oidc", &e, lookupEnv)
 	p.MCP.validate(p, &e)
+	p.Slack.validate("slack", &e, lookupEnv)
+	for _, name := range p.ActionNames() {
+		p.validateDecideIn("actions."+name+".approval.decide_in", p.Actions[name], &e)
+	}
 	if len(e) > 0 {
 		return errors.New(strings.Join(e, "; "))
 	}
@@ -263,6 +267,11 @@ func (a *Action) validateGate(f string, e *errs) {
 func (a *Action) validateSteps(f string, e *errs) {
 	if a.Approval.WarnBefore >= a.ApprovalTTL && a.ApprovalTTL > 0 {
 		e.add(f+".warn_before", "must be shorter than approval_ttl (%s): the warning comes before the approval lapses (0s: no warning)", a.ApprovalTTL.D())
+	}
+	switch a.Approval.OnReject {
+	case "", OnRejectEndRun, OnRejectSkipEffect:
+	default:
+		e.add(f+".on_reject", "must be %s or %s", OnRejectEndRun, OnRejectSkipEffect)
 	}
 	x := a.Approval.Escalate
 	if x == nil {

@@ -64,6 +64,8 @@ var transitions = []transition{
 	{store.StateFailedRetryable, store.StateFailedTerminal, System},  // retry cap reached between claims
 	{store.StateAwaitingHuman, store.StateFailedTerminal, Operator},  // a parked run given up (unpark)
 	{store.StateAwaitingHuman, store.StateFailedRetryable, Operator}, // a parked run a delivery may take again (unpark)
+	{store.StateProcessing, store.StateFailedRetryable, Operator},    // a stalled run released for its redelivery (re-drive)
+	{store.StateProcessing, store.StateFailedTerminal, Operator},     // a stalled run given up (re-drive)
 }
 
 // Allowed reports whether by may move a run from → to.
@@ -230,8 +232,19 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	res := ClaimResult{Claimed: out.Claimed, Reclaimed: out.Reclaimed(), Run: out.Run}
 	switch {
 	case out.Mismatch:
-		// Recorded and committed; the run itself did not change.
+		// Recorded and committed; the run itself did not change. A person hears of it
+		// (alert payload_mismatch): the source sent the business event edited, and no
+		// delivery of this key will act on the new version; they decide (replace the run,
+		// answer by hand, or nothing).
 		s.count("payload_mismatch")
+		err := s.store.Transact(ctx, func(q store.Queries) error {
+			return Alert(ctx, q, s.At(), req.Key, out.Run.Version, "payload_mismatch",
+				map[string]any{"payload_hash": req.PayloadHash, "state": string(out.Run.State)})
+		})
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("claim %q: alert the payload mismatch: %w", req.Key, err)
+		}
+		s.alerts.Wake()
 		return res, fmt.Errorf("claim %q: %w", req.Key, ErrPayloadMismatch)
 	case res.Reclaimed:
 		s.count("reclaimed")
@@ -356,6 +369,10 @@ type TransitionRequest struct {
 	LeaseRequest
 	To     store.State
 	Result json.RawMessage
+	// Alert, with To failed_terminal, raises an alert (kind workflow_gave_up) with this
+	// reason: a client that gives up on a run says so to a person, not only in the run's
+	// result.
+	Alert string
 }
 
 // Transition is a client's move of a run it holds the lease on.
@@ -368,6 +385,9 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 	}
 	if req.Result != nil && !terminal(req.To) {
 		return store.Run{}, &FieldError{Field: "result", Msg: "only a terminal state (completed, failed_terminal) stores a result"}
+	}
+	if req.Alert != "" && req.To != store.StateFailedTerminal {
+		return store.Run{}, &FieldError{Field: "alert", Msg: "only a move to failed_terminal raises an alert"}
 	}
 	var run store.Run
 	err := s.store.Transact(ctx, func(q store.Queries) error {
@@ -403,13 +423,22 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		if err := Event(ctx, q, now, run.Key, store.EventTransition, run.Version, req.Actor, req.Meta, detail); err != nil {
 			return err
 		}
-		if req.To == store.StateFailedTerminal {
-			return CancelPending(ctx, q, now, run.Key)
+		if req.To != store.StateFailedTerminal {
+			return nil
 		}
-		return nil
+		if err := CancelPending(ctx, q, now, run.Key); err != nil {
+			return err
+		}
+		if req.Alert == "" {
+			return nil
+		}
+		return Alert(ctx, q, now, run.Key, run.Version, "workflow_gave_up", map[string]any{"reason": req.Alert})
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("transition %q: %w", req.Key, err)
+	}
+	if req.Alert != "" {
+		s.alerts.Wake()
 	}
 	return run, nil
 }
@@ -579,3 +608,48 @@ const RerunProtocol = `Rerun protocol:
 1. Recovery retries reclaim only failed_retryable runs or processing runs whose lease expired, under the same key.
 2. Terminal, parked or completed keys (failed_terminal, rejected, awaiting_human, approved, completed) only report their state; they are never started again.
 3. A correction is a replacement: a new key issued upstream, linked to the original and its external results, with the operator and reason recorded, through the normal approval and outbox path. No ad-hoc key suffixes, no in-place rewrite.`
+
+// stallBatch bounds the stalled runs one SweepStalled round lists.
+const stallBatch = 100
+
+// SweepStalled raises one run_stalled alert for each run stalled since the last sweep:
+// processing, its lease lapsed, and nothing has taken it since (its caller died
+// mid-run). Each run is marked and alerted in its own transaction, the mark re-checking
+// in its statement that the run is still stalled at the version listed and not marked:
+// a stall is alerted once whichever instance sweeps, and a reclaim (a new version) that
+// stalls again is alerted again. Nothing else changes: the next delivery of the key
+// still reclaims the run, and an operator may re-drive it from the console.
+func (s *Service) SweepStalled(ctx context.Context) error {
+	for range 10 { // up to 1,000 a round; the next round takes the rest
+		stalled, err := s.store.RunsStalledUnmarked(ctx, s.At(), stallBatch)
+		if err != nil {
+			return fmt.Errorf("list stalled runs: %w", err)
+		}
+		alerted := 0
+		for _, r := range stalled {
+			err := s.store.Transact(ctx, func(q store.Queries) error {
+				marked, err := q.RunStallMark(ctx, r.Key, r.Version, s.At())
+				if err != nil || !marked {
+					return err
+				}
+				alerted++
+				// Never the lease owner: it is the holder's credential on the run.
+				fields := map[string]any{"run_version": r.Version}
+				if r.LeaseExpiresAt != nil {
+					fields["lease_expired_at"] = r.LeaseExpiresAt.UTC()
+				}
+				return Alert(ctx, q, s.At(), r.Key, 0, "run_stalled", fields)
+			})
+			if err != nil {
+				return fmt.Errorf("alert the stall of %q: %w", r.Key, err)
+			}
+		}
+		if alerted > 0 && s.alerts != nil {
+			s.alerts.Wake()
+		}
+		if len(stalled) < stallBatch {
+			return nil
+		}
+	}
+	return nil
+}

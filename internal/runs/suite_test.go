@@ -95,7 +95,8 @@ func testPayloadMismatch(t *testing.T, e *apptest.Env) {
 	apptest.Equal(t, "duplicates", r.Duplicates, 0)
 	apptest.Equal(t, "payload hash", r.PayloadHash, "h1")
 	apptest.Equal(t, "owner unchanged", r.LeaseOwner == first.Run.LeaseOwner, true)
-	apptest.Equal(t, "events", e.Kinds(t, "k1"), []string{"claimed", "payload_mismatch"})
+	// The mismatch is recorded and alerted: no delivery of k1 will act on the edited payload.
+	apptest.Equal(t, "events", e.Kinds(t, "k1"), []string{"claimed", "payload_mismatch", "alert"})
 	// Even an expired lease is not reclaimed under another payload.
 	e.Clock.Advance(time.Hour)
 	_, err = e.Runs.Claim(ctx, runs.ClaimRequest{Key: "k1", PayloadHash: "other", Actor: "test"})
@@ -394,7 +395,8 @@ func testClaimEventsExact(t *testing.T, e *apptest.Env) {
 	check("k1", 1, want{"duplicate", 0, "apikey:n8n", metaJSON, `{"state":"processing","duplicates":1}`})
 	_, err := e.Runs.Claim(ctx, req("k1", "h2"))
 	apptest.WantErr(t, err, runs.ErrPayloadMismatch)
-	check("k1", 2, want{"payload_mismatch", 0, "apikey:n8n", metaJSON, `{"payload_hash":"h2","stored_payload_hash":"h1"}`})
+	check("k1", 2, want{"payload_mismatch", 0, "apikey:n8n", metaJSON, `{"payload_hash":"h2","stored_payload_hash":"h1"}`},
+		want{"alert", 1, "airlock", "", `{"alert":"payload_mismatch","payload_hash":"h2","state":"processing"}`})
 	// Three reclaims; ReclaimAlertAfter is 2, so the third also writes an alert.
 	for n := 1; n <= 3; n++ {
 		e.Clock.Advance(apptest.LeaseConfig.DefaultLease + 500*time.Millisecond)
@@ -407,7 +409,7 @@ func testClaimEventsExact(t *testing.T, e *apptest.Env) {
 		if n == 3 {
 			ws = append(ws, want{"alert", 4, "airlock", "", `{"alert":"lease_reclaims","reclaims":3,"threshold":2}`})
 		}
-		check("k1", 2+n, ws...)
+		check("k1", 3+n, ws...)
 	}
 	// A failed_retryable run is reclaimed too (no alert below the threshold).
 	r := e.Claim(t, "k2", "h1").Run

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -63,6 +65,10 @@ type ChainEvent struct {
 	Detail   *string
 	Seq      *int64  // nil: written before the chain began (or with the trigger bypassed)
 	Hash     *string // nil with Seq
+	// MACKey and MAC are the event's MAC and its key's id (store/mac.go); nil when it was
+	// written without an audit key.
+	MACKey *string
+	MAC    *string
 }
 
 // ChainHead is a run's row of event_chains: the last link written.
@@ -75,6 +81,11 @@ type ChainHead struct {
 	// the kept chain continues from there.
 	BaseSeq  int64
 	BaseHash string
+	// BaseAt is the base link's time (nil: moved before 0028 recorded it); BaseMACKey and
+	// BaseMAC its MAC under the audit key (nil: moved without one).
+	BaseAt     *time.Time
+	BaseMACKey *string
+	BaseMAC    *string
 }
 
 // ChainQueries read the hash chain for airlock audit verify.
@@ -85,6 +96,54 @@ type ChainQueries interface {
 	// ever written for it.
 	ChainHeadGet(ctx context.Context, key string) (ChainHead, error)
 	// ChainRunKeys returns, in order, up to limit keys after afterKey of runs that have
-	// events or a chain head.
+	// events, a chain head or a row in workflow_runs.
 	ChainRunKeys(ctx context.Context, afterKey string, limit int) ([]string, error)
+	// ChainHeads returns, in key order, up to limit heads after afterKey (checkpoints).
+	ChainHeads(ctx context.Context, afterKey string, limit int) ([]ChainHead, error)
+	// ChainFirstKeyed returns the smallest id of an event that carries a MAC (0: none):
+	// from there on, every event airlock writes carries one.
+	ChainFirstKeyed(ctx context.Context) (int64, error)
+}
+
+// PurgedLink is an event a retention purge deleted, as the chain knows it.
+type PurgedLink struct {
+	RunKey   string
+	Seq      int64
+	Hash     string
+	AtMicros int64
+}
+
+// ChainBase is a run's new retention base: the last link a purge deleted, its time, and
+// (with an audit key) the base's MAC, so that verify can tell a base retention moved from
+// one a database writer moved.
+type ChainBase struct {
+	RunKey   string
+	Seq      int64
+	Hash     string
+	AtMicros int64
+	MACKey   *string
+	MAC      *string
+}
+
+// ChainBases returns, in key order (the order writers lock heads in), each run's last
+// link among the deleted ones, sealed with key (nil: unsealed). A purge sets them in the
+// transaction that deletes the rows, never ahead of or apart from the deletion.
+func ChainBases(key *AuditKey, deleted []PurgedLink) []ChainBase {
+	last := map[string]PurgedLink{}
+	for _, d := range deleted {
+		if l, ok := last[d.RunKey]; !ok || d.Seq > l.Seq {
+			last[d.RunKey] = d
+		}
+	}
+	out := make([]ChainBase, 0, len(last))
+	for _, l := range last {
+		b := ChainBase{RunKey: l.RunKey, Seq: l.Seq, Hash: l.Hash, AtMicros: l.AtMicros}
+		if key != nil {
+			id, mac := key.ID(), key.baseTag(b)
+			b.MACKey, b.MAC = &id, &mac
+		}
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b ChainBase) int { return strings.Compare(a.RunKey, b.RunKey) })
+	return out
 }

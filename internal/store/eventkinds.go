@@ -24,6 +24,7 @@ const (
 	EventTransition  EventKind = "transition"
 	EventAlert       EventKind = "alert"
 	EventRunUnparked EventKind = "run_unparked"
+	EventRunRedriven EventKind = "run_redriven"
 	EventReplaced    EventKind = "replaced"
 	EventValidation  EventKind = "validation"
 	EventFailure     EventKind = "failure"
@@ -74,7 +75,7 @@ const (
 // EventKinds is every kind airlock writes.
 var EventKinds = []EventKind{
 	EventClaimed, EventLeaseReclaimed, EventDuplicate, EventPayloadMismatch,
-	EventHeartbeat, EventTransition, EventAlert, EventRunUnparked, EventReplaced, EventValidation,
+	EventHeartbeat, EventTransition, EventAlert, EventRunUnparked, EventRunRedriven, EventReplaced, EventValidation,
 	EventFailure, EventRetryCap, EventUsage,
 	EventEffectQueued, EventEffectClaimed, EventEffectCompleted, EventEffectRetryScheduled, EventEffectFailed,
 	EventEffectUnknown, EventEffectRequeued, EventEffectResolved, EventEffectReconciled, EventEffectCancelled,

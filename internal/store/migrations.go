@@ -27,8 +27,10 @@ type Migration struct {
 //
 // Levels: 1 (0027) — effects.version bumped on every change (0013), chains kept by the
 // purge (0015), approvals' warnings and escalations scheduled (0019), instances
-// registered with a heartbeat.
-const WriterLevel = 1
+// registered with a heartbeat. 2 (0028) — a writer with an audit key configured seals
+// every event it writes with a MAC (store/mac.go); an older binary cannot, and would leave
+// unkeyed events in a keyed trail.
+const WriterLevel = 2
 
 // writerLevelPrefix opens a level-raising migration's first line.
 const writerLevelPrefix = "-- writer-level:"

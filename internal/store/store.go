@@ -194,6 +194,11 @@ type Store interface {
 	// once — it sets, rather than accumulates, anything it keeps outside itself, and does
 	// nothing outside the database that a rolled-back run would leave behind.
 	Transact(ctx context.Context, fn func(q Queries) error) error
+	// ChainSnapshot runs fn on one consistent read-only snapshot of the database
+	// (PostgreSQL: a REPEATABLE READ READ ONLY transaction; SQLite: one read transaction),
+	// so verify never sees a purge half done: the head and the events it reads are of one
+	// moment, whatever commits meanwhile.
+	ChainSnapshot(ctx context.Context, fn func(q ChainQueries) error) error
 	// Within runs fn in one transaction and commits if it returns nil, like Transact, and
 	// every statement made through this store with fn's ctx joins that transaction: Store
 	// methods, Claim, and Transact, whose transaction becomes a savepoint (rolled back
@@ -259,6 +264,7 @@ type Queries interface {
 	RunListQueries
 	StuckQueries
 	AlertQueries
+	SlackQueries
 	// Clock is the backend's clock: PostgreSQL's now() (the transaction's start inside
 	// Transact), the process clock on SQLite.
 	Clock(ctx context.Context) (time.Time, error)
@@ -450,6 +456,9 @@ type Effect struct {
 	// Version is 1 when queued; every statement that changes the effect adds one. A
 	// decision taken on a row read earlier is applied by compare-and-set on its version.
 	Version int64
+	// TraceParent is the W3C traceparent of the request that queued the effect ("" when
+	// none): the dispatcher sends it in that trace.
+	TraceParent string
 }
 
 // KillSwitch is one scope's setting: "global" or "action:<type>".

@@ -74,7 +74,9 @@ func (t *Tracer) Start(r *http.Request, route string) (ctx context.Context, end 
 	if !ok {
 		method, pattern = r.Method, route
 	}
-	ctx = otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	// W3C trace context whatever the process's global propagator: a caller's traceparent
+	// (an agent, the MCP gateway) makes this span part of its trace.
+	ctx = propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := t.t.Start(ctx, method+" "+pattern, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", pattern)))
 	return ctx, func(status int) {

@@ -20,7 +20,13 @@ import (
 // html/template, never markup.
 type effectCard struct {
 	Heading string
-	Fields  []cardField
+	// Approve is the approve button's words for this executor: "Approve and send" for
+	// what airlock's dispatcher sends, "Approve" for what a worker or an agent performs.
+	Approve string
+	// Empty, when set, says plainly that there is nothing to show (an agent's plan sent
+	// without its input): the person approves an action they cannot read.
+	Empty  string
+	Fields []cardField
 	// Bodies are long texts (an email's text, an HTTP body, an argument), each shown
 	// in a pre-wrapped block.
 	Bodies []cardField
@@ -39,16 +45,34 @@ type cardRenderer interface {
 	render(a store.Approval, act *policy.Action) (card effectCard, ok bool)
 }
 
-// cardRenderers are the renderers by connector kind (policy.Connector*); an MCP tool
-// call (executor agent) has its own.
+// cardRenderers are the renderers by connector kind (policy.Connector*); an agent's
+// effect (an MCP tool call or a client's plan) has its own.
 var cardRenderers = map[string]cardRenderer{
 	policy.ConnectorSMTP:   emailCard{},
 	policy.ConnectorHTTP:   httpCard{},
-	policy.ConnectorWorker: argumentsCard{heading: "Task for the worker"},
-	store.ExecutorAgent:    toolCallCard{},
+	policy.ConnectorWorker: argumentsCard{},
+	store.ExecutorAgent:    agentCard{},
 }
 
-// renderCard picks the renderer of the approval: the MCP one for an agent's effect,
+// Approve buttons' words: what airlock sends itself, and what someone else performs.
+const (
+	approveSend    = "Approve and send"
+	approvePerform = "Approve"
+)
+
+// approveLabel is the approve button's words for an approval: the card's, else by
+// executor (a payload no renderer reads).
+func approveLabel(a store.Approval, c *effectCard) string {
+	switch {
+	case c != nil && c.Approve != "":
+		return c.Approve
+	case a.Executor == store.ExecutorAgent || a.Executor == store.ExecutorWorker:
+		return approvePerform
+	}
+	return approveSend
+}
+
+// renderCard picks the renderer of the approval: the agent's for an agent's effect,
 // else its action's connector. nil means no renderer reads it: raw JSON only.
 func renderCard(a store.Approval, act *policy.Action) *effectCard {
 	kind := a.Executor
@@ -81,7 +105,7 @@ func (emailCard) render(a store.Approval, act *policy.Action) (effectCard, bool)
 	if len(to) == 0 {
 		to = m.To
 	}
-	c := effectCard{Heading: "Email to be sent", Fields: []cardField{{Label: "To", Value: strings.Join(to, ", ")}}}
+	c := effectCard{Heading: "Email to be sent", Approve: approveSend, Fields: []cardField{{Label: "To", Value: strings.Join(to, ", ")}}}
 	if act.SMTP != nil && act.SMTP.From != "" {
 		c.Fields = append(c.Fields, cardField{Label: "From", Value: act.SMTP.From})
 	}
@@ -160,11 +184,11 @@ func (httpCard) render(a store.Approval, act *policy.Action) (effectCard, bool) 
 	if act.HTTP == nil {
 		return effectCard{}, false
 	}
-	c := effectCard{Heading: "HTTP request to be made", Fields: []cardField{
+	c := effectCard{Heading: "HTTP request to be made", Approve: approveSend, Fields: []cardField{
 		{Label: "Method", Value: "POST"},
 		{Label: "URL", Value: shownURL(act.HTTP.Targets[a.Target]), Code: true},
 		{Label: "Content-Type", Value: "application/json"},
-		{Label: "Idempotency-Key", Value: a.EffectID, Code: true},
+		{Label: "Idempotency-Key", Value: a.RunKey + "/" + a.EffectID, Code: true}, // effects.ProviderKey
 		{Label: "X-Airlock-Run-Key", Value: a.RunKey, Code: true},
 		{Label: "X-Airlock-Action-Type", Value: a.ActionType, Code: true},
 	}}
@@ -195,33 +219,62 @@ func shownURL(s string) string {
 }
 
 // argumentsCard shows a worker's task as its named arguments (the payload object's
-// fields).
-type argumentsCard struct{ heading string }
+// fields). The target is named only when the action has more than its default one.
+type argumentsCard struct{}
 
-func (c argumentsCard) render(a store.Approval, _ *policy.Action) (effectCard, bool) {
+func (argumentsCard) render(a store.Approval, _ *policy.Action) (effectCard, bool) {
 	args, ok := namedArguments(a.Payload)
 	if !ok {
 		return effectCard{}, false
 	}
-	return effectCard{Heading: c.heading, Fields: []cardField{{Label: "Target", Value: a.Target}}, Bodies: args}, true
+	c := effectCard{Heading: "Task the worker will perform", Approve: approvePerform,
+		Fields: []cardField{{Label: "Task", Value: a.ActionType, Code: true}}, Bodies: args}
+	if a.Target != "" && a.Target != "default" {
+		c.Fields = append(c.Fields, cardField{Label: "Destination", Value: a.Target, Code: true})
+	}
+	return c, true
 }
 
-// toolCallCard shows an MCP tool call: the tool and each argument.
-type toolCallCard struct{}
+// agentCard shows what an agent will do once approved: an MCP tool call as its tool
+// and named arguments; a client's plan as its action and the plan's input, field by
+// field. A plan sent without its input says so: the card cannot show what it does.
+type agentCard struct{}
 
-func (toolCallCard) render(a store.Approval, _ *policy.Action) (effectCard, bool) {
-	var in struct {
+func (agentCard) render(a store.Approval, _ *policy.Action) (effectCard, bool) {
+	c := effectCard{Heading: "Action to be performed", Approve: approvePerform}
+	var call struct {
 		Tool      string          `json:"tool"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
-	if json.Unmarshal(a.Payload, &in) != nil || in.Tool == "" {
-		return effectCard{}, false
+	if json.Unmarshal(a.Payload, &call) == nil && call.Tool != "" {
+		c.Fields = []cardField{{Label: "Tool", Value: call.Tool, Code: true}, {Label: "Server", Value: a.Target, Code: true}}
+		if args, ok := namedArguments(call.Arguments); ok {
+			c.Bodies = args
+		} else if raw := bytes.TrimSpace(call.Arguments); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+			c.Bodies = []cardField{{Label: "Arguments", Value: prettyJSON(raw)}}
+		}
+		if len(c.Bodies) == 0 {
+			c.Empty = "The tool is called without arguments."
+		}
+		return c, true
 	}
-	args, ok := namedArguments(in.Arguments)
-	if !ok {
-		return effectCard{}, false
+	c.Fields = []cardField{{Label: "Action", Value: a.ActionType, Code: true}}
+	if a.Target != "" && a.Target != "default" {
+		c.Fields = append(c.Fields, cardField{Label: "Target", Value: a.Target, Code: true})
 	}
-	return effectCard{Heading: "Tool call to be made", Fields: []cardField{{Label: "Tool", Value: in.Tool, Code: true}, {Label: "Server", Value: a.Target, Code: true}}, Bodies: args}, true
+	raw := bytes.TrimSpace(a.Payload)
+	switch args, ok := namedArguments(raw); {
+	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+		c.Empty = "The agent did not send what it will do (its plan carried no input), so this card cannot show it. " +
+			"Approving lets it perform this action once, with the input whose hash is " + a.PayloadHash + ", whatever that input is."
+	case ok && len(args) == 0:
+		c.Empty = "The agent's input is empty: the action takes no arguments."
+	case ok:
+		c.Bodies = args
+	default:
+		c.Bodies = []cardField{{Label: "Input", Value: prettyJSON(raw)}}
+	}
+	return c, true
 }
 
 // namedArguments reads a JSON object as its fields in name order, each value as

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -32,6 +34,8 @@ type Console struct {
 	Failures *failures.Service
 	Audit    *audit.Service
 	Policy   *policy.Policy
+	// Slack gives link codes (the Link Slack page); nil or unconfigured: the page says so.
+	Slack *slack.Service
 }
 
 // EnableConsole serves the operator console at /console (Register adds its routes).
@@ -44,8 +48,9 @@ func (w *Web) EnableConsole(c Console) {
 
 // ConsolePatterns lists the console's routes (the OpenAPI test documents them).
 var ConsolePatterns = []string{"GET /console", "GET /console/approvals/{id}", "POST /console/approvals/{id}", "POST /console/approvals/{id}/reissue",
-	"GET /console/effects", "POST /console/effects/{id}/resolve", "GET /console/parked", "POST /console/runs/{key}/unpark",
-	"GET /console/runs", "GET /console/approvals", "GET /console/stuck", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week"}
+	"GET /console/effects", "POST /console/effects/{id}/resolve", "GET /console/parked", "POST /console/runs/{key}/unpark", "POST /console/runs/{key}/redrive",
+	"GET /console/runs", "GET /console/approvals", "GET /console/stuck", "GET /console/kill-switch", "POST /console/kill-switch", "GET /console/week",
+	"GET /console/slack", "POST /console/slack/code"}
 
 // consolePageSize is the rows of one page of a console list.
 const consolePageSize = 50
@@ -143,12 +148,12 @@ var consoleFuncs = template.FuncMap{
 		}
 		return fmt.Sprintf("%.1f%%", *f*100)
 	},
-	"effectRow": func(e store.Effect, now time.Time, csrf string) any {
+	"effectRow": func(it effectItem, now time.Time, csrf string) any {
 		return struct {
-			E    store.Effect
+			effectItem
 			Now  time.Time
 			CSRF string
-		}{e, now, csrf}
+		}{it, now, csrf}
 	},
 	"secs": func(f *float64) string {
 		if f == nil {
@@ -303,11 +308,14 @@ func (w *Web) registerConsole(mux *http.ServeMux) {
 	mux.Handle("GET /console/parked", w.consoleView(levelOperator, w.consoleParked))
 	mux.Handle("GET /console/stuck", w.consoleView(levelOperator, w.consoleStuck))
 	mux.Handle("POST /console/runs/{key}/unpark", w.consoleAction(levelOperator, w.consoleUnpark))
+	mux.Handle("POST /console/runs/{key}/redrive", w.consoleAction(levelOperator, w.consoleRedrive))
 	mux.Handle("GET /console/runs", w.consoleView(levelOperator, w.consoleRun))
 	mux.Handle("GET /console/approvals", w.consoleView(levelOperator, w.consoleApprovals))
 	mux.Handle("GET /console/kill-switch", w.consoleView(levelOperator, w.consoleKillSwitch))
 	mux.Handle("POST /console/kill-switch", w.consoleAction(levelAdmin, w.consoleSetKillSwitch))
 	mux.Handle("GET /console/week", w.consoleView(levelOperator, w.consoleWeek))
+	mux.Handle("GET /console/slack", w.consoleView(levelPerson, w.consoleSlack))
+	mux.Handle("POST /console/slack/code", w.consoleAction(levelPerson, w.consoleSlackCode))
 }
 
 // actor is how a console action is recorded: the person, and where they acted.
@@ -317,6 +325,8 @@ func consoleActor(v viewer) string { return "console:" + v.Person.Subject }
 var notices = map[string]string{
 	"resolved":    "The effect is resolved; the event records you and your note.",
 	"unparked":    "The run is unparked; the event records you and your reason.",
+	"released":    "The stalled run is released: the next delivery of its key claims it at once. The event records you and your reason.",
+	"given_up":    "The stalled run is given up (failed_terminal); its pending effects are withdrawn. The event records you and your reason.",
 	"kill_switch": "The kill switch is changed; the event records you and your reason.",
 }
 
@@ -439,10 +449,15 @@ func (w *Web) consoleReissue(rw http.ResponseWriter, r *http.Request, v viewer) 
 
 type effectsPage struct {
 	consoleFrame
-	Unknown, Failed         []store.Effect
+	Unknown, Failed         []effectItem
 	NextUnknown, NextFailed string
 	AfterUnknown            string
 	AfterFailed             string
+	// Waiting are the effects due for UnsentAfter or longer that no sender has taken
+	// (the first page, the longest due first); WaitingMore: there are more.
+	Waiting     []store.Effect
+	WaitingMore bool
+	UnsentAfter string
 }
 
 func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) error {
@@ -458,13 +473,28 @@ func (w *Web) consoleEffects(rw http.ResponseWriter, r *http.Request, v viewer) 
 		last := effs[len(effs)-1]
 		return effs, formatCursor(last.UpdatedAt, last.ID), nil
 	}
-	var err error
-	if p.Unknown, p.NextUnknown, err = list(store.EffectUnknown, p.AfterUnknown); err == nil {
-		p.Failed, p.NextFailed, err = list(store.EffectFailed, p.AfterFailed)
-	}
+	unknown, nextUnknown, err := list(store.EffectUnknown, p.AfterUnknown)
 	if err != nil {
 		return fmt.Errorf("effects: %w", err)
 	}
+	failed, nextFailed, err := list(store.EffectFailed, p.AfterFailed)
+	if err != nil {
+		return fmt.Errorf("effects: %w", err)
+	}
+	p.NextUnknown, p.NextFailed = nextUnknown, nextFailed
+	if p.Unknown, err = w.effectItems(r.Context(), unknown); err != nil {
+		return fmt.Errorf("effects: %w", err)
+	}
+	if p.Failed, err = w.effectItems(r.Context(), failed); err != nil {
+		return fmt.Errorf("effects: %w", err)
+	}
+	if p.Waiting, err = w.store.EffectsWaiting(r.Context(), p.Now.Add(-UnsentAfter), consolePageSize+1); err != nil {
+		return fmt.Errorf("effects waiting: %w", err)
+	}
+	if len(p.Waiting) > consolePageSize {
+		p.Waiting, p.WaitingMore = p.Waiting[:consolePageSize], true
+	}
+	p.UnsentAfter = ago(UnsentAfter)
 	return w.renderConsole(rw, http.StatusOK, "console_effects.html", p)
 }
 
@@ -597,6 +627,31 @@ func (w *Web) consoleUnpark(rw http.ResponseWriter, r *http.Request, v viewer) e
 	return nil
 }
 
+// consoleRedrive ends a stalled run's stall (failures.Redrive): released for its
+// redelivery (failed_retryable) or given up (failed_terminal).
+func (w *Web) consoleRedrive(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	key := r.PathValue("key")
+	back := "/console/runs?key=" + url.QueryEscape(key)
+	reason, bad := formReason(r, "reason")
+	if bad != "" {
+		return w.consoleRefusal(r, v, http.StatusUnprocessableEntity, "Not re-driven", bad+" Nothing was changed.", back)
+	}
+	to := store.State(r.PostFormValue("to"))
+	_, err := w.console.Failures.Redrive(r.Context(), key, to, reason, consoleActor(v))
+	if errors.Is(err, failures.ErrNotStalled) {
+		return w.consoleRefusal(r, v, http.StatusConflict, "Not re-driven", strings.TrimPrefix(err.Error(), "re-drive "+strconv.Quote(key)+": ")+". Nothing was changed.", back)
+	}
+	if err != nil {
+		return &actionError{err: err, v: v, title: "Not re-driven", back: back}
+	}
+	done := "released"
+	if to == store.StateFailedTerminal {
+		done = "given_up"
+	}
+	http.Redirect(rw, r, back+"&done="+done, http.StatusSeeOther)
+	return nil
+}
+
 // ---- 4. Run ----
 
 type runPage struct {
@@ -606,10 +661,14 @@ type runPage struct {
 	X       audit.Explanation
 	Parked  bool
 	Approve []store.Approval
+	// Stalled: processing with its lease lapsed; the page offers the re-drive.
+	Stalled bool
+	// Protocol is the rerun protocol, for the operator deciding how to run work again.
+	Protocol string
 }
 
 func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) error {
-	p := runPage{consoleFrame: w.frame(r, v, "Run", "runs"), Key: strings.TrimSpace(r.URL.Query().Get("key"))}
+	p := runPage{consoleFrame: w.frame(r, v, "Run", "runs"), Key: strings.TrimSpace(r.URL.Query().Get("key")), Protocol: runs.RerunProtocol}
 	if p.Key == "" {
 		return w.consoleRuns(rw, r, v) // no key: the list of runs, to pick one
 	}
@@ -622,6 +681,7 @@ func (w *Web) consoleRun(rw http.ResponseWriter, r *http.Request, v viewer) erro
 	default:
 		p.Found, p.X, p.Title = true, x, "Run "+p.Key
 		p.Parked = x.Processed.State == store.StateAwaitingHuman && slices.Contains(store.ParkReasons, x.Processed.ParkReason)
+		p.Stalled = x.Processed.State == store.StateProcessing && !x.Processed.LeaseLive
 	}
 	status := http.StatusOK
 	if !p.Found {
@@ -721,6 +781,10 @@ type weekPage struct {
 	// (counted exactly, on the approvals_undecidable partial index).
 	Pending, Parked count
 	Undecidable     *count
+	trouble
+	UnsentAfter string
+	// Deliveries is every delivery the week saw: the claims plus the duplicates refused.
+	Deliveries int64
 }
 
 // weeks is how many past weeks the charts show.
@@ -751,6 +815,11 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) err
 		return fmt.Errorf("undecidable approvals: %w", err)
 	}
 	p.Undecidable = &count{N: n}
+	if p.trouble, err = w.troubleNow(r.Context(), p.Now, p.R.Since); err != nil {
+		return err
+	}
+	p.UnsentAfter = ago(UnsentAfter)
+	p.Deliveries = p.R.Claims + p.R.Duplicates
 	p.StoppedAll = env || !p.R.KillSwitch.Enabled
 	for _, scope := range p.R.KillSwitch.DisabledScopes {
 		if t, ok := strings.CutPrefix(scope, "action:"); ok {
@@ -758,4 +827,47 @@ func (w *Web) consoleWeek(rw http.ResponseWriter, r *http.Request, v viewer) err
 		}
 	}
 	return w.renderConsole(rw, http.StatusOK, "console_week.html", p)
+}
+
+// ---- Link Slack ----
+
+type slackPage struct {
+	consoleFrame
+	Configured bool
+	Code       string
+	Expires    time.Time
+}
+
+func (w *Web) slackConfigured() bool {
+	s := w.console.Slack
+	return s != nil && s.Policy != nil && s.Policy.Slack != nil && s.Policy.Slack.SigningSecret != ""
+}
+
+// consoleSlack is the Link Slack page: the signed-in person asks for a one-time code.
+func (w *Web) consoleSlack(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	return w.renderConsole(rw, http.StatusOK, "console_slack.html", slackPage{consoleFrame: w.frame(r, v, "Link Slack", "slack"),
+		Configured: w.slackConfigured()})
+}
+
+// consoleSlackCode gives the signed-in person a one-time link code, shown once (only its
+// hash is stored): the link completes when the same code comes back in a Slack request
+// signed with the app's secret (/airlock link CODE).
+func (w *Web) consoleSlackCode(rw http.ResponseWriter, r *http.Request, v viewer) error {
+	p := slackPage{consoleFrame: w.frame(r, v, "Link Slack", "slack"), Configured: w.slackConfigured()}
+	if !p.Configured {
+		return w.renderConsole(rw, http.StatusNotFound, "console_slack.html", p)
+	}
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return w.consoleRefusal(r, v, http.StatusForbidden, "Sign in first", "You are not signed in. Nothing was changed.", "/login")
+	}
+	who, account, err := w.sessions.Account(r.Context(), c.Value)
+	if err != nil {
+		return fmt.Errorf("link slack: %w", err)
+	}
+	p.Code, p.Expires, err = w.console.Slack.NewCode(r.Context(), who.Subject, account)
+	if err != nil {
+		return fmt.Errorf("link slack: %w", err)
+	}
+	return w.renderConsole(rw, http.StatusOK, "console_slack.html", p)
 }

@@ -24,7 +24,9 @@ type runsPage struct {
 	// The filters as given (the form shows them again).
 	State, ActionType, OlderThan, KeyPrefix string
 	States, ActionTypes                     []string
-	Filtered                                bool
+	// Stalled keeps only the stalled runs (processing, lease lapsed).
+	Stalled  bool
+	Filtered bool
 	// Next and First are the links to the next page and back to the first, filters kept.
 	Next, First string
 }
@@ -35,7 +37,7 @@ type runsPage struct {
 func (w *Web) consoleRuns(rw http.ResponseWriter, r *http.Request, v viewer) error {
 	q := r.URL.Query()
 	p := runsPage{consoleFrame: w.frame(r, v, "Runs", "runs"), State: q.Get("state"), ActionType: q.Get("action_type"),
-		OlderThan: q.Get("older_than"), KeyPrefix: q.Get("key_prefix"), ActionTypes: w.console.Policy.ActionTypes()}
+		OlderThan: q.Get("older_than"), KeyPrefix: q.Get("key_prefix"), Stalled: q.Get("stalled") == "true", ActionTypes: w.console.Policy.ActionTypes()}
 	for _, s := range store.States {
 		p.States = append(p.States, string(s))
 	}
@@ -51,12 +53,12 @@ func (w *Web) consoleRuns(rw http.ResponseWriter, r *http.Request, v viewer) err
 	if err != nil {
 		return fmt.Errorf("runs: %w", err)
 	}
-	p.Filtered = p.State != "" || p.ActionType != "" || p.OlderThan != "" || p.KeyPrefix != ""
+	p.Filtered = p.State != "" || p.ActionType != "" || p.OlderThan != "" || p.KeyPrefix != "" || p.Stalled
 	if p.Runs, err = w.store.RunList(r.Context(), params); err != nil {
 		return fmt.Errorf("runs: %w", err)
 	}
 	keep := url.Values{}
-	for _, k := range []string{"state", "action_type", "older_than", "key_prefix", "limit"} {
+	for _, k := range []string{"state", "action_type", "older_than", "key_prefix", "stalled", "limit"} {
 		if s := q.Get(k); s != "" {
 			keep.Set(k, s)
 		}
@@ -192,4 +194,104 @@ func (w *Web) outstanding(ctx context.Context, now time.Time) (pending, parked c
 	}
 	parked.N, parked.More = outstandingCap, true
 	return pending, parked, nil
+}
+
+// UnsentAfter is how long an approved or queued effect of a dispatcher or a worker may
+// wait, due, before This week counts it as waiting to be sent (no sender is taking it).
+const UnsentAfter = 10 * time.Minute
+
+// trouble is the rest of Outstanding now: work that ended, or waits, without its effect.
+type trouble struct {
+	// Stalled: processing with the lease lapsed (/console/runs?stalled=true).
+	Stalled count
+	// Released: failed_retryable, waiting for the next delivery of the key.
+	Released count
+	// FailedNoEffect: failed_terminal runs created since the report's start, not
+	// replaced, none of whose effects was sent. RejectedOpen: rejected runs created since
+	// then that still hold an effect that is pending or planned.
+	FailedNoEffect, RejectedOpen count
+	// Unsent: effects of a dispatcher or a worker due for UnsentAfter or longer.
+	Unsent count
+}
+
+// runsCount counts the runs RunList gives for p, up to outstandingCap.
+func (w *Web) runsCount(ctx context.Context, p store.RunListParams) (count, error) {
+	p.Limit = outstandingCap + 1
+	rs, err := w.store.RunList(ctx, p)
+	if err != nil {
+		return count{}, err
+	}
+	if len(rs) > outstandingCap {
+		return count{N: outstandingCap, More: true}, nil
+	}
+	return count{N: len(rs)}, nil
+}
+
+// endedWithout counts the runs in state created since, newest first, that keep is true
+// of (up to outstandingCap looked at).
+func (w *Web) endedWithout(ctx context.Context, state store.State, since time.Time, keep func([]store.Effect) bool) (count, error) {
+	var c count
+	p := store.RunListParams{State: state, Limit: 200}
+	looked := 0
+	for {
+		rs, err := w.store.RunList(ctx, p)
+		if err != nil {
+			return c, err
+		}
+		for _, r := range rs {
+			if r.CreatedAt.Before(since) {
+				return c, nil
+			}
+			if looked++; looked > outstandingCap {
+				c.More = true
+				return c, nil
+			}
+			if r.ReplacedBy != "" {
+				continue
+			}
+			effs, err := w.store.EffectList(ctx, store.EffectListParams{RunKey: r.Key})
+			if err != nil {
+				return c, err
+			}
+			if keep(effs) {
+				c.N++
+			}
+		}
+		if len(rs) < p.Limit {
+			return c, nil
+		}
+		p.After = store.Cursor{At: rs[len(rs)-1].CreatedAt, ID: rs[len(rs)-1].Key}
+	}
+}
+
+// troubleNow counts the trouble at now, for the week since since.
+func (w *Web) troubleNow(ctx context.Context, now, since time.Time) (trouble, error) {
+	var t trouble
+	var err error
+	if t.Stalled, err = w.runsCount(ctx, store.RunListParams{StalledAt: &now}); err != nil {
+		return t, fmt.Errorf("stalled runs: %w", err)
+	}
+	if t.Released, err = w.runsCount(ctx, store.RunListParams{State: store.StateFailedRetryable}); err != nil {
+		return t, fmt.Errorf("runs to redeliver: %w", err)
+	}
+	noneSent := func(effs []store.Effect) bool {
+		return !slices.ContainsFunc(effs, func(e store.Effect) bool { return e.State == store.EffectCompleted })
+	}
+	if t.FailedNoEffect, err = w.endedWithout(ctx, store.StateFailedTerminal, since, noneSent); err != nil {
+		return t, fmt.Errorf("failed runs: %w", err)
+	}
+	open := func(effs []store.Effect) bool {
+		return slices.ContainsFunc(effs, func(e store.Effect) bool {
+			return e.State == store.EffectPending || e.State == store.EffectPlanned
+		})
+	}
+	if t.RejectedOpen, err = w.endedWithout(ctx, store.StateRejected, since, open); err != nil {
+		return t, fmt.Errorf("rejected runs: %w", err)
+	}
+	effs, err := w.store.EffectsWaiting(ctx, now.Add(-UnsentAfter), outstandingCap+1)
+	if err != nil {
+		return t, fmt.Errorf("effects waiting: %w", err)
+	}
+	t.Unsent = count{N: min(len(effs), outstandingCap), More: len(effs) > outstandingCap}
+	return t, nil
 }

@@ -329,7 +329,8 @@ type approvalPage struct {
 	Action    string
 	CanDecide bool
 	Why       string
-	Protocol  string
+	// Approve is the approve button's words (approveLabel).
+	Approve string
 	// Recipients are a mail effect's envelope recipients, exactly as they will be sent.
 	Recipients []string
 	// CSRF is the console's form token (console cards only).
@@ -378,8 +379,9 @@ func (w *Web) showCard(rw http.ResponseWriter, r *http.Request, tokenHash, actio
 		return fmt.Errorf("approval page: %w", err)
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
-		Payload: prettyJSON(a.Payload), Action: action, Protocol: runs.RerunProtocol,
+		Payload: prettyJSON(a.Payload), Action: action,
 		Recipients: w.approvals.Recipients(a), CanDecide: true, Card: renderCard(a, w.approvals.Action(a.ActionType)), Notes: cardNotes(a), cardContext: cc}
+	p.Approve = approveLabel(a, p.Card)
 	if strings.HasPrefix(action, "/console/") {
 		p.CSRF = csrfToken(r)
 	}
@@ -470,8 +472,13 @@ func (w *Web) decideApproval(rw http.ResponseWriter, r *http.Request, tokenHash,
 		return fmt.Errorf("decide approval: %w", err)
 	}
 	msg := "Approved: the action is queued and will be sent once."
-	if a.Executor == store.ExecutorAgent {
-		msg = "Approved: the agent may now make this call, once, with exactly these arguments."
+	switch {
+	case a.Executor == store.ExecutorWorker:
+		msg = "Approved: the task is queued for the worker, to be performed once."
+	case a.Executor == store.ExecutorAgent && len(bytes.TrimSpace(a.Payload)) > 0 && string(bytes.TrimSpace(a.Payload)) != "null":
+		msg = "Approved: the agent may now perform this action, once, with exactly the input shown."
+	case a.Executor == store.ExecutorAgent:
+		msg = "Approved: the agent may now perform this action, once, with the input it planned (none was shown)."
 	}
 	switch a.Decision {
 	case approvals.Reject:

@@ -33,6 +33,7 @@ def _metadata(version):
             f"Version: {version}\n"
             "Summary: Client of airlock's HTTP API for agents: claims, leases, the work ledger, effects, approvals\n"
             "Requires-Python: >=3.9\n"
+            "License: Apache-2.0\n"
             "Description-Content-Type: text/markdown\n"
             "\n" + readme)
 

@@ -8,12 +8,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from .canonical import hash_input
 from .errors import APIError, TransportError, error_for, LeaseLostError, VersionConflictError, \
     LeaseLifetimeExceededError
 from .types import (Approval, ApprovalStatus, Claim, Event, FailureDecision, Lease, Ledger, PendingApproval, Plan,
                     QueuedEffect, Resume, Run, RunEffect, ToolCall, Transition, Validation, WorkerEffect, parse_time)
+
+if TYPE_CHECKING:
+    from .steps import AgentRun
 
 __all__ = ["Client", "LeaseKeeper", "new_idempotency_key"]
 
@@ -361,22 +365,37 @@ class Client:
         _, out = self.request("GET", "/v1/ledger.schema.json")
         return out
 
-    def plan(self, key: str, effect_id: str, lease_owner: str, action: str, target: str, input_hash: str, *,
-             meta: Optional[Dict[str, Any]] = None, idempotency_key: Optional[str] = None) -> Plan:
-        """Record the intent to perform ``effect_id`` before performing it. Refusals:
-        ReconcileFirstError (a previous attempt stopped between plan and confirm: search
-        the external system, then :meth:`reconcile`), InputMismatchError (the same id
-        with other input: stop), ActionsDisabledError (the kill switch),
-        UnknownActionTypeError, LeaseLostError."""
+    def plan(self, key: str, effect_id: str, lease_owner: str, action: str, target: str, input_hash: str = "", *,
+             input: Any = _MISSING, meta: Optional[Dict[str, Any]] = None,
+             idempotency_key: Optional[str] = None) -> Plan:
+        """Record the intent to perform ``effect_id`` before performing it. ``input`` is
+        what the effect will do (any JSON): a gated action's approval card shows it to the
+        person who decides, and the approval is bound to it (its hash is computed when
+        ``input_hash`` is not given; the privacy allow-list and payload retention apply to
+        it as to any payload). Give ``input_hash`` alone to keep the input to yourself.
+
+        The answer is a :class:`Plan`: ``execute``, ``confirmed`` (performed before:
+        ``receipt``, empty when an operator resolved it as sent without the provider's
+        id) or ``approval``. Refusals: ReconcileFirstError (a previous attempt stopped
+        between plan and confirm: search the external system, then :meth:`reconcile`),
+        InputMismatchError (the same id with other input: stop), ActionsDisabledError
+        (the kill switch), UnknownActionTypeError, LeaseLostError."""
+        if input is not _MISSING and not input_hash:
+            input_hash = hash_input(input)
+        if not input_hash:
+            raise ValueError("plan: give input, or its input_hash")
         body: Dict[str, Any] = {"lease_owner": lease_owner, "action": action, "target": target,
                                 "input_hash": input_hash}
+        _put(body, "input", input)
         _put(body, "meta", meta)
         status, out = self._post(_run_path(key, "ledger", "effects", effect_id, "plan"), body, idempotency_key)
         if status == 202:
-            return Plan(False, "", None, Approval.from_json(out), out)
-        if not out.get("execute") and not out.get("receipt"):
-            raise APIError(status, "", f"plan {effect_id}: neither execute nor a receipt in the answer")
-        return Plan(bool(out.get("execute")), out.get("receipt") or "", out.get("result"), None, out)
+            return Plan(False, "", None, Approval.from_json(out), out, False)
+        execute = bool(out.get("execute"))
+        confirmed = bool(out.get("confirmed")) or (not execute and bool(out.get("receipt")))
+        if not execute and not confirmed:
+            raise APIError(status, "", f"plan {effect_id}: neither execute nor confirmed in the answer")
+        return Plan(execute, out.get("receipt") or "", out.get("result"), None, out, confirmed)
 
     def confirm(self, key: str, effect_id: str, lease_owner: str, receipt: str, *, result: Any = _MISSING,
                 idempotency_key: Optional[str] = None) -> None:
@@ -409,6 +428,31 @@ class Client:
     def record_tool_call(self, key: str, call: ToolCall, *, idempotency_key: Optional[str] = None) -> None:
         """Write ``call`` as a tool_call event on the run (no lease needed)."""
         self._post(_run_path(key, "ledger", "calls"), call.to_json(), idempotency_key)
+
+    # --- the step API --------------------------------------------------------
+
+    def open_run(self, key: str, payload: Any, *, goal: Optional[str] = None, steps: Sequence[str] = (),
+                 invariants: Sequence[str] = (), lease_seconds: int = 30, wait_lease: Optional[float] = None,
+                 wait_approval: float = 0.0, poll: float = 1.0,
+                 meta: Optional[Dict[str, Any]] = None) -> "AgentRun":
+        """Claim the run ``key`` and keep it: an :class:`airlock.AgentRun` whose
+        :meth:`~airlock.AgentRun.step` performs each side effect at most once.
+
+        A run held by another process's live lease (one that crashed a moment ago) is
+        waited out for up to ``wait_lease`` seconds (default: ``lease_seconds`` + 5),
+        then :class:`RunBusyError`. A run waiting for a person is waited on for up to
+        ``wait_approval`` seconds (default 0: not at all), then
+        :class:`ApprovalPendingError` (with the approval's console link); a rejected run
+        raises :class:`RejectedError` with the approver's reason; a finished run opens
+        with ``finished`` set. The lease (``lease_seconds``) is renewed every third of it
+        from a thread; the first start saves the ledger (``goal``, ``invariants``, the
+        declared ``steps`` as pending)."""
+        from .steps import AgentRun
+        run = AgentRun(self, key, payload, goal=goal or f"run {key}", steps=steps, invariants=invariants,
+                       lease_seconds=lease_seconds,
+                       wait_lease=float(lease_seconds + 5) if wait_lease is None else wait_lease,
+                       wait_approval=wait_approval, poll=poll, meta=meta)
+        return run._open()
 
     # --- leases --------------------------------------------------------------
 

@@ -362,8 +362,9 @@ class Plan:
     """airlock's answer to a plan: exactly one of these holds.
 
     * ``execute``: perform the effect now, then confirm it with its receipt.
-    * ``receipt``: it was confirmed before; do NOT perform it again, use the receipt
-      (and ``result``, the result confirmed with it, while retained).
+    * ``confirmed``: it was performed before; do NOT perform it again. ``receipt`` is its
+      receipt — empty when an operator resolved it as sent without the provider's id —
+      and ``result`` the result confirmed with it, while retained.
     * ``approval``: the action is gated; the run waits for a person. Exit; after the
       approval, claim the run again and plan again.
     """
@@ -373,6 +374,7 @@ class Plan:
     result: Any
     approval: Optional[Approval]
     raw: Dict[str, Any] = field(repr=False)
+    confirmed: bool = False
 
 
 @dataclass

@@ -178,7 +178,7 @@ class Server:
         except OSError:
             return ""
 
-    def approve(self, approve_url: str, decision: str = "approve") -> int:
+    def approve(self, approve_url: str, decision: str = "approve", reason: str = "") -> int:
         """Decide on the approval page as a signed-in person would: sign in, then post
         the form with the page's Origin (airlock refuses cross-site posts)."""
         jar = http.cookiejar.CookieJar()
@@ -187,7 +187,10 @@ class Server:
         login = urllib.parse.urlencode({"username": APPROVER[0], "password": APPROVER[1]}).encode()
         opener.open(urllib.request.Request(self.url + "/login", data=login, headers=headers), timeout=10).close()
         # The link's origin is the server's public URL, which is this server's.
-        form = urllib.parse.urlencode({"decision": decision}).encode()
+        fields = {"decision": decision}
+        if reason:
+            fields["reason"] = reason
+        form = urllib.parse.urlencode(fields).encode()
         with opener.open(urllib.request.Request(approve_url, data=form, headers=headers), timeout=10) as r:
             return r.status
 

@@ -54,5 +54,15 @@ class WalkthroughTest(unittest.TestCase):
         self.assertIn("1", [l.strip() for l in lines], "the restarted example agent reconciled once")
 
 
+class StepAgentShownTest(unittest.TestCase):
+    def test_the_doc_shows_the_step_agent_as_it_is_tested(self):
+        with open(DOC, encoding="utf-8") as f:
+            doc = f.read()
+        with open(os.path.join(harness.PYROOT, "examples", "onboard.py"), encoding="utf-8") as f:
+            src = f.read()
+        self.assertIn("```python\n" + src + "```", doc, "docs/agents-python.md does not show examples/onboard.py as it is")
+        self.assertLess(src.count("\n"), 40, "the step agent is under 40 lines")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -41,3 +41,10 @@ test('the walkthrough of docs/agents-typescript.md runs', async () => {
 		rmSync(dir, { recursive: true, force: true });
 	}
 });
+
+test('docs/agents-typescript.md shows the step agent as it is tested', () => {
+	const doc = readFileSync(join(repo, 'docs', 'agents-typescript.md'), 'utf8');
+	const src = readFileSync(join(repo, 'clients', 'typescript', 'examples', 'onboard.mjs'), 'utf8');
+	assert.ok(doc.includes('```js\n' + src + '```'), 'the doc does not show examples/onboard.mjs as it is');
+	assert.ok(src.split('\n').length - 1 < 40, 'the step agent is under 40 lines');
+});

@@ -128,13 +128,22 @@ export async function startAirlock(backend = 'sqlite', policy = POLICY) {
 		dir,
 		run,
 		/** approve decides on the page as a signed-in person would (Origin set: airlock refuses cross-site posts). */
-		async approve(approveURL, decision = 'approve') {
+		async approve(approveURL, decision = 'approve', reason = '') {
 			const headers = { Origin: url, 'Content-Type': 'application/x-www-form-urlencoded' };
 			const login = await fetch(url + '/login', { method: 'POST', headers, body: new URLSearchParams({ username: APPROVER[0], password: APPROVER[1] }), redirect: 'manual' });
 			const cookie = login.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
-			const res = await fetch(approveURL, { method: 'POST', headers: { ...headers, Cookie: cookie }, body: new URLSearchParams({ decision }), redirect: 'manual' });
+			const form = new URLSearchParams({ decision });
+			if (reason) form.set('reason', reason);
+			const res = await fetch(approveURL, { method: 'POST', headers: { ...headers, Cookie: cookie }, body: form, redirect: 'manual' });
 			await res.text();
 			return res.status;
+		},
+		/** page is the approval page as the signed-in approver sees it. */
+		async page(approveURL) {
+			const headers = { Origin: url, 'Content-Type': 'application/x-www-form-urlencoded' };
+			const login = await fetch(url + '/login', { method: 'POST', headers, body: new URLSearchParams({ username: APPROVER[0], password: APPROVER[1] }), redirect: 'manual' });
+			const cookie = login.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+			return (await fetch(approveURL, { headers: { Cookie: cookie } })).text();
 		},
 		async stop() {
 			watchdog.kill();

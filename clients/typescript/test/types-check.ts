@@ -1,6 +1,6 @@
 // Compiled (never run) by `tsc --noEmit`: the declarations in index.d.ts describe a usable
 // API. A wrong type here, or a declaration that does not parse, fails the test command.
-import { Client, LeaseLostError, ReconcileFirstError, APIError, hashInput, type Claim, type Ledger, type Plan, type PendingApproval } from '../index.js';
+import { Client, LeaseLostError, ReconcileFirstError, APIError, hashInput, RejectedError, ApprovalPendingError, NeedsPersonError, type AgentRun, type StepCall, type StepResult, type Claim, type Ledger, type Plan, type PendingApproval } from '../index.js';
 
 async function agent(c: Client): Promise<string> {
 	const claim: Claim = await c.claim('report-1', { payload: { week: 48 }, lease_seconds: 30 });
@@ -41,3 +41,22 @@ async function stuck(op: Client): Promise<string[]> {
 
 void agent;
 void stuck;
+
+async function steps(c: Client): Promise<string> {
+	try {
+		return await c.withRun('onboard-1', { customer: 'alice' }, { steps: ['draft', 'share'], lease_seconds: 30, waitApprovalMs: 60_000 }, async (run: AgentRun) => {
+			if (run.finished) return String(run.result);
+			const doc: StepResult = await run.step('draft', 'create_doc', 'docs', { title: 't' }, async (s: StepCall) => `doc-${s.idempotency_key}`, { lookup: async () => [] });
+			await run.step('share', 'share_doc', 'team', { doc: doc.receipt }, async () => 'share-1', { lookup: async () => null });
+			await run.complete({ doc: doc.receipt });
+			return doc.receipt;
+		});
+	} catch (e) {
+		if (e instanceof RejectedError) return e.reason;
+		if (e instanceof ApprovalPendingError) return e.console_url;
+		if (e instanceof NeedsPersonError) return e.effect_id;
+		throw e;
+	}
+}
+
+void steps;

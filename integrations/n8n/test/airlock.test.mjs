@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { AirlockApi, classifyError, execute, node, OUTPUTS, outputNames, startAirlock } from './harness.mjs';
+import { AirlockApi, classifyError, classifySendError, execute, node, OUTPUTS, outputNames, startAirlock } from './harness.mjs';
 
 let srv;
 let seq = 0;
@@ -367,5 +367,128 @@ describe('queue effect', () => {
 			execute({ base: srv.base, apiKey: srv.keys.worker, params: { ...lease(c), operation: 'queueEffect', actionType: 'crm_note', effectPayloadSource: 'json', effectPayload: '{}' } }),
 			/airlock forbidden/,
 		);
+	});
+});
+
+// Issue 34: nothing the ticket path or the worker gives up on is silent, and the card and
+// the Run page know the source record and the model.
+const events = async (key) => {
+	const r = await fetch(`${srv.base}/v1/runs/${encodeURIComponent(key)}/events?limit=1000`, { headers: { Authorization: 'Bearer ' + srv.keys.runs } });
+	assert.equal(r.status, 200);
+	return (await r.json()).events;
+};
+
+describe('meta, keys and give-up alerts', () => {
+	test('source URL and model are sent as meta on claim, validate and queue, and recorded', async () => {
+		const key = uniq('MT');
+		const m = { sourceUrl: 'https://helpdesk.example.com/tickets/7', modelName: 'gpt-4o-mini' };
+		const want = { source_url: 'https://helpdesk.example.com/tickets/7', model: { name: 'gpt-4o-mini' } };
+		const c = await runs({ operation: 'claim', key, ...m }, { items: [webhook({ ticket_id: 7 })] });
+		assert.deepEqual(c.requests[0].body.meta, want);
+		const v = await runs({ ...lease(c.Claimed[0]), operation: 'validate', actionType: 'ticket_reply', output: '{"label":"refund","text":"Done."}', ...m });
+		assert.deepEqual(v.requests[0].body.meta, want);
+		const q = await runs({ ...lease(c.Claimed[0]), operation: 'queueEffect', actionType: 'ticket_reply', target: 'default', ...m });
+		assert.deepEqual(q.requests[0].body.meta, want);
+		assert.equal(q['Approval Requested'].length, 1);
+		const evs = await events(key);
+		for (const kind of ['claimed', 'validation']) {
+			const e = evs.find((x) => x.kind === kind);
+			assert.deepEqual(e?.meta, want, `${kind} event: ${JSON.stringify(e)}`);
+		}
+		// Left empty, no meta is sent at all.
+		const bare = await runs({ operation: 'claim', key: uniq('MT') }, { items: [webhook({ ticket_id: 8 })] });
+		assert.equal(bare.requests[0].body.meta, undefined);
+	});
+
+	test('a key the expression could not fill (empty, ticket-undefined) is refused before any request', async () => {
+		for (const key of ['', '  ', 'ticket-undefined', 'ticket-null']) {
+			await assert.rejects(runs({ operation: 'claim', key }, { items: [webhook({ subject: 'no id' })] }), /no id to claim under/, JSON.stringify(key));
+		}
+		const r = await fetch(`${srv.base}/v1/runs/ticket-undefined`, { headers: { Authorization: 'Bearer ' + srv.keys.runs } });
+		assert.equal(r.status, 404);
+	});
+
+	test('failed_terminal with an alert reason raises workflow_gave_up; without one, none', async () => {
+		const c = await claim(uniq('GU'));
+		const t = await runs({ ...lease(c), operation: 'transition', to: 'failed_terminal', alertReason: 'the policy refused the reply: unknown_action_type', result: '{"reason":"x"}' });
+		assert.equal(t.requests[0].body.alert, 'the policy refused the reply: unknown_action_type');
+		assert.equal(t.Success[0].json.state, 'failed_terminal');
+		const alerts = (await events(c.json.key)).filter((e) => e.kind === 'alert').map((e) => e.detail);
+		assert.deepEqual(alerts, [{ alert: 'workflow_gave_up', reason: 'the policy refused the reply: unknown_action_type' }]);
+		// The reason is only sent with failed_terminal.
+		const c2 = await claim(uniq('GU'));
+		const done = await runs({ ...lease(c2), operation: 'transition', to: 'completed', alertReason: 'ignored' });
+		assert.equal(done.requests[0].body.alert, undefined);
+	});
+
+	test('a payload mismatch (an edited redelivery) is alerted by airlock', async () => {
+		const key = uniq('PM');
+		await claim(key, { ticket_id: 1, text: 'refund' });
+		const m = await runs({ operation: 'claim', key }, { items: [webhook({ ticket_id: 1, text: 'refund and cancel' })] });
+		assert.equal(m.Conflict.length, 1);
+		const alerts = (await events(key)).filter((e) => e.kind === 'alert').map((e) => e.detail.alert);
+		assert.deepEqual(alerts, ['payload_mismatch']);
+	});
+
+	test('the validation errors are on the Invalid item, for the model to be asked again', async () => {
+		const c = await claim(uniq('RA'));
+		const inv = await runs({ ...lease(c), operation: 'validate', actionType: 'ticket_reply', output: 'Sure, I will refund you.' });
+		assert.equal(inv.Invalid.length, 1);
+		assert.equal(inv.Invalid[0].json.repairs, 1);
+		assert.ok(inv.Invalid[0].json.errors.some((e) => e.message), JSON.stringify(inv.Invalid[0].json.errors));
+		// The second invalid answer uses the last repair: airlock ends the run and alerts.
+		const term = await runs({ ...lease(c), operation: 'validate', actionType: 'ticket_reply', output: '{"label":"angry","text":"x"}' });
+		assert.equal(term.Terminal.length, 1);
+		const alerts = (await events(c.json.key)).filter((e) => e.kind === 'alert').map((e) => e.detail.alert);
+		assert.deepEqual(alerts, ['validation_failed']);
+	});
+});
+
+describe('worker: Auto outcome from the send node\'s error', () => {
+	const axiosErr = (status, headers = {}) => ({ message: `${status} - "{}"`, name: 'AxiosError', code: 'ERR_BAD_RESPONSE', status, statusCode: status, response: { status, statusText: 'x', headers } });
+	test('what certainly did not leave is not sent and retryable; what may have left is unknown', () => {
+		for (const [err, outcome, retryable, cls, after] of [
+			[{ message: 'connect ECONNREFUSED 127.0.0.1:9', code: 'ECONNREFUSED' }, 'fail', true, 'connection_refused', 0],
+			[{ message: 'getaddrinfo ENOTFOUND helpdesk.invalid', code: 'ENOTFOUND' }, 'fail', true, 'dns_failure', 0],
+			[{ message: 'getaddrinfo EAI_AGAIN helpdesk.example.com', code: 'EAI_AGAIN' }, 'fail', true, 'dns_failure', 0],
+			[{ message: 'connect ECONNREFUSED 127.0.0.1:9' }, 'fail', true, 'connection_refused', 0], // its JSON form, message only
+			[{ message: 'certificate has expired', code: 'CERT_HAS_EXPIRED' }, 'fail', true, 'tls_refused', 0],
+			[axiosErr(429, { 'retry-after': '9' }), 'fail', true, 'http_429', 9],
+			[axiosErr(503), 'fail', true, 'http_503', 0],
+			[axiosErr(400), 'fail', false, 'http_400', 0],
+			[axiosErr(401), 'fail', false, 'http_401', 0],
+			[axiosErr(500), 'unknown', false, 'http_500', 0],
+			[axiosErr(502), 'unknown', false, 'http_502', 0],
+			[{ message: 'timeout of 30000ms exceeded', code: 'ECONNABORTED' }, 'unknown', false, 'timeout', 0],
+			[{ message: 'socket hang up', code: 'ECONNRESET' }, 'unknown', false, 'econnreset', 0],
+			[{ message: 'something odd' }, 'unknown', false, 'send_error', 0],
+			[undefined, 'unknown', false, 'send_error', 0],
+		]) {
+			const c = classifySendError(err);
+			assert.deepEqual([c.outcome, c.retryable, c.class, c.retryAfterSeconds], [outcome, retryable, cls, after], JSON.stringify(err));
+		}
+	});
+
+	test('Auto reports a refused connection as not sent (pending again) and a 502 as unknown', async () => {
+		const c = await claim(uniq('WA'));
+		await runs({ ...lease(c), operation: 'queueEffect', actionType: 'crm_note', effectPayloadSource: 'json', effectPayload: '{"n":1}' });
+		const e = await worker({ operation: 'claimEffect', types: 'crm_note', effectLeaseSeconds: 60 });
+		const refused = { json: { error: { message: 'connect ECONNREFUSED 127.0.0.1:9', code: 'ECONNREFUSED' } } };
+		const f = await worker({ operation: 'reportEffect', outcome: 'auto' }, { items: [refused], nodes: { 'Claim Effect': e.Effect[0] } });
+		assert.match(f.requests[0].url, /\/fail$/);
+		assert.equal(f.requests[0].body.retryable, true);
+		assert.equal(f.requests[0].body.class, 'connection_refused');
+		assert.equal(f.Success[0].json.state, 'pending');
+		let e2;
+		for (let i = 0; i < 100; i++) {
+			e2 = await worker({ operation: 'claimEffect', types: 'crm_note' });
+			if (e2.Effect.length) break;
+			await new Promise((r) => setTimeout(r, 100));
+		}
+		assert.equal(e2.Effect.length, 1, 'the effect came back to be sent again');
+		const u = await worker({ operation: 'reportEffect', outcome: 'auto' }, { items: [{ json: { error: axiosErr(502) } }], nodes: { 'Claim Effect': e2.Effect[0] } });
+		assert.match(u.requests[0].url, /\/unknown$/);
+		assert.equal(u.requests[0].body.class, 'http_502');
+		assert.equal(u.Success[0].json.state, 'unknown');
 	});
 });

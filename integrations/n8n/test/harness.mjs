@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../../..');
 
-export const { Airlock, OUTPUTS, classifyError } = require('../dist/nodes/Airlock/Airlock.node.js');
+export const { Airlock, OUTPUTS, classifyError, classifySendError } = require('../dist/nodes/Airlock/Airlock.node.js');
 export const { AirlockApi } = require('../dist/credentials/AirlockApi.credentials.js');
 
 export const POLICY = `

@@ -100,3 +100,69 @@ test('the HTTP workflow classifies a model error as the node\'s Auto does', asyn
 	}
 	assert.equal(evaluate('Invalid JSON in response body').class, 'parse_failure');
 });
+
+// The ticket path's Claim key refuses a body without its id (issue 34, 6: a body without
+// ticket_id became run ticket-undefined), and its Model node asks again with airlock's
+// validation errors when it comes from Validate's Invalid output. Both expressions run
+// through n8n-workflow's expression pipeline, as in the test above.
+test('the ticket path keys on the id, refuses a body without one, and re-asks with the errors', () => {
+	const require = createRequire(import.meta.url);
+	const { Expression } = require('n8n-workflow');
+	const proxy = require('n8n-workflow/dist/cjs/expression-evaluator-proxy.js');
+	const { extendSyntax } = require('n8n-workflow/dist/cjs/extensions/expression-extension.js');
+	const { extend, extendOptional } = require('n8n-workflow/dist/cjs/extensions/index.js');
+	const { extendedFunctions } = require('n8n-workflow/dist/cjs/extensions/extended-functions.js');
+	const sandbox = require('n8n-workflow/dist/cjs/expression-sandboxing.js');
+	proxy.setErrorHandler((e) => { throw e; });
+	const evaluate = (expr, data) => {
+		assert.ok(expr.startsWith('={{'));
+		Expression.initializeGlobalContext(data);
+		Object.assign(data, { extend, extendOptional }, extendedFunctions);
+		Object.defineProperty(data, sandbox.sanitizerName, { value: sandbox.sanitizer });
+		return proxy.evaluateExpression(extendSyntax(expr.slice(1)), data);
+	};
+	const wf = workflows.find((w) => w.file === 'ticket-path.json').wf;
+	const param = (name, p) => wf.nodes.find((n) => n.name === name).parameters[p];
+	const key = param('Claim', 'key');
+	for (const [body, want] of [
+		[{ ticket_id: 42 }, 'ticket-42'],
+		[{ ticket_id: 'T-7' }, 'ticket-T-7'],
+		[{ ticket_id: 0 }, 'ticket-0'],
+		[{ subject: 'no id' }, ''],
+		[{ ticket_id: null }, ''],
+		[{ ticket_id: '' }, ''],
+	]) {
+		assert.equal(evaluate(key, { $json: { body } }), want, JSON.stringify(body));
+	}
+	const webhook = { body: { ticket_id: 42, subject: 'Refund', text: 'Please refund order 42.' } };
+	const $ = (name) => {
+		assert.equal(name, 'Webhook');
+		return { item: { json: webhook } };
+	};
+	const model = param('Model', 'jsonBody');
+	const first = JSON.parse(evaluate(model, { $json: { claimed: true, key: 'ticket-42' }, $ }));
+	assert.equal(first.messages.length, 2);
+	assert.match(first.messages[1].content, /Please refund order 42/);
+	const invalid = { valid: false, state: 'processing', errors: [{ pointer: '/label', keyword: 'enum', message: 'must be one of refund, shipping, other' }] };
+	const again = JSON.parse(evaluate(model, { $json: invalid, $ }));
+	assert.equal(again.messages.length, 3);
+	assert.match(again.messages[2].content, /\/label: must be one of refund, shipping, other/);
+	// The Validate node's Invalid output goes back to the Model; nothing ends the run quietly.
+	assert.deepEqual(wf.connections.Validate.main[1].map((c) => c.node), ['Model']);
+	assert.equal(wf.nodes.find((n) => n.name === 'Refused: Close Run').parameters.alertReason.startsWith('={{'), true);
+});
+
+// The worker drains what is due each tick: after each report it claims again, up to a
+// bound, at the shipped schedule (issue 34, 5: one reply a minute).
+test('the worker claims again after each report, up to 50 a tick, and reports a failed send by its error', () => {
+	const wf = workflows.find((w) => w.file === 'worker.json').wf;
+	const c = wf.connections;
+	const next = 'Next Effect (Up to 50 a Tick)';
+	assert.deepEqual(c['Report Sent'].main[0].map((x) => x.node), [next]);
+	assert.deepEqual(c['Report Outcome (Auto)'].main[0].map((x) => x.node), [next]);
+	assert.deepEqual(c[next].main[0].map((x) => x.node), ['Claim Effect']);
+	assert.equal(wf.nodes.find((n) => n.name === next).parameters.output, '={{ $runIndex < 49 ? 0 : 1 }}');
+	assert.deepEqual(c['Send Reply'].main[1].map((x) => x.node), ['Report Outcome (Auto)']);
+	assert.equal(wf.nodes.find((n) => n.name === 'Report Outcome (Auto)').parameters.outcome, 'auto');
+	assert.deepEqual(wf.nodes.find((n) => n.name === 'Every Minute').parameters.rule, { interval: [{ field: 'minutes', minutesInterval: 1 }] });
+});

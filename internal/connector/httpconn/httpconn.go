@@ -32,6 +32,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 const (
@@ -215,6 +216,9 @@ func (c *Connector) Send(ctx context.Context, req connector.Request) connector.R
 	if err != nil {
 		return refused("invalid_request") // unreachable: the URL was checked by New
 	}
+	// The trace of the request that queued the effect (W3C traceparent), so the
+	// provider's spans join it: agent → airlock → provider.
+	tracing.InjectHeader(ctx, hr.Header)
 	if !c.idempotent {
 		// With GetBody set and an Idempotency-Key header, net/http considers the POST
 		// replayable and silently resends it when a reused connection breaks after the

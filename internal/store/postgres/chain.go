@@ -13,14 +13,14 @@ import (
 // microseconds and jsonb in its text form.
 func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, limit int) ([]store.ChainEvent, error) {
 	rows, err := q.db.Query(ctx, `SELECT id, run_key, (extract(epoch FROM at) * 1000000)::bigint, kind, version,
-		actor, meta::text, detail::text, chain_seq, chain_hash
+		actor, meta::text, detail::text, chain_seq, chain_hash, mac_key, mac
 		FROM events WHERE run_key = $1 AND id > $2 ORDER BY id LIMIT $3`, key, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list chain of %q: %w", key, err)
 	}
 	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainEvent, error) {
 		var e store.ChainEvent
-		err := row.Scan(&e.ID, &e.RunKey, &e.AtMicros, &e.Kind, &e.Version, &e.Actor, &e.Meta, &e.Detail, &e.Seq, &e.Hash)
+		err := row.Scan(&e.ID, &e.RunKey, &e.AtMicros, &e.Kind, &e.Version, &e.Actor, &e.Meta, &e.Detail, &e.Seq, &e.Hash, &e.MACKey, &e.MAC)
 		return e, err
 	})
 	if err != nil {
@@ -31,8 +31,9 @@ func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, lim
 
 func (q queries) ChainHeadGet(ctx context.Context, key string) (store.ChainHead, error) {
 	var h store.ChainHead
-	err := q.db.QueryRow(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash
-		FROM event_chains WHERE run_key = $1`, key).Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash)
+	err := q.db.QueryRow(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
+		FROM event_chains WHERE run_key = $1`, key).Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash,
+		&h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
 	if err != nil {
 		return store.ChainHead{}, interpret(err)
 	}
@@ -40,11 +41,11 @@ func (q queries) ChainHeadGet(ctx context.Context, key string) (store.ChainHead,
 }
 
 // ChainRunKeys walks the run_key index one key at a time (a loose index scan), then adds
-// heads whose events are all gone.
+// heads whose events are all gone and runs with neither (their record was wiped).
 //
 // On Citus, which plans a recursive CTE only with the distribution column fixed, the keys
-// are those of events and chain heads merged from every shard: a multi-shard read whose
-// cost grows with the shard's keys (an operator's command, `airlock audit verify`).
+// are those of events, chain heads and runs merged from every shard: a multi-shard read
+// whose cost grows with the shard's keys (an operator's command, `airlock audit verify`).
 func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) ([]string, error) {
 	sql := `WITH RECURSIVE k(key, n) AS (
 		  SELECT (SELECT min(run_key) FROM events WHERE run_key > $1), 1
@@ -53,12 +54,14 @@ func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) (
 		  WHERE k.key IS NOT NULL AND n < $2
 		)
 		SELECT key FROM (SELECT key FROM k WHERE key IS NOT NULL
-		  UNION (SELECT run_key FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2)) u
+		  UNION (SELECT run_key FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2)
+		  UNION (SELECT idempotency_key FROM workflow_runs WHERE idempotency_key > $1 ORDER BY idempotency_key LIMIT $2)) u
 		ORDER BY key LIMIT $2`
 	if q.citus {
 		sql = `SELECT key FROM (
 		  (SELECT DISTINCT run_key AS key FROM events WHERE run_key > $1 ORDER BY 1 LIMIT $2)
-		  UNION (SELECT run_key FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2)) u
+		  UNION (SELECT run_key FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2)
+		  UNION (SELECT idempotency_key FROM workflow_runs WHERE idempotency_key > $1 ORDER BY idempotency_key LIMIT $2)) u
 		ORDER BY key LIMIT $2`
 	}
 	rows, err := q.db.Query(ctx, sql, afterKey, limit)
@@ -70,4 +73,43 @@ func (q queries) ChainRunKeys(ctx context.Context, afterKey string, limit int) (
 		return nil, fmt.Errorf("list chained runs: %w", err)
 	}
 	return keys, nil
+}
+
+// ChainFirstKeyed walks the id index from the start to the first keyed event: events
+// from before the audit key was set are read once per verify.
+func (q queries) ChainFirstKeyed(ctx context.Context) (int64, error) {
+	var id *int64
+	if err := q.db.QueryRow(ctx, `SELECT min(id) FROM events WHERE mac IS NOT NULL`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("find the first keyed event: %w", err)
+	}
+	if id == nil {
+		return 0, nil
+	}
+	return *id, nil
+}
+
+func (q queries) ChainHeads(ctx context.Context, afterKey string, limit int) ([]store.ChainHead, error) {
+	rows, err := q.db.Query(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
+		FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2`, afterKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list chain heads: %w", err)
+	}
+	heads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainHead, error) {
+		var h store.ChainHead
+		err := row.Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash, &h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list chain heads: %w", err)
+	}
+	return heads, nil
+}
+
+func (s *Store) ChainSnapshot(ctx context.Context, fn func(q store.ChainQueries) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin snapshot: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	return fn(queries{db: classified{tx}, citus: s.citus, key: s.key})
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The Citus placement of docs/architecture.md's plan ("Where each table goes"): the tables
+// The Citus placement of docs/scaling.md's plan ("Where each table goes"): the tables
 // distributed by their run key, co-located with workflow_runs, and the reference tables.
 // Every other table stays a plain table on the coordinator.
 var (
@@ -29,7 +29,7 @@ var (
 		{"replacements", "new_key"},
 	}
 	// CitusReference are the tables copied to every node.
-	CitusReference = []string{"api_keys", "users", "people_seen", "kill_switch", "site_secrets"}
+	CitusReference = []string{"api_keys", "users", "people_seen", "slack_links", "kill_switch", "site_secrets"}
 )
 
 // CitusTable is a distributed table and its distribution column.
@@ -64,7 +64,7 @@ func (s *Store) distributeCitus(ctx context.Context) (placed []string, err error
 			return err
 		}
 		// The triggers of events and effects are created on each shard and fire on the
-		// worker that holds it; what they write is co-located (docs/architecture.md).
+		// worker that holds it; what they write is co-located (docs/scaling.md).
 		if _, err := tx.Exec(ctx, `SET LOCAL citus.enable_unsafe_triggers TO on`); err != nil {
 			return err
 		}

@@ -23,7 +23,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at`
+	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at, trace_parent`
 
 func scanEffect(row pgx.Row) (store.Effect, error) {
 	var e store.Effect
@@ -31,7 +31,7 @@ func scanEffect(row pgx.Row) (store.Effect, error) {
 	var payload []byte
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &e.LeaseExpiresAt, &e.SendStartedAt, &e.ProviderID, &e.Attempts,
-		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version, &e.AmbiguousAt, &e.NoneConfirmedAt)
+		&e.NotBefore, &e.LastErrorClass, &e.CreatedAt, &e.UpdatedAt, &e.NextCheckAt, &e.Checks, &e.Version, &e.AmbiguousAt, &e.NoneConfirmedAt, &e.TraceParent)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -49,12 +49,12 @@ func collectEffects(rows pgx.Rows, err error) ([]store.Effect, error) {
 func (q queries) EffectInsert(ctx context.Context, e store.Effect) (store.Effect, bool, error) {
 	got, err := scanEffect(q.db.QueryRow(ctx, `
 		INSERT INTO effects (id, idempotency_key, effect_id, action_type, target, executor, payload,
-		  payload_hash, state, not_before, created_at, updated_at)
+		  payload_hash, state, not_before, created_at, updated_at, trace_parent)
 		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, airlock_now($10::timestamptz),
-		  airlock_now($11::timestamptz), airlock_now($11::timestamptz))
+		  airlock_now($11::timestamptz), airlock_now($11::timestamptz), $12)
 		ON CONFLICT (idempotency_key, effect_id) DO NOTHING
 		RETURNING `+effectColumns, e.ID, e.RunKey, e.EffectID, e.ActionType, e.Target, e.Executor,
-		jsonArg(e.Payload), e.PayloadHash, string(e.State), timeArg(e.NotBefore), timeArg(e.CreatedAt)))
+		jsonArg(e.Payload), e.PayloadHash, string(e.State), timeArg(e.NotBefore), timeArg(e.CreatedAt), e.TraceParent))
 	if err == nil {
 		return got, true, nil
 	}
@@ -564,10 +564,11 @@ func effectUpdateManyStatement(lock bool) string {
 		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner` + cond + `
 		  RETURNING e.id, u.i
 		), ev AS (
-		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-		  SELECT v.run_key, coalesce(v.at, now()), v.kind, v.version, v.actor, v.meta::jsonb, v.detail::jsonb
-		  FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[])
-		       WITH ORDINALITY AS v(effect, run_key, at, kind, version, actor, meta, detail, i)
+		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail, mac_key, mac)
+		  SELECT v.run_key, coalesce(v.at, now()), v.kind, v.version, v.actor, v.meta::jsonb, v.detail::jsonb, v.mac_key, v.mac
+		  FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[],
+		         $16::text[], $17::text[])
+		       WITH ORDINALITY AS v(effect, run_key, at, kind, version, actor, meta, detail, mac_key, mac, i)
 		  WHERE v.effect IN (SELECT id FROM u)
 		  ORDER BY v.i
 		)
@@ -596,7 +597,9 @@ func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		providerIDs[i], classes[i], notBefore[i] = p.ProviderID, p.ErrorClass, p.NotBefore
 		if i < len(events) {
 			for _, e := range events[i] {
-				ev.add(p.ID, e)
+				if err := ev.add(q.key, p.ID, e); err != nil {
+					return nil, nil, err
+				}
 			}
 		}
 	}
@@ -605,7 +608,7 @@ func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 		sql = effectUpdateManyLockedSQL
 	}
 	rows, err := q.db.Query(ctx, sql, ids, owners, tos, providerIDs, notBefore, classes, ps[0].Now,
-		ev.effects, ev.keys, ev.ats, ev.kinds, ev.versions, ev.actors, ev.metas, ev.details)
+		ev.effects, ev.keys, ev.ats, ev.kinds, ev.versions, ev.actors, ev.metas, ev.details, ev.macKeys, ev.macs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("update effects: %w", err)
 	}
@@ -640,12 +643,19 @@ type eventArrays struct {
 	versions                     []int64
 	ats                          []*time.Time
 	metas, details               []*string
+	macKeys, macs                []*string
 }
 
-func (c *eventArrays) add(effect string, p store.EventInsertParams) {
+func (c *eventArrays) add(key *store.AuditKey, effect string, p store.EventInsertParams) error {
+	macKey, mac, err := key.Seal(p)
+	if err != nil {
+		return fmt.Errorf("update effects: %w", err)
+	}
 	c.effects, c.keys, c.kinds, c.actors = append(c.effects, effect), append(c.keys, p.RunKey), append(c.kinds, p.Kind), append(c.actors, p.Actor)
 	c.versions, c.ats = append(c.versions, p.Version), append(c.ats, p.Now)
 	c.metas, c.details = append(c.metas, textArg(p.Meta)), append(c.details, textArg(p.Detail))
+	c.macKeys, c.macs = append(c.macKeys, macKey), append(c.macs, mac)
+	return nil
 }
 
 // textArg is a JSON document as a text array element: NULL for none.

@@ -48,6 +48,8 @@ type Options struct {
 	// default_query_exec_mode, else cache_statement). Behind a pooler in transaction mode
 	// that does not track prepared statements use exec: no named prepared statements.
 	QueryMode string
+	// AuditKey, when set, seals every event written with a MAC (store/mac.go).
+	AuditKey *store.AuditKey
 }
 
 // QueryModes are the pgx query exec modes Options.QueryMode accepts.
@@ -82,16 +84,17 @@ func OpenWith(ctx context.Context, url string, opt Options) (*Store, error) {
 			return nil, fmt.Errorf("parse listen database url: %w", redact(err))
 		}
 	}
-	st, err := OpenConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	st.listenURL = opt.ListenURL
-	return st, nil
+	return OpenConfigWith(ctx, cfg, opt)
 }
 
 // OpenConfig connects with a parsed pool configuration (tests set search_path on it).
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
+	return OpenConfigWith(ctx, cfg, Options{})
+}
+
+// OpenConfigWith connects with a parsed pool configuration and the options beyond it
+// (opt.QueryMode is cfg's to set).
+func OpenConfigWith(ctx context.Context, cfg *pgxpool.Config, opt Options) (*Store, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
@@ -100,14 +103,14 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
 	}
-	st := &Store{pool: pool}
+	st := &Store{pool: pool, listenURL: opt.ListenURL}
 	// A Citus coordinator gets the forms of the few statements Citus cannot plan (citus.go).
 	citus, err := st.IsCitus(ctx)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect to postgres: %w", classify(err))
 	}
-	st.queries = queries{db: joined{st}, citus: citus}
+	st.queries = queries{db: joined{st}, citus: citus, key: opt.AuditKey}
 	return st, nil
 }
 
@@ -180,7 +183,7 @@ const transactTries = 4
 // Inside a Within, fn runs in a savepoint of that transaction instead, once: the whole
 // request is what may be retried (by its client, with its Idempotency-Key).
 func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	run := func(tx pgx.Tx) error { return fn(queries{db: classified{tx}, citus: s.citus}) }
+	run := func(tx pgx.Tx) error { return fn(queries{db: classified{tx}, citus: s.citus, key: s.key}) }
 	if s.bound(ctx) != nil {
 		return s.transact(ctx, run)
 	}
@@ -394,7 +397,8 @@ type dbtx interface {
 
 type queries struct {
 	db    dbtx
-	citus bool // the database is a Citus coordinator
+	citus bool            // the database is a Citus coordinator
+	key   *store.AuditKey // seals events (nil: written unkeyed)
 }
 
 const runColumns = `idempotency_key, state, payload_hash, lease_owner, lease_started_at,
@@ -548,7 +552,23 @@ SELECT ` + runColumns + ` FROM refused`
 // between the two statements (another delivery moved it to failed_retryable, or its
 // lease lapsed), the claim is tried again, so a refusal never reports a state in which the
 // claim should have been granted (the fault-injecting harness found that history).
+//
+// With an audit key, the claim's events must carry MACs over details only the claim
+// statement knows (the run's version, reclaims, lease, replacement): the claim then runs
+// as store.ClaimSequence in one transaction, which writes the same events with Go
+// computing each one's content, and so its MAC, before inserting it.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
+	if s.key != nil {
+		var out store.ClaimOutcome
+		err := s.Transact(ctx, func(q store.Queries) (err error) {
+			out, err = store.ClaimSequence(ctx, q, p)
+			return err
+		})
+		if err != nil {
+			return store.ClaimOutcome{}, fmt.Errorf("claim: %w", err)
+		}
+		return out, nil
+	}
 	meta := jsonArg(p.Meta)
 	for range 16 {
 		run, err := scanRun(s.db.QueryRow(ctx, claimRecordSQL, p.Key, p.PayloadHash, p.Owner, p.Now,
@@ -623,10 +643,14 @@ func (q queries) RunOpenEffects(ctx context.Context, key string) (int, error) {
 
 func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (store.Event, error) {
 	e := store.Event{RunKey: p.RunKey, Kind: p.Kind, Version: p.Version, Actor: p.Actor, Meta: p.Meta, Detail: p.Detail}
-	err := q.db.QueryRow(ctx, `
-		INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-		VALUES ($1, airlock_now($2::timestamptz), $3, $4, $5, $6::jsonb, $7::jsonb)
-		RETURNING id, at`, p.RunKey, p.Now, p.Kind, p.Version, p.Actor, jsonArg(p.Meta), jsonArg(p.Detail)).Scan(&e.ID, &e.At)
+	macKey, mac, err := q.key.Seal(p)
+	if err != nil {
+		return store.Event{}, fmt.Errorf("insert event: %w", err)
+	}
+	err = q.db.QueryRow(ctx, `
+		INSERT INTO events (run_key, at, kind, version, actor, meta, detail, mac_key, mac)
+		VALUES ($1, airlock_now($2::timestamptz), $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9)
+		RETURNING id, at`, p.RunKey, p.Now, p.Kind, p.Version, p.Actor, jsonArg(p.Meta), jsonArg(p.Detail), macKey, mac).Scan(&e.ID, &e.At)
 	if err != nil {
 		return store.Event{}, fmt.Errorf("insert event: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -51,25 +53,73 @@ func purgeBatchSQL(table, set, where, order string) string {
 		change = `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
 	}
 	if table == "events" {
-		return purgeEventsSQL(batch)
+		return batch // purgeEventsBatch's selection
 	}
 	// $5 is echoed so that its type is known in the statements without an order.
 	return `WITH d AS (` + change + ` RETURNING ` + returning + ` AS o) SELECT count(*), ` + last + `, $5::timestamptz FROM d`
 }
 
-// purgeEventsSQL deletes a batch of events and, in the same statement, moves each run's
-// chain base (event_chains.base_seq, base_hash) to the last link it deleted, so that
-// `airlock audit verify` checks the kept chain from there and still finds any other
-// deletion. The heads are locked in key order, as writers lock them.
-func purgeEventsSQL(batch string) string {
-	return `WITH d AS (DELETE FROM events WHERE ` + batch + ` RETURNING at AS o, run_key, chain_seq, chain_hash),
-	b AS (SELECT DISTINCT ON (run_key) run_key, chain_seq, chain_hash FROM d
-	      WHERE chain_seq IS NOT NULL ORDER BY run_key, chain_seq DESC),
-	l AS (SELECT c.run_key FROM event_chains c WHERE c.run_key IN (SELECT run_key FROM b)
-	      ORDER BY c.run_key FOR UPDATE),
-	u AS (UPDATE event_chains c SET base_seq = b.chain_seq, base_hash = b.chain_hash
-	      FROM b WHERE c.run_key = b.run_key AND c.run_key IN (SELECT run_key FROM l) AND c.base_seq < b.chain_seq)
-	SELECT count(*), max(o), $5::timestamptz FROM d`
+// purgeEventsBatch deletes a batch of events and, in the same transaction, moves each
+// run's chain base (event_chains.base_seq, base_hash, base_at and, with the audit key,
+// its MAC) to the last link it actually deleted (store.ChainBases), so that `airlock
+// audit verify` checks the kept chain from there and still finds any other deletion. The
+// heads are locked in key order, as writers lock them. It returns how many rows went and
+// the greatest time among them (the next batch starts there).
+func (q queries) purgeEventsBatch(ctx context.Context, batch string, args ...any) (n int64, last *time.Time, err error) {
+	err = q.atomically(ctx, func(ctx context.Context) error {
+		n, last = 0, nil
+		rows, err := q.db.Query(ctx, `DELETE FROM events WHERE `+batch+`
+			RETURNING at, run_key, chain_seq, chain_hash, (extract(epoch FROM at) * 1000000)::bigint`, args...)
+		if err != nil {
+			return err
+		}
+		var links []store.PurgedLink
+		var at time.Time
+		var key string
+		var seq, micros *int64
+		var hash *string
+		_, err = pgx.ForEachRow(rows, []any{&at, &key, &seq, &hash, &micros}, func() error {
+			n++
+			if last == nil || at.After(*last) {
+				t := at
+				last = &t
+			}
+			if seq != nil && hash != nil && micros != nil {
+				links = append(links, store.PurgedLink{RunKey: key, Seq: *seq, Hash: *hash, AtMicros: *micros})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		bases := store.ChainBases(q.key, links)
+		if len(bases) == 0 {
+			return nil
+		}
+		keys, seqs, hashes, ats := make([]string, len(bases)), make([]int64, len(bases)), make([]string, len(bases)), make([]int64, len(bases))
+		macKeys, macs := make([]*string, len(bases)), make([]*string, len(bases))
+		for i, b := range bases {
+			keys[i], seqs[i], hashes[i], ats[i], macKeys[i], macs[i] = b.RunKey, b.Seq, b.Hash, b.AtMicros, b.MACKey, b.MAC
+		}
+		_, err = q.db.Exec(ctx, `WITH l AS (SELECT c.run_key FROM event_chains c WHERE c.run_key = ANY($1::text[])
+		      ORDER BY c.run_key FOR UPDATE)
+			UPDATE event_chains c SET base_seq = u.seq, base_hash = u.hash,
+			  base_at = timestamptz 'epoch' + u.at * interval '1 microsecond', base_mac_key = u.mac_key, base_mac = u.mac
+			FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[]) AS u(key, seq, hash, at, mac_key, mac)
+			WHERE c.run_key = u.key AND c.run_key IN (SELECT run_key FROM l) AND c.base_seq < u.seq`,
+			keys, seqs, hashes, ats, macKeys, macs)
+		return err
+	})
+	return n, last, err
+}
+
+// atomically runs fn in a transaction: the store's (its statements on q.db join it), or
+// the one q already runs in.
+func (q queries) atomically(ctx context.Context, fn func(ctx context.Context) error) error {
+	if j, ok := q.db.(joined); ok {
+		return j.s.Within(ctx, fn)
+	}
+	return fn(ctx)
 }
 
 func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCounts, error) {
@@ -92,7 +142,13 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 			start := time.Now()
 			var n int64
 			var last, echo *time.Time
-			if err := q.db.QueryRow(ctx, sql, p.PayloadsBefore, p.EventsBefore, p.Now, batch, from).Scan(&n, &last, &echo); err != nil {
+			var err error
+			if st.table == "events" {
+				n, last, err = q.purgeEventsBatch(ctx, sql, p.PayloadsBefore, p.EventsBefore, p.Now, batch, from)
+			} else {
+				err = q.db.QueryRow(ctx, sql, p.PayloadsBefore, p.EventsBefore, p.Now, batch, from).Scan(&n, &last, &echo)
+			}
+			if err != nil {
 				return out, fmt.Errorf("purge %s: %w", st.kind, err)
 			}
 			out[st.kind] += n

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,6 +26,9 @@ func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Ru
 	}
 	if p.OlderThan != nil {
 		where = append(where, "created_at <= "+arg(*p.OlderThan))
+	}
+	if p.StalledAt != nil {
+		where = append(where, "state = 'processing' AND lease_expires_at <= "+arg(*p.StalledAt))
 	}
 	if p.ActionType != "" {
 		a := arg(p.ActionType)
@@ -50,4 +54,36 @@ func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Ru
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	return runs, nil
+}
+
+func (q queries) RunsStalledUnmarked(ctx context.Context, now *time.Time, limit int) ([]store.Run, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+runColumns+` FROM workflow_runs
+		WHERE state = 'processing' AND lease_expires_at <= coalesce($1::timestamptz, now())
+		  AND stall_alerted_version IS DISTINCT FROM version
+		ORDER BY lease_expires_at LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stalled runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list stalled runs: %w", err)
+	}
+	return runs, nil
+}
+
+func (q queries) RunStallMark(ctx context.Context, key string, version int64, now *time.Time) (bool, error) {
+	tag, err := q.db.Exec(ctx, `UPDATE workflow_runs SET stall_alerted_version = version
+		WHERE idempotency_key = $1 AND version = $2 AND state = 'processing'
+		  AND lease_expires_at <= coalesce($3::timestamptz, now())
+		  AND stall_alerted_version IS DISTINCT FROM version`, key, version, now)
+	if err != nil {
+		return false, fmt.Errorf("mark the stall of %q: %w", key, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (q queries) EffectsWaiting(ctx context.Context, dueBefore time.Time, limit int) ([]store.Effect, error) {
+	return collectEffects(q.db.Query(ctx, `SELECT `+effectColumns+` FROM effects
+		WHERE state = 'pending' AND executor IN ('dispatcher', 'worker') AND not_before <= $1
+		ORDER BY not_before, id LIMIT $2`, dueBefore, limit))
 }

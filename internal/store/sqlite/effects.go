@@ -25,7 +25,7 @@ func (q queries) RunLock(ctx context.Context, p store.RunLockParams) (store.Run,
 
 const effectColumns = `id, idempotency_key, effect_id, action_type, target, executor, payload,
 	payload_hash, state, lease_owner, lease_expires_at, send_started_at, provider_id, attempts, not_before,
-	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at`
+	last_error_class, created_at, updated_at, next_check_at, checks, version, ambiguous_at, none_confirmed_at, trace_parent`
 
 func scanEffect(row scanner) (store.Effect, error) {
 	var e store.Effect
@@ -35,7 +35,7 @@ func scanEffect(row scanner) (store.Effect, error) {
 	var notBefore, created, updated int64
 	err := row.Scan(&e.ID, &e.RunKey, &e.EffectID, &e.ActionType, &e.Target, &e.Executor, &payload,
 		&e.PayloadHash, &state, &e.LeaseOwner, &leaseExp, &started, &e.ProviderID, &e.Attempts,
-		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks, &e.Version, &ambiguous, &noneConfirmed)
+		&notBefore, &e.LastErrorClass, &created, &updated, &nextCheck, &e.Checks, &e.Version, &ambiguous, &noneConfirmed, &e.TraceParent)
 	if err != nil {
 		return store.Effect{}, interpret(err)
 	}
@@ -61,11 +61,11 @@ func (q queries) EffectInsert(ctx context.Context, e store.Effect) (store.Effect
 	}
 	got, err := scanEffect(q.db.QueryRowContext(ctx, `
 		INSERT INTO effects (id, idempotency_key, effect_id, action_type, target, executor, payload,
-		  payload_hash, state, not_before, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		  payload_hash, state, not_before, created_at, updated_at, trace_parent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idempotency_key, effect_id) DO NOTHING
 		RETURNING `+effectColumns, e.ID, e.RunKey, e.EffectID, e.ActionType, e.Target, e.Executor,
-		jsonArg(e.Payload), e.PayloadHash, string(e.State), notBefore, created, created))
+		jsonArg(e.Payload), e.PayloadHash, string(e.State), notBefore, created, created, e.TraceParent))
 	if err == nil {
 		return got, true, nil
 	}

@@ -65,22 +65,19 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 			out[st.kind] = n
 			continue
 		}
-		sql := purgeBatchSQL(st.table, st.set, where, st.order)
+		query := purgeBatchSQL(st.table, st.set, where, st.order)
 		out[st.kind] = 0
 		from := int64(math.MinInt64)
 		for {
 			start := time.Now()
+			var n int64
+			var last sql.NullInt64
+			var err error
 			if st.table == "events" {
-				if err := q.purgeChainBase(ctx, where, append(args, batch, from)); busy(err) {
-					if err := p.Between(ctx, time.Since(start)); err != nil {
-						return out, fmt.Errorf("purge %s: %w", st.kind, err)
-					}
-					continue
-				} else if err != nil {
-					return out, fmt.Errorf("purge %s: %w", st.kind, err)
-				}
+				n, last, err = q.purgeEventsBatch(ctx, where, append(args, batch, from))
+			} else {
+				n, last, err = q.purgeBatch(ctx, query, append(args, batch, from))
 			}
-			n, last, err := q.purgeBatch(ctx, sql, append(args, batch, from))
 			if busy(err) {
 				// Writers kept the lock through the busy timeout: they go first; the
 				// purge is background work and tries the batch again after a pause.
@@ -107,21 +104,63 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 	return out, nil
 }
 
-// purgeChainBase moves each run's chain base (event_chains.base_seq, base_hash) to the
-// last link the next batch of events deletes, so that `airlock audit verify` checks the
-// kept chain from there and still finds any other deletion. It runs just before the
-// batch, the same selection: if the batch then fails, a base ahead of the deletions only
-// leaves a few kept events unchecked, never a chain reported broken.
-func (q queries) purgeChainBase(ctx context.Context, where string, args []any) error {
-	_, err := q.db.ExecContext(ctx, `UPDATE event_chains SET base_seq = b.s, base_hash = b.h
-		FROM (SELECT run_key, chain_seq AS s, chain_hash AS h FROM (
-		        SELECT run_key, chain_seq, chain_hash,
-		          row_number() OVER (PARTITION BY run_key ORDER BY chain_seq DESC) AS rn
-		        FROM (SELECT run_key, chain_seq, chain_hash FROM events WHERE `+where+` AND at >= ?5 ORDER BY at LIMIT ?4)
-		        WHERE chain_seq IS NOT NULL)
-		      WHERE rn = 1) AS b
-		WHERE event_chains.run_key = b.run_key AND b.s > event_chains.base_seq`, args...)
-	return err
+// purgeEventsBatch deletes a batch of events and, in the same transaction, moves each
+// run's chain base (event_chains.base_seq, base_hash, base_at and, with the audit key,
+// its MAC) to the last link it actually deleted (store.ChainBases), so that `airlock
+// audit verify` checks the kept chain from there and still finds any other deletion. Two
+// purges of one file never leave a base apart from its deletion: each moves bases from
+// the rows it deleted itself, and only forward.
+func (q queries) purgeEventsBatch(ctx context.Context, where string, args []any) (n int64, last sql.NullInt64, err error) {
+	err = q.atomically(ctx, func(ctx context.Context) error {
+		n, last = 0, sql.NullInt64{}
+		rows, err := q.db.QueryContext(ctx, `DELETE FROM events WHERE rowid IN (SELECT rowid FROM events WHERE `+where+`
+			AND at >= ?5 ORDER BY at LIMIT ?4) RETURNING at, run_key, chain_seq, chain_hash`, args...)
+		if err != nil {
+			return err
+		}
+		var links []store.PurgedLink
+		for rows.Next() {
+			var at int64
+			var key string
+			var seq sql.NullInt64
+			var hash sql.NullString
+			if err := rows.Scan(&at, &key, &seq, &hash); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			if !last.Valid || at > last.Int64 {
+				last = sql.NullInt64{Int64: at, Valid: true}
+			}
+			if seq.Valid && hash.Valid {
+				links = append(links, store.PurgedLink{RunKey: key, Seq: seq.Int64, Hash: hash.String, AtMicros: at})
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, b := range store.ChainBases(q.key, links) {
+			if _, err := q.db.ExecContext(ctx, `UPDATE event_chains SET base_seq = ?, base_hash = ?, base_at = ?,
+				base_mac_key = ?, base_mac = ? WHERE run_key = ? AND base_seq < ?`,
+				b.Seq, b.Hash, b.AtMicros, b.MACKey, b.MAC, b.RunKey, b.Seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, last, err
+}
+
+// atomically runs fn in a transaction: the store's (its statements on q.db join it), or
+// the one q already runs in.
+func (q queries) atomically(ctx context.Context, fn func(ctx context.Context) error) error {
+	if j, ok := q.db.(joined); ok {
+		return j.s.Within(ctx, fn)
+	}
+	return fn(ctx)
 }
 
 // busy reports SQLITE_BUSY (the write lock stayed taken through the busy timeout).

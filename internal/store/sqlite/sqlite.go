@@ -34,6 +34,8 @@ type Options struct {
 	Synchronous string
 	// Now replaces the process clock (tests move time with it).
 	Now func() time.Time
+	// AuditKey, when set, seals every event written with a MAC (store/mac.go).
+	AuditKey *store.AuditKey
 }
 
 // Store is one SQLite file.
@@ -80,7 +82,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		now = time.Now
 	}
 	st := &Store{db: db, path: path}
-	st.queries = queries{db: joined{st}, now: now}
+	st.queries = queries{db: joined{st}, now: now, key: opt.AuditKey}
 	return st, nil
 }
 
@@ -172,7 +174,7 @@ func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 func (s *Store) DB() *sql.DB { return s.db }
 
 func (s *Store) Transact(ctx context.Context, fn func(q store.Queries) error) error {
-	return s.transact(ctx, func(b *bound) error { return fn(queries{db: b.tx, now: s.now}) })
+	return s.transact(ctx, func(b *bound) error { return fn(queries{db: b.tx, now: s.now, key: s.key}) })
 }
 
 // invalidValue is a driver error that is also store.ErrInvalidValue.
@@ -414,6 +416,7 @@ type dbtx interface {
 type queries struct {
 	db  dbtx
 	now func() time.Time
+	key *store.AuditKey // seals events (nil: written unkeyed)
 }
 
 // at resolves a param's Now against the process clock, as microseconds.
@@ -592,10 +595,14 @@ func (q queries) RunOpenEffects(ctx context.Context, key string) (int, error) {
 func (q queries) EventInsert(ctx context.Context, p store.EventInsertParams) (store.Event, error) {
 	e := store.Event{RunKey: p.RunKey, Kind: p.Kind, Version: p.Version, Actor: p.Actor, Meta: p.Meta, Detail: p.Detail}
 	at := q.at(p.Now)
-	err := q.db.QueryRowContext(ctx, `
-		INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-		p.RunKey, at, p.Kind, p.Version, p.Actor, jsonArg(p.Meta), jsonArg(p.Detail)).Scan(&e.ID)
+	macKey, mac, err := q.key.Seal(p)
+	if err != nil {
+		return store.Event{}, fmt.Errorf("insert event: %w", err)
+	}
+	err = q.db.QueryRowContext(ctx, `
+		INSERT INTO events (run_key, at, kind, version, actor, meta, detail, mac_key, mac)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		p.RunKey, at, p.Kind, p.Version, p.Actor, jsonArg(p.Meta), jsonArg(p.Detail), macKey, mac).Scan(&e.ID)
 	if err != nil {
 		return store.Event{}, fmt.Errorf("insert event: %w", err)
 	}

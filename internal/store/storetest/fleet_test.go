@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func TestFleet(t *testing.T) {
 			if !errors.As(err, &lw) || !errors.Is(err, store.ErrLowerWriters) {
 				t.Fatalf("err = %v, want LowerWriters", err)
 			}
-			if len(lw.Instances) != 1 || lw.Instances[0].ID != old.ID || !strings.Contains(err.Error(), "host-a-1 (serve, pid 41, version v0.9.0, level 1") {
+			if len(lw.Instances) != 1 || lw.Instances[0].ID != old.ID || !strings.Contains(err.Error(), fmt.Sprintf("host-a-1 (serve, pid 41, version v0.9.0, level %d", store.WriterLevel)) {
 				t.Fatalf("refusal names %+v: %v", lw.Instances, err)
 			}
 			if got, _ := st.WriterLevelGet(ctx); got != store.WriterLevel {

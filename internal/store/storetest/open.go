@@ -62,10 +62,32 @@ func EachB(b *testing.B, fn func(b *testing.B, be Backend)) {
 	}
 }
 
-// OpenSQLite opens a new SQLite file in t's temp dir.
-func OpenSQLite(t testing.TB, clock *Clock) store.Store {
+// KeyedBackends are the backends opening stores that seal every event with key (the
+// audit key, store/mac.go), as serve does with AIRLOCK_AUDIT_KEY_FILE.
+func KeyedBackends(key *store.AuditKey) []Backend {
+	return []Backend{
+		{"sqlite", func(t testing.TB, c *Clock) store.Store { return openSQLite(t, c, key) }},
+		{"postgres", func(t testing.TB, c *Clock) store.Store { return openPostgres(t, c, key) }},
+	}
+}
+
+// EachKeyed is Each over KeyedBackends(key).
+func EachKeyed(t *testing.T, key *store.AuditKey, fn func(t *testing.T, b Backend)) {
 	t.Helper()
-	opt := sqlite.Options{}
+	for _, b := range KeyedBackends(key) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, b)
+		})
+	}
+}
+
+// OpenSQLite opens a new SQLite file in t's temp dir.
+func OpenSQLite(t testing.TB, clock *Clock) store.Store { return openSQLite(t, clock, nil) }
+
+func openSQLite(t testing.TB, clock *Clock, key *store.AuditKey) store.Store {
+	t.Helper()
+	opt := sqlite.Options{AuditKey: key}
 	if clock != nil {
 		opt.Now = clock.Now
 	}
@@ -124,10 +146,12 @@ func NewPostgresSchema(t testing.TB) *pgxpool.Config {
 }
 
 // OpenPostgres opens a store on a fresh schema of the test server.
-func OpenPostgres(t testing.TB, clock *Clock) store.Store {
+func OpenPostgres(t testing.TB, clock *Clock) store.Store { return openPostgres(t, clock, nil) }
+
+func openPostgres(t testing.TB, _ *Clock, key *store.AuditKey) store.Store {
 	t.Helper()
 	cfg := NewPostgresSchema(t)
-	st, err := postgres.OpenConfig(context.Background(), cfg)
+	st, err := postgres.OpenConfigWith(context.Background(), cfg, postgres.Options{AuditKey: key})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}
@@ -164,10 +188,16 @@ func (c *Clock) Advance(d time.Duration) {
 // closed when t ends. clock is the SQLite process clock (nil: the real one).
 func Reopen(t testing.TB, st store.Store, clock *Clock) store.Store {
 	t.Helper()
+	return ReopenKeyed(t, st, clock, nil)
+}
+
+// ReopenKeyed is Reopen for an instance that seals events with key (nil: none).
+func ReopenKeyed(t testing.TB, st store.Store, clock *Clock, key *store.AuditKey) store.Store {
+	t.Helper()
 	ctx := context.Background()
 	switch s := st.(type) {
 	case *postgres.Store:
-		other, err := postgres.OpenConfig(ctx, s.Pool().Config())
+		other, err := postgres.OpenConfigWith(ctx, s.Pool().Config(), postgres.Options{AuditKey: key})
 		if err != nil {
 			t.Fatalf("reopen postgres: %v", err)
 		}
@@ -179,7 +209,7 @@ func Reopen(t testing.TB, st store.Store, clock *Clock) store.Store {
 		if err := s.DB().QueryRowContext(ctx, `PRAGMA database_list`).Scan(&seq, &name, &file); err != nil || file == "" {
 			t.Fatalf("sqlite file of the store: %q %v", file, err)
 		}
-		opt := sqlite.Options{}
+		opt := sqlite.Options{AuditKey: key}
 		if clock != nil {
 			opt.Now = clock.Now
 		}

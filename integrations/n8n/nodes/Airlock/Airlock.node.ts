@@ -132,6 +132,27 @@ const properties: INodeProperties[] = [
 		displayOptions: show(['claim', 'heartbeat']),
 	},
 
+	// What the approval card and the Run page show: the source record and the model.
+	{
+		displayName: 'Source URL',
+		name: 'sourceUrl',
+		type: 'string',
+		default: '',
+		placeholder: "={{ 'https://helpdesk.example.com/tickets/' + $json.body.ticket_id }}",
+		description:
+			'A link to the source record (http or https): the approval card links it. Sent as meta.source_url.',
+		displayOptions: show(['claim', 'validate', 'queueEffect']),
+	},
+	{
+		displayName: 'Model',
+		name: 'modelName',
+		type: 'string',
+		default: '',
+		placeholder: 'gpt-4o-mini',
+		description: 'The model that produced the output, for the Run page ("Which model?"). Sent as meta.model.name.',
+		displayOptions: show(['claim', 'validate', 'queueEffect']),
+	},
+
 	// The run a lease operation acts on: carried from the Claim node's item.
 	{
 		displayName: 'Run Key',
@@ -173,6 +194,16 @@ const properties: INodeProperties[] = [
 			{ name: 'Failed (Terminal)', value: 'failed_terminal', description: 'The key never runs again' },
 		],
 		displayOptions: show(['transition']),
+	},
+	{
+		displayName: 'Alert Reason',
+		name: 'alertReason',
+		type: 'string',
+		default: '',
+		placeholder: 'invalid model output',
+		description:
+			'With Failed (Terminal): raise an airlock alert with this reason (kind workflow_gave_up), so a person hears that this run ended without its answer. Empty: no alert.',
+		displayOptions: show(['transition'], { to: ['failed_terminal'] }),
 	},
 	{
 		displayName: 'Result',
@@ -362,6 +393,12 @@ const properties: INodeProperties[] = [
 		type: 'options',
 		default: 'complete',
 		options: [
+			{
+				name: 'Auto (From the Input Item’s Error)',
+				value: 'auto',
+				description:
+					'Read the error the send node (On Error → Continue using error output) put on the item: what certainly did not leave (connection refused, DNS failure, TLS refused, 429, 503) is Not Sent and retryable; another 3xx/4xx is Not Sent; a timeout, a reset connection, another 5xx or anything unrecognised is Unknown',
+			},
 			{ name: 'Sent', value: 'complete', description: 'The provider accepted it' },
 			{ name: 'Not Sent', value: 'fail', description: 'Definitely not performed' },
 			{ name: 'Unknown', value: 'unknown', description: 'It may or may not have happened: a person reconciles it' },
@@ -388,7 +425,8 @@ const properties: INodeProperties[] = [
 		type: 'string',
 		default: '',
 		placeholder: 'http_503',
-		displayOptions: show(['reportEffect'], { outcome: ['fail', 'unknown'] }),
+		description: 'With Auto: overrides the class read from the error',
+		displayOptions: show(['reportEffect'], { outcome: ['fail', 'unknown', 'auto'] }),
 	},
 	{
 		displayName: 'Retry After (Seconds)',
@@ -445,6 +483,63 @@ export function classifyError(error: unknown): Classified {
 	// Nothing recognisable: a transport failure is the safe guess (retried, bounded by
 	// max_attempts), and the detail says it was a guess.
 	return { class: 'transport_timeout', detail: 'model call failed (unclassified error)', retryAfterSeconds: 0 };
+}
+
+export interface SendOutcome {
+	outcome: 'fail' | 'unknown';
+	retryable: boolean;
+	class: string;
+	retryAfterSeconds: number;
+}
+
+// Errors raised before a byte of the request left: the provider cannot have acted.
+const NOT_SENT_CODES: Record<string, string> = {
+	ECONNREFUSED: 'connection_refused',
+	ENOTFOUND: 'dns_failure',
+	EAI_AGAIN: 'dns_failure',
+	EHOSTUNREACH: 'host_unreachable',
+	ENETUNREACH: 'network_unreachable',
+	CERT_HAS_EXPIRED: 'tls_refused',
+	DEPTH_ZERO_SELF_SIGNED_CERT: 'tls_refused',
+	SELF_SIGNED_CERT_IN_CHAIN: 'tls_refused',
+	UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'tls_refused',
+	ERR_TLS_CERT_ALTNAME_INVALID: 'tls_refused',
+};
+
+/**
+ * classifySendError reads the error a worker's send node (an HTTP Request node, On Error
+ * → Continue using error output) left on the item, as airlock's dispatcher judges its own
+ * sends (docs/api.md, what the dispatcher does): a refused connection, a DNS failure, a
+ * TLS refusal, 429 or 503 certainly did not act (Not Sent, retryable, with Retry-After);
+ * another 3xx/4xx was refused (Not Sent); a timeout, a broken connection, another 5xx or
+ * an error it does not recognise may have happened (Unknown: a person settles it).
+ */
+export function classifySendError(error: unknown): SendOutcome {
+	const e = (typeof error === 'object' && error !== null ? error : {}) as IDataObject;
+	const message = typeof error === 'string' ? error : str(e.message ?? e.description ?? '');
+	const c = classifyError(error);
+	let status = Number(e.status ?? e.statusCode ?? e.httpCode ?? ((e.response ?? {}) as IDataObject).status ?? 0) || 0;
+	if (!status) {
+		const m = /^(\d{3}) - |status code (\d{3})/.exec(message);
+		if (m) status = Number(m[1] ?? m[2]);
+	}
+	let code = str(e.code ?? ((e.cause ?? {}) as IDataObject).code ?? '');
+	if (!code) {
+		// The JSON form of the error, after n8n stored it, may keep only the message.
+		const m = /\b(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH)\b/.exec(message);
+		if (m) code = m[1];
+	}
+	if (status === 429 || status === 503) {
+		return { outcome: 'fail', retryable: true, class: `http_${status}`, retryAfterSeconds: c.retryAfterSeconds };
+	}
+	if (status >= 300 && status < 500) return { outcome: 'fail', retryable: false, class: `http_${status}`, retryAfterSeconds: 0 };
+	if (status >= 500) return { outcome: 'unknown', retryable: false, class: `http_${status}`, retryAfterSeconds: 0 };
+	if (NOT_SENT_CODES[code]) return { outcome: 'fail', retryable: true, class: NOT_SENT_CODES[code], retryAfterSeconds: 0 };
+	if (/timeout|timed out|ECONNABORTED|ETIMEDOUT/i.test(code + ' ' + message)) {
+		return { outcome: 'unknown', retryable: false, class: 'timeout', retryAfterSeconds: 0 };
+	}
+	if (code) return { outcome: 'unknown', retryable: false, class: code.toLowerCase().slice(0, 60), retryAfterSeconds: 0 };
+	return { outcome: 'unknown', retryable: false, class: 'send_error', retryAfterSeconds: 0 };
 }
 
 interface Reply {
@@ -504,7 +599,14 @@ async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExe
 	const p = (name: string, fallback?: unknown) => ctx.getNodeParameter(name, i, fallback);
 	switch (op) {
 		case 'claim': {
-			const body: IDataObject = { key: str(p('key')) };
+			const body: IDataObject = { key: str(p('key')).trim() };
+			if (body.key === '' || /(^|[-_:.])(undefined|null|NaN)$/.test(str(body.key))) {
+				throw new NodeOperationError(ctx.getNode(), `The key is "${str(body.key)}": the input has no id to claim under`, {
+					itemIndex: i,
+					description:
+						'The Key expression found no id in the input (a body without its ticket_id?). Nothing was claimed: fix the sender, or the expression.',
+				});
+			}
 			if (p('payloadSource') === 'json') {
 				body.payload = json(ctx, i, p('payload'), 'Payload JSON') as IDataObject;
 			} else {
@@ -520,6 +622,7 @@ async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExe
 			opt(body, 'trigger_source', str(p('triggerSource', '')));
 			opt(body, 'workflow_version', str(p('workflowVersion', '')));
 			if (num(p('leaseSeconds', 0)) > 0) body.lease_seconds = num(p('leaseSeconds'));
+			meta(ctx, i, body);
 			const r = await call(ctx, i, 'POST', '/v1/runs/claim', body);
 			if (r.status === 201) return { output: 0, json: r.body };
 			if (r.status === 200) return { output: 1, json: { ...r.body, duplicate: true } };
@@ -542,6 +645,7 @@ async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExe
 			if (result !== null && !(isObject(result) && Object.keys(result as object).length === 0)) {
 				body.result = result as IDataObject;
 			}
+			if (body.to === 'failed_terminal') opt(body, 'alert', str(p('alertReason', '')).slice(0, 200));
 			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/transition`, body);
 			if (r.status === 200) return { output: 0, json: { ...r.body, lease_owner: body.lease_owner } };
 			throw fail(ctx, i, r);
@@ -550,6 +654,7 @@ async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExe
 			const { key, body } = lease(ctx, i);
 			body.action_type = str(p('actionType'));
 			body.output = p('output') as IDataObject;
+			meta(ctx, i, body);
 			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/validate`, body);
 			if (r.status === 200) {
 				const j = carry(r.body, key, body);
@@ -596,6 +701,7 @@ async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExe
 			if (p('effectPayloadSource') === 'json') body.payload = json(ctx, i, p('effectPayload'), 'Payload JSON') as IDataObject;
 			opt(body, 'effect_id', str(p('effectId', '')));
 			opt(body, 'gate', str(p('gate', '')));
+			meta(ctx, i, body);
 			const r = await call(ctx, i, 'POST', `/v1/runs/${enc(key)}/effects`, body);
 			if (r.status === 201 || r.status === 200) return { output: 0, json: carry(r.body, key, body) };
 			if (r.status === 202) return { output: 1, json: { key, ...r.body } };
@@ -632,8 +738,17 @@ async function run(ctx: IExecuteFunctions, op: string, i: number, item: INodeExe
 			throw fail(ctx, i, r);
 		}
 		case 'reportEffect': {
-			const outcome = str(p('outcome'));
+			let outcome = str(p('outcome'));
 			const body: IDataObject = { lease_owner: str(p('effectLeaseOwner')) };
+			if (outcome === 'auto') {
+				const c = classifySendError(item.json.error);
+				outcome = c.outcome;
+				body.class = c.class;
+				if (c.retryable) {
+					body.retryable = true;
+					if (c.retryAfterSeconds > 0) body.retry_after_ms = Math.round(Math.min(c.retryAfterSeconds, 3600) * 1000);
+				}
+			}
 			if (outcome === 'complete') opt(body, 'provider_id', str(p('providerId', '')));
 			if (outcome === 'fail' && p('retryable', false)) {
 				body.retryable = true;
@@ -663,6 +778,16 @@ function lease(ctx: IExecuteFunctions, i: number): { key: string; body: IDataObj
 		});
 	}
 	return { key, body: { lease_owner: owner, version } };
+}
+
+// meta adds the optional source link and model name as the request's meta.
+function meta(ctx: IExecuteFunctions, i: number, body: IDataObject) {
+	const m: IDataObject = {};
+	const source = str(ctx.getNodeParameter('sourceUrl', i, '')).trim();
+	const model = str(ctx.getNodeParameter('modelName', i, '')).trim();
+	if (source !== '') m.source_url = source;
+	if (model !== '') m.model = { name: model };
+	if (Object.keys(m).length > 0) body.meta = m;
 }
 
 // carry adds what the next airlock node needs to the item, so nodes can also chain on $json.

@@ -1,0 +1,268 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// A checkpoint is every run's chain head (link and hash, and its retention base) at one
+// moment, signed with the audit key (HMAC-SHA256) and written outside the database
+// (AIRLOCK_AUDIT_CHECKPOINT_DIR). A database writer without the key can neither forge
+// one nor change one unnoticed, so verify --checkpoints finds what the chain alone
+// cannot: the newest events deleted and the head set back, a run wiped whole, a
+// retention base moved or set back — for everything the last checkpoint covered.
+
+// CheckpointFormat names the file format.
+const CheckpointFormat = "airlock-audit-checkpoint-v1"
+
+// Checkpoint is one checkpoint file. Field names are a stable contract.
+type Checkpoint struct {
+	Format    string    `json:"format"`
+	WrittenAt time.Time `json:"written_at"`
+	// KeyedSince is the first keyed event (store.ChainFirstKeyed) when it was written.
+	KeyedSince int64           `json:"keyed_since"`
+	Runs       []CheckpointRun `json:"runs"`
+	// KeyID and Signature: HMAC-SHA256 under the audit key of the file with both empty.
+	KeyID     string `json:"key_id"`
+	Signature string `json:"signature"`
+}
+
+// CheckpointRun is one run's head in a checkpoint.
+type CheckpointRun struct {
+	Key      string `json:"key"`
+	Seq      int64  `json:"seq"`
+	Head     string `json:"head"`
+	BaseSeq  int64  `json:"base_seq,omitempty"`
+	BaseHash string `json:"base_hash,omitempty"`
+}
+
+func (c Checkpoint) body() ([]byte, error) {
+	c.KeyID, c.Signature = "", ""
+	return json.Marshal(c)
+}
+
+// TakeCheckpoint reads every run's head and signs them with key.
+func (s *Service) TakeCheckpoint(ctx context.Context, key *store.AuditKey) (Checkpoint, error) {
+	return s.takeCheckpoint(ctx, key, 0)
+}
+
+// takeCheckpoint is TakeCheckpoint with the first keyed event already known (0: look it
+// up). A value found earlier stays right: retention only deletes the oldest events, and
+// every event written after it is keyed.
+func (s *Service) takeCheckpoint(ctx context.Context, key *store.AuditKey, since int64) (Checkpoint, error) {
+	if key == nil {
+		return Checkpoint{}, errors.New("checkpoint: no audit key (AIRLOCK_AUDIT_KEY_FILE): an unsigned checkpoint proves nothing")
+	}
+	if since == 0 {
+		var err error
+		if since, err = s.store.ChainFirstKeyed(ctx); err != nil {
+			return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	c := Checkpoint{Format: CheckpointFormat, KeyedSince: since, Runs: []CheckpointRun{}}
+	for after := ""; ; {
+		heads, err := s.store.ChainHeads(ctx, after, chainPage)
+		if err != nil {
+			return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
+		}
+		for _, h := range heads {
+			c.Runs = append(c.Runs, CheckpointRun{Key: h.RunKey, Seq: h.Seq, Head: h.Head, BaseSeq: h.BaseSeq, BaseHash: h.BaseHash})
+		}
+		if len(heads) < chainPage {
+			break
+		}
+		after = heads[len(heads)-1].RunKey
+	}
+	// Written after the last head was read: every head listed was committed by then.
+	c.WrittenAt = time.Now().UTC()
+	body, err := c.body()
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	c.KeyID, c.Signature = key.ID(), hex.EncodeToString(key.Sum("airlock checkpoint v1", body))
+	return c, nil
+}
+
+// WriteCheckpoint writes c into dir as one new file, atomically: a temporary file,
+// fsynced, renamed to its name, and the directory fsynced. Several instances writing
+// into one directory never collide (each name carries random bytes).
+func WriteCheckpoint(dir string, c Checkpoint) (string, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return "", err
+	}
+	name := filepath.Join(dir, fmt.Sprintf("checkpoint-%s-%s.json", c.WrittenAt.UTC().Format("20060102T150405.000000000Z"), hex.EncodeToString(suffix)))
+	tmp, err := os.CreateTemp(dir, ".checkpoint-*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // gone after the rename; left only on failure
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), name); err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	return name, nil
+}
+
+// LoadCheckpoint returns the newest checkpoint in dir whose signature holds under keys.
+// A file that is not a checkpoint, or whose signature does not hold, is an error that
+// names it: a checkpoint someone changed is itself evidence.
+func LoadCheckpoint(dir string, keys store.Keyring) (*Checkpoint, string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "checkpoint-*.json"))
+	if err != nil {
+		return nil, "", err
+	}
+	if len(files) == 0 {
+		return nil, "", fmt.Errorf("no checkpoint in %s (checkpoint-*.json)", dir)
+	}
+	var newest *Checkpoint
+	var newestFile string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, "", fmt.Errorf("read checkpoint: %w", err)
+		}
+		var c Checkpoint
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&c); err != nil || c.Format != CheckpointFormat {
+			return nil, "", fmt.Errorf("checkpoint %s: not a checkpoint of this format", f)
+		}
+		k, ok := keys[c.KeyID]
+		if !ok {
+			return nil, "", fmt.Errorf("checkpoint %s is signed with audit key %s, which verify was not given (--key-file)", f, c.KeyID)
+		}
+		body, err := c.body()
+		if err != nil {
+			return nil, "", err
+		}
+		if !hmac.Equal([]byte(hex.EncodeToString(k.Sum("airlock checkpoint v1", body))), []byte(c.Signature)) {
+			return nil, "", fmt.Errorf("checkpoint %s: its signature does not hold: the file was changed", f)
+		}
+		if newest == nil || c.WrittenAt.After(newest.WrittenAt) {
+			newest, newestFile = &c, f
+		}
+	}
+	return newest, newestFile, nil
+}
+
+// checkpointed indexes a checkpoint's runs by key.
+type checkpointed struct {
+	at   time.Time
+	runs map[string]CheckpointRun
+}
+
+func indexCheckpoint(c *Checkpoint) *checkpointed {
+	if c == nil {
+		return nil
+	}
+	ix := &checkpointed{at: c.WrittenAt, runs: make(map[string]CheckpointRun, len(c.Runs))}
+	for _, r := range c.Runs {
+		ix.runs[r.Key] = r
+	}
+	return ix
+}
+
+// keys returns the checkpoint's run keys in order.
+func (ix *checkpointed) keys() []string {
+	if ix == nil {
+		return nil
+	}
+	out := make([]string, 0, len(ix.runs))
+	for k := range ix.runs {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, strings.Compare)
+	return out
+}
+
+// Checkpointer is serve's checkpoint writer: one checkpoint every Interval and one soon
+// after each Wake (an approval decision), wakes that come while one is being written
+// folded into the next.
+type Checkpointer struct {
+	svc      *Service
+	key      *store.AuditKey
+	dir      string
+	interval time.Duration
+	wake     chan struct{}
+	// keyedSince is the first keyed event once found: the look-up walks the unkeyed
+	// history, so it runs until it finds one, not every interval.
+	keyedSince int64
+}
+
+// NewCheckpointer writes st's checkpoints into dir, signed with key.
+func NewCheckpointer(st store.Store, key *store.AuditKey, dir string, interval time.Duration) *Checkpointer {
+	return &Checkpointer{svc: New(st, nil), key: key, dir: dir, interval: interval, wake: make(chan struct{}, 1)}
+}
+
+// Wake asks for a checkpoint now; it never blocks.
+func (c *Checkpointer) Wake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Once writes one checkpoint; not safe for concurrent use (Run calls it).
+func (c *Checkpointer) Once(ctx context.Context) (string, error) {
+	cp, err := c.svc.takeCheckpoint(ctx, c.key, c.keyedSince)
+	if err != nil {
+		return "", err
+	}
+	c.keyedSince = cp.KeyedSince
+	return WriteCheckpoint(c.dir, cp)
+}
+
+// Run writes checkpoints until ctx ends; report is told each one's outcome.
+func (c *Checkpointer) Run(ctx context.Context, report func(file string, err error)) {
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.wake:
+		}
+		file, err := c.Once(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		report(file, err)
+	}
+}
