@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -52,7 +53,7 @@ func TestVerifyPasses(t *testing.T) {
 			if err != nil {
 				t.Fatalf("verify: %v\n%s\n%s", err, out, stderr)
 			}
-			if !strings.Contains(stderr, "writer level: database 1, this binary 1") || !strings.Contains(stderr, "LAST SEEN") {
+			if !strings.Contains(stderr, fmt.Sprintf("writer level: database %d, this binary %d", store.WriterLevel, store.WriterLevel)) || !strings.Contains(stderr, "LAST SEEN") {
 				t.Errorf("verify did not show the fleet on stderr:\n%s", stderr)
 			}
 			got := verifyLines(t, out)
