@@ -341,7 +341,11 @@ type TransitionRequest struct {
 	Version    int64  `json:"version"`
 	To         string `json:"to"`
 	Result     any    `json:"result,omitempty"` // stored with a terminal state, returned to later claims
-	Meta       *Meta  `json:"meta,omitempty"`
+	// Alert, a reason of at most 200 characters, is allowed only with To failed_terminal
+	// (else 400 invalid_field) and raises the alert workflow_gave_up with that reason: a
+	// client that gives up on a run tells a person. Empty: no alert.
+	Alert string `json:"alert,omitempty"`
+	Meta  *Meta  `json:"meta,omitempty"`
 }
 
 // Transition is a run's state after a transition.

@@ -163,9 +163,11 @@ export class Client {
 		return { key: d.key, version: d.version, expires_at: time(d.lease_expires_at), started_at: time(d.lease_started_at), raw: d };
 	}
 
-	/** transition moves the run (compare-and-set on lease owner and version). */
-	async transition(key, lease_owner, version, to, { result, meta } = {}, opts) {
-		const body = put(put({ lease_owner, version, to }, 'result', result), 'meta', meta);
+	/** transition moves the run (compare-and-set on lease owner and version). `alert` (a
+	 * reason, ≤ 200 characters; only with to 'failed_terminal', else InvalidFieldError)
+	 * raises an alert workflow_gave_up with that reason: a client that gives up tells a person. */
+	async transition(key, lease_owner, version, to, { result, alert, meta } = {}, opts) {
+		const body = put(put(put({ lease_owner, version, to }, 'result', result), 'alert', alert), 'meta', meta);
 		return (await this.#post(runPath(key, 'transition'), body, opts)).body;
 	}
 

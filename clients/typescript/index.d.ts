@@ -485,7 +485,8 @@ export declare class Client {
 
 	claim(key: string, req?: { payload?: unknown; payload_hash?: string; trigger_source?: string; lease_seconds?: number; meta?: Meta }, opts?: CallOptions): Promise<Claim>;
 	heartbeat(key: string, lease_owner: string, version: number, req?: { lease_seconds?: number; meta?: Meta }, opts?: CallOptions): Promise<Lease>;
-	transition(key: string, lease_owner: string, version: number, to: 'completed' | 'failed_retryable' | 'failed_terminal', req?: { result?: unknown; meta?: Meta }, opts?: CallOptions): Promise<Transition>;
+	/** `alert` (a reason, at most 200 characters) is allowed only with `to: 'failed_terminal'` (else InvalidFieldError) and raises an alert `workflow_gave_up` with that reason. */
+	transition(key: string, lease_owner: string, version: number, to: 'completed' | 'failed_retryable' | 'failed_terminal', req?: { result?: unknown; alert?: string; meta?: Meta }, opts?: CallOptions): Promise<Transition>;
 	run(key: string, opts?: CallOptions): Promise<Run>;
 	events(key: string, page?: { after?: number; limit?: number }, opts?: CallOptions): Promise<{ events: Event[]; next_after: number }>;
 	validate(key: string, lease_owner: string, version: number, action_type: string, output: unknown, req?: { meta?: Meta }, opts?: CallOptions): Promise<Validation>;

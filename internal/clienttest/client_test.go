@@ -2,6 +2,7 @@ package clienttest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -236,5 +237,61 @@ func TestForeignErrorBody(t *testing.T) {
 func TestHashInputRefusesUnencodable(t *testing.T) {
 	if _, err := client.HashInput(map[string]any{"f": func() {}}); err == nil {
 		t.Fatal("a function hashed")
+	}
+}
+
+// A client that gives up tells a person: Alert on a failed_terminal transition raises the
+// alert workflow_gave_up with the reason; with any other state the server refuses it
+// (invalid_field) and writes nothing; without Alert a failed_terminal stays silent.
+func TestTransitionAlert(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			c := serve(t, b, airlocktest.AgentPolicy)
+			alerts := func(key string) []map[string]any {
+				t.Helper()
+				evs, _, err := c.Events(ctx, key, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []map[string]any
+				for _, e := range evs {
+					if e.Kind == "alert" {
+						var d map[string]any
+						if err := json.Unmarshal(e.Detail, &d); err != nil {
+							t.Fatal(err)
+						}
+						out = append(out, d)
+					}
+				}
+				return out
+			}
+
+			cl := claim(t, c, "gave-up")
+			for _, to := range []string{client.StateCompleted, client.StateFailedRetryable} {
+				_, err := c.Transition(ctx, "gave-up", client.TransitionRequest{LeaseOwner: cl.LeaseOwner, Version: cl.Version, To: to, Alert: "no"})
+				wantCode(t, err, 400, "invalid_field")
+			}
+			if got := alerts("gave-up"); len(got) != 0 {
+				t.Fatalf("a refused transition wrote alerts: %v", got)
+			}
+			tr, err := c.Transition(ctx, "gave-up", client.TransitionRequest{LeaseOwner: cl.LeaseOwner, Version: cl.Version,
+				To: client.StateFailedTerminal, Result: map[string]string{"reason": "invalid_model_output"}, Alert: "invalid model output after 2 repairs"})
+			if err != nil || tr.State != client.StateFailedTerminal {
+				t.Fatalf("transition: %+v, %v", tr, err)
+			}
+			if got := alerts("gave-up"); len(got) != 1 || got[0]["alert"] != "workflow_gave_up" || got[0]["reason"] != "invalid model output after 2 repairs" {
+				t.Fatalf("alerts = %v, want one workflow_gave_up with the reason", got)
+			}
+
+			q := claim(t, c, "quiet")
+			if _, err := c.Transition(ctx, "quiet", client.TransitionRequest{LeaseOwner: q.LeaseOwner, Version: q.Version, To: client.StateFailedTerminal}); err != nil {
+				t.Fatal(err)
+			}
+			if got := alerts("quiet"); len(got) != 0 {
+				t.Fatalf("alerts of a silent failed_terminal = %v, want none", got)
+			}
+		})
 	}
 }

@@ -179,12 +179,16 @@ class Client:
         return Lease.from_json(out)
 
     def transition(self, key: str, lease_owner: str, version: int, to: str, *, result: Any = _MISSING,
-                   meta: Optional[Dict[str, Any]] = None, idempotency_key: Optional[str] = None) -> Transition:
+                   alert: Optional[str] = None, meta: Optional[Dict[str, Any]] = None,
+                   idempotency_key: Optional[str] = None) -> Transition:
         """Move the run (compare-and-set on lease owner and version) to completed,
         failed_retryable or failed_terminal; ``result`` is stored with a terminal state
-        and returned to later claims."""
+        and returned to later claims. ``alert`` (a reason, at most 200 characters; only
+        with ``to="failed_terminal"``, else :class:`InvalidFieldError`) raises an alert
+        ``workflow_gave_up`` with that reason: a client that gives up tells a person."""
         body: Dict[str, Any] = {"lease_owner": lease_owner, "version": version, "to": to}
         _put(body, "result", result)
+        _put(body, "alert", alert)
         _put(body, "meta", meta)
         _, out = self._post(_run_path(key, "transition"), body, idempotency_key)
         return Transition.from_json(out)

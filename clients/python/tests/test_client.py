@@ -88,6 +88,31 @@ class ClientBase:
         self.assertTrue(ex["processed"]["claimed"])
         self.assertEqual(ex["processed"]["state"], "completed")
 
+    def test_transition_alert_tells_a_person(self):
+        # A client that gives up says why: alert= on failed_terminal raises workflow_gave_up
+        # with the reason; with any other state the server refuses it and writes nothing.
+        c, key, cl = self.claim("gaveup")
+
+        def alerts():
+            return [e.detail for e in c.events(key)[0] if e.kind == "alert"]
+
+        for to in ("completed", "failed_retryable"):
+            with self.assertRaises(airlock.InvalidFieldError) as cm:
+                c.transition(key, cl.lease_owner, cl.version, to, alert="no")
+            self.assertEqual(cm.exception.status, 400)
+        self.assertEqual(alerts(), [], "a refused transition wrote an alert")
+        t = c.transition(key, cl.lease_owner, cl.version, "failed_terminal",
+                         result={"reason": "invalid_model_output"}, alert="invalid model output after 2 repairs")
+        self.assertEqual(t.state, "failed_terminal")
+        got = alerts()
+        self.assertEqual(len(got), 1, got)
+        self.assertEqual((got[0]["alert"], got[0]["reason"]),
+                         ("workflow_gave_up", "invalid model output after 2 repairs"))
+        # Without alert= a failed_terminal stays silent.
+        c2, key2, cl2 = self.claim("gaveup-quiet")
+        c2.transition(key2, cl2.lease_owner, cl2.version, "failed_terminal")
+        self.assertEqual([e for e in c2.events(key2)[0] if e.kind == "alert"], [])
+
     def test_payload_hash_is_the_servers(self):
         c = self.client()
         for p in TRICKY_PAYLOADS:

@@ -114,6 +114,26 @@ for (const backend of backends()) {
 			assert.equal((await c.explain(key)).processed.state, 'completed');
 		});
 
+		test('transition with alert tells a person (workflow_gave_up)', async () => {
+			// alert on failed_terminal raises workflow_gave_up with the reason; with any other
+			// state the server refuses it (invalid_field) and writes nothing.
+			const { c, key, cl } = await claimed('gaveup');
+			const alerts = async (k) => (await c.events(k)).events.filter((e) => e.kind === 'alert').map((e) => e.detail);
+			for (const to of ['completed', 'failed_retryable']) {
+				await assert.rejects(c.transition(key, cl.lease_owner, cl.version, to, { alert: 'no' }), (e) => e instanceof airlock.InvalidFieldError && e.status === 400);
+			}
+			assert.deepEqual(await alerts(key), [], 'a refused transition wrote an alert');
+			const t = await c.transition(key, cl.lease_owner, cl.version, 'failed_terminal', { result: { reason: 'invalid_model_output' }, alert: 'invalid model output after 2 repairs' });
+			assert.equal(t.state, 'failed_terminal');
+			const got = await alerts(key);
+			assert.equal(got.length, 1, JSON.stringify(got));
+			assert.deepEqual([got[0].alert, got[0].reason], ['workflow_gave_up', 'invalid model output after 2 repairs']);
+			// Without alert a failed_terminal stays silent.
+			const q = await claimed('gaveup-quiet');
+			await q.c.transition(q.key, q.cl.lease_owner, q.cl.version, 'failed_terminal');
+			assert.deepEqual(await alerts(q.key), []);
+		});
+
 		test("the payload hash is the server's", async () => {
 			const c = client();
 			for (const p of TRICKY) {

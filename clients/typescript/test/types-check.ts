@@ -28,6 +28,11 @@ async function agent(c: Client): Promise<string> {
 	});
 }
 
+async function giveUp(c: Client, claim: Claim): Promise<string> {
+	const t = await c.transition(claim.key, claim.lease_owner, claim.version, 'failed_terminal', { result: { reason: 'invalid_model_output' }, alert: 'invalid model output after 2 repairs' });
+	return t.state;
+}
+
 async function stuck(op: Client): Promise<string[]> {
 	const out: string[] = [];
 	let after = '';
