@@ -28,7 +28,7 @@ import (
 var requeueCensus = map[string][]string{
 	// Queued: new rows only; a second queue of the same (run, effect id) returns the first.
 	"effects.queue":                {"QueueUnderLease", "QueueReplyLostQueuesOnce"},
-	"approvals.Decide":             {"ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
+	"approvals.DecideBy":           {"ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
 	"ledger.planNew":               {"PlanConfirmNeverTwice"},
 	"postgres.EffectInsert":        {"QueueUnderLease"},
 	"sqlite.EffectInsert":          {"QueueUnderLease"},
