@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -303,6 +304,19 @@ func (c *Checkpointer) Once(ctx context.Context) (string, error) {
 	}
 	c.keyedSince = cp.KeyedSince
 	return WriteCheckpoint(c.dir, cp)
+}
+
+// Serve is serve's loop: Run, each checkpoint's outcome logged (a failure as an error,
+// naming the directory; a file written at debug level, naming the file). Nothing logged
+// carries the key or a signature.
+func (c *Checkpointer) Serve(ctx context.Context, log *slog.Logger) {
+	c.Run(ctx, func(file string, err error) {
+		if err != nil {
+			log.Error("audit checkpoint failed", "dir", c.dir, "err", err)
+			return
+		}
+		log.Debug("audit checkpoint written", "file", file)
+	})
 }
 
 // Run writes checkpoints until ctx ends; report is told each one's outcome.
