@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -241,8 +242,9 @@ with SQL fails, wherever it is in the chain. Events written before the key was s
 counted as unkeyed (a failure only with --require-mac); an event without a MAC after the
 first keyed one is a failure.
 
-With --checkpoints DIR, every chain is held to the newest signed checkpoint there: the
-newest events deleted and the head set back, a run wiped whole (--all names it from the
+With --checkpoints DIR, every chain is held to every signed checkpoint there (each head
+any of them recorded must still be in the chain, at that link with that hash): the
+newest events deleted and the head set back, a rollback to an earlier state, a run wiped whole (--all names it from the
 checkpoint and the runs table), a retention base moved or set back are found for
 everything the checkpoint covered. A retention base is accepted only when its link is
 older than the policy's retention.events (--config) and, with the key, sealed by the purge.`,
@@ -270,12 +272,13 @@ older than the policy's retention.events (--config) and, with the key, sealed by
 				if len(keys) == 0 {
 					return errors.New("--checkpoints needs the audit key they are signed with: AIRLOCK_AUDIT_KEY_FILE or --key-file")
 				}
-				c, file, err := audit.LoadCheckpoint(checkpoints, keys)
+				set, err := audit.LoadCheckpoints(checkpoints, keys)
 				if err != nil {
 					return err
 				}
-				opt.Checkpoint = c
-				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: checkpoint: %s (%s, %d runs)\n", file, c.WrittenAt.Format(time.RFC3339), len(c.Runs))
+				opt.Checkpoints = set
+				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: checkpoints: %d in %s (newest %s, %s, %d runs; %d distinct run heads held)\n",
+					set.Files, checkpoints, filepath.Base(set.NewestFile), set.Newest.WrittenAt.Format(time.RFC3339), len(set.Newest.Runs), set.States)
 			}
 			return withStore(cmd, func(st store.Store) error {
 				svc := audit.New(st, nil)
@@ -283,9 +286,9 @@ older than the policy's retention.events (--config) and, with the key, sealed by
 					if opt.KeyedSince, err = st.ChainFirstKeyed(cmd.Context()); err != nil {
 						return err
 					}
-					if opt.Checkpoint != nil && opt.Checkpoint.KeyedSince > 0 &&
-						(opt.KeyedSince == 0 || opt.Checkpoint.KeyedSince < opt.KeyedSince) {
-						opt.KeyedSince = opt.Checkpoint.KeyedSince // MACs erased since
+					if opt.Checkpoints != nil && opt.Checkpoints.KeyedSince > 0 &&
+						(opt.KeyedSince == 0 || opt.Checkpoints.KeyedSince < opt.KeyedSince) {
+						opt.KeyedSince = opt.Checkpoints.KeyedSince // MACs erased since
 					}
 				} else if requireMAC {
 					return errors.New("--require-mac needs the audit key: AIRLOCK_AUDIT_KEY_FILE or --key-file")
@@ -332,6 +335,6 @@ older than the policy's retention.events (--config) and, with the key, sealed by
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per run")
 	cmd.Flags().StringArrayVar(&keyFiles, "key-file", nil, "an audit key to check MACs with, besides AIRLOCK_AUDIT_KEY_FILE (repeat for keys kept from before a rotation)")
 	cmd.Flags().BoolVar(&requireMAC, "require-mac", false, "fail on any event without a MAC")
-	cmd.Flags().StringVar(&checkpoints, "checkpoints", "", "hold the chains to the newest signed checkpoint in this directory")
+	cmd.Flags().StringVar(&checkpoints, "checkpoints", "", "hold the chains to every signed checkpoint in this directory")
 	return cmd
 }

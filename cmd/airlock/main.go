@@ -243,7 +243,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := member.Err(); err != nil {
 		log.Error("writer level behind: serving reads only; writes are refused with 503 writer_level_behind", "err", err)
 	}
-	a, err := app.New(app.Options{Store: st, Policy: pol, Connectors: conns, PublicURL: publicURL, Log: log, Writers: member,
+	cp, err := checkpointer(cfg, st)
+	if err != nil {
+		return err
+	}
+	a, err := app.New(app.Options{Checkpoints: cp, Store: st, Policy: pol, Connectors: conns, PublicURL: publicURL, Log: log, Writers: member,
 		Runs: runs.Config{DefaultLease: cfg.LeaseDefault, MaxLease: cfg.LeaseMax,
 			MaxLeaseLifetime: cfg.LeaseLifetimeMax, ReclaimAlertAfter: cfg.ReclaimAlertAfter},
 		AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true, Web: webOpts,
@@ -252,13 +256,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	eff, gate := a.Effects, a.Approvals
-	cp, err := checkpointer(cfg, st)
-	if err != nil {
-		return err
-	}
-	if cp != nil {
-		gate.Decided = cp.Wake // before anything serves: a decision wakes the writer
-	}
 	srv := &http.Server{
 		Handler:           a.Handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -305,13 +302,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cp.Run(bg, func(file string, err error) {
-				if err != nil {
-					log.Error("audit checkpoint failed", "dir", cfg.AuditCheckpointDir, "err", err)
-					return
-				}
-				log.Debug("audit checkpoint written", "file", file)
-			})
+			cp.Serve(bg, log) // app.New wired every approval decision to wake it
 		}()
 	}
 	// Background work stops after the HTTP server has drained, before the store closes.

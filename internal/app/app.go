@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/alerts"
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/connector/httpconn"
 	"github.com/airlockhq/airlock/internal/connector/smtpconn"
@@ -66,6 +67,10 @@ type Options struct {
 	Instance       string          // "": httpapi.InstanceName()
 	// Writers says whether this process may write (internal/fleet); nil: always.
 	Writers interface{ Err() error }
+	// Checkpoints is the audit checkpoint writer (AIRLOCK_AUDIT_CHECKPOINT_DIR), woken by
+	// every approval decision once it committed; nil: none. The caller runs it
+	// (Checkpointer.Serve).
+	Checkpoints *audit.Checkpointer
 }
 
 // App is the wired graph.
@@ -128,6 +133,9 @@ func New(o Options) (*App, error) {
 	a.Approvals.Log = o.Log
 	a.Approvals.Settle = a.Effects.Settle
 	a.Approvals.Queued = a.Effects.Wake
+	if o.Checkpoints != nil {
+		a.Approvals.Decided = o.Checkpoints.Wake
+	}
 	a.Ledger = ledger.NewService(st, pol, a.Effects, a.Approvals, a.Alerts, a.Failures.Budget, o.Now)
 	a.Runs = runs.NewService(st, o.Runs, a.Alerts, o.Now)
 	a.Runs.Outcomes = func(outcome string) { m.Claims.WithLabelValues(outcome).Inc() }

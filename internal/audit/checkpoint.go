@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,62 +144,119 @@ func WriteCheckpoint(dir string, c Checkpoint) (string, error) {
 // A file that is not a checkpoint, or whose signature does not hold, is an error that
 // names it: a checkpoint someone changed is itself evidence.
 func LoadCheckpoint(dir string, keys store.Keyring) (*Checkpoint, string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "checkpoint-*.json"))
+	set, err := LoadCheckpoints(dir, keys)
 	if err != nil {
 		return nil, "", err
 	}
-	if len(files) == 0 {
-		return nil, "", fmt.Errorf("no checkpoint in %s (checkpoint-*.json)", dir)
+	return set.Newest, set.NewestFile, nil
+}
+
+// CheckpointSet is every checkpoint of a directory, for verify: each run's distinct
+// recorded states (a head that did not move between two checkpoints is kept once), the
+// newest checkpoint, and the earliest first keyed event any of them recorded.
+type CheckpointSet struct {
+	Files      int
+	Newest     *Checkpoint
+	NewestFile string
+	// States counts the distinct run states kept (what verify checks and holds in memory).
+	States     int
+	KeyedSince int64
+	ix         *checkpointed
+}
+
+// LoadCheckpoints reads every checkpoint in dir, each of which must be a checkpoint whose
+// signature holds under keys (an error names the first that is not): verify holds each
+// run to all of them, so a rollback an older checkpoint saw is found even when a newer
+// one was written after it, or the newest files were deleted. Only the distinct states
+// are kept, so memory grows with how often heads moved, not with the number of files.
+func LoadCheckpoints(dir string, keys store.Keyring) (*CheckpointSet, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "checkpoint-*.json"))
+	if err != nil {
+		return nil, err
 	}
-	var newest *Checkpoint
-	var newestFile string
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no checkpoint in %s (checkpoint-*.json)", dir)
+	}
+	set := &CheckpointSet{ix: newCheckpointed()}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, "", fmt.Errorf("read checkpoint: %w", err)
+			return nil, fmt.Errorf("read checkpoint: %w", err)
 		}
 		var c Checkpoint
 		d := json.NewDecoder(bytes.NewReader(b))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&c); err != nil || c.Format != CheckpointFormat {
-			return nil, "", fmt.Errorf("checkpoint %s: not a checkpoint of this format", f)
+			return nil, fmt.Errorf("checkpoint %s: not a checkpoint of this format", f)
 		}
 		k, ok := keys[c.KeyID]
 		if !ok {
-			return nil, "", fmt.Errorf("checkpoint %s is signed with audit key %s, which verify was not given (--key-file)", f, c.KeyID)
+			return nil, fmt.Errorf("checkpoint %s is signed with audit key %s, which verify was not given (--key-file)", f, c.KeyID)
 		}
 		body, err := c.body()
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		if !hmac.Equal([]byte(hex.EncodeToString(k.Sum("airlock checkpoint v1", body))), []byte(c.Signature)) {
-			return nil, "", fmt.Errorf("checkpoint %s: its signature does not hold: the file was changed", f)
+			return nil, fmt.Errorf("checkpoint %s: its signature does not hold: the file was changed", f)
 		}
-		if newest == nil || c.WrittenAt.After(newest.WrittenAt) {
-			newest, newestFile = &c, f
+		set.Files++
+		set.ix.add(&c)
+		if c.KeyedSince > 0 && (set.KeyedSince == 0 || c.KeyedSince < set.KeyedSince) {
+			set.KeyedSince = c.KeyedSince
+		}
+		if set.Newest == nil || c.WrittenAt.After(set.Newest.WrittenAt) {
+			newest := c
+			set.Newest, set.NewestFile = &newest, f
 		}
 	}
-	return newest, newestFile, nil
+	set.States = set.ix.states
+	return set, nil
 }
 
-// checkpointed indexes a checkpoint's runs by key.
+// checkpointState is one run's head as one or more checkpoints recorded it; at is the
+// newest of them.
+type checkpointState struct {
+	CheckpointRun
+	at time.Time
+}
+
+// checkpointed indexes checkpoints' runs by key: each run's distinct states, in the
+// order first seen.
 type checkpointed struct {
-	at   time.Time
-	runs map[string]CheckpointRun
+	runs   map[string][]checkpointState
+	seen   map[CheckpointRun]int // a state's place in runs[Key]
+	states int
+}
+
+func newCheckpointed() *checkpointed {
+	return &checkpointed{runs: map[string][]checkpointState{}, seen: map[CheckpointRun]int{}}
+}
+
+func (ix *checkpointed) add(c *Checkpoint) {
+	for _, r := range c.Runs {
+		if i, ok := ix.seen[r]; ok {
+			if st := &ix.runs[r.Key][i]; c.WrittenAt.After(st.at) {
+				st.at = c.WrittenAt
+			}
+			continue
+		}
+		ix.seen[r] = len(ix.runs[r.Key])
+		ix.runs[r.Key] = append(ix.runs[r.Key], checkpointState{CheckpointRun: r, at: c.WrittenAt})
+		ix.states++
+	}
 }
 
 func indexCheckpoint(c *Checkpoint) *checkpointed {
 	if c == nil {
 		return nil
 	}
-	ix := &checkpointed{at: c.WrittenAt, runs: make(map[string]CheckpointRun, len(c.Runs))}
-	for _, r := range c.Runs {
-		ix.runs[r.Key] = r
-	}
+	ix := newCheckpointed()
+	ix.add(c)
 	return ix
 }
 
-// keys returns the checkpoint's run keys in order.
+// keys returns the checkpoints' run keys in order.
 func (ix *checkpointed) keys() []string {
 	if ix == nil {
 		return nil
@@ -246,6 +304,19 @@ func (c *Checkpointer) Once(ctx context.Context) (string, error) {
 	}
 	c.keyedSince = cp.KeyedSince
 	return WriteCheckpoint(c.dir, cp)
+}
+
+// Serve is serve's loop: Run, each checkpoint's outcome logged (a failure as an error,
+// naming the directory; a file written at debug level, naming the file). Nothing logged
+// carries the key or a signature.
+func (c *Checkpointer) Serve(ctx context.Context, log *slog.Logger) {
+	c.Run(ctx, func(file string, err error) {
+		if err != nil {
+			log.Error("audit checkpoint failed", "dir", c.dir, "err", err)
+			return
+		}
+		log.Debug("audit checkpoint written", "file", file)
+	})
 }
 
 // Run writes checkpoints until ctx ends; report is told each one's outcome.

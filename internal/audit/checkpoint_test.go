@@ -28,6 +28,7 @@ func TestCheckpoints(t *testing.T) {
 		t.Run("Tampering", func(t *testing.T) { testCheckpointTamper(t, b, key) })
 		t.Run("RetentionBase", func(t *testing.T) { testCheckpointRetention(t, b, key) })
 		t.Run("ConcurrentPurges", func(t *testing.T) { testConcurrentPurges(t, b, key) })
+		t.Run("EveryCheckpoint", func(t *testing.T) { testEveryCheckpoint(t, b, key) })
 	})
 }
 
@@ -300,5 +301,87 @@ func TestCheckpointerWakes(t *testing.T) {
 	c, _, err := audit.LoadCheckpoint(dir, store.NewKeyring(key))
 	if err != nil || len(c.Runs) != 1 || c.Runs[0].Key != "decided" || c.Runs[0].Seq != 5 {
 		t.Fatalf("checkpoint: %+v %v", c, err)
+	}
+}
+
+// testEveryCheckpoint: verify holds each run to every checkpoint of the directory, not
+// only the newest. A rollback to a state between two checkpoints (links 6-7 deleted, the
+// head set back to link 5, then new events written as links 6-8) agrees with the
+// checkpoint written after it, and with the one before it, but not with the one in
+// between; deleting the newest file does not hide it either.
+func testEveryCheckpoint(t *testing.T, b storetest.Backend, key *store.AuditKey) {
+	st := b.Open(t, nil)
+	keys := store.NewKeyring(key)
+	dir := t.TempDir()
+	write := func() string {
+		t.Helper()
+		c, err := audit.New(st, nil).TakeCheckpoint(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file, err := audit.WriteCheckpoint(dir, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	insert := func(n int, kind string) {
+		t.Helper()
+		for i := range n {
+			if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "t", Kind: fmt.Sprintf("%s%d", kind, i), Actor: "user:ann"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	verify := func(set *audit.CheckpointSet, one *audit.Checkpoint) map[string]audit.ChainCheck {
+		t.Helper()
+		return checkAll(t, st, audit.VerifyOptions{Keys: keys, Checkpoints: set, Checkpoint: one})
+	}
+	evs := seedChain(t, st, "t")
+	seedChain(t, st, "idle")
+	write() // A: t at link 5
+	insert(2, "approved")
+	write() // B: t at link 7
+	set, err := audit.LoadCheckpoints(dir, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// idle's head is the same in both files: kept once.
+	if set.Files != 2 || set.States != 3 {
+		t.Fatalf("set: %d files, %d states; want 2 and 3", set.Files, set.States)
+	}
+	if got := verify(set, nil); !got["t"].OK || got["t"].Checkpointed != 7 || !got["idle"].OK {
+		t.Fatalf("before: %+v", got)
+	}
+	later := chainEvents(t, st, "t")[5:]
+	storetest.ExecRaw(t, st, rawSQL(st, `DELETE FROM events WHERE id IN ($1, $2)`), later[0].ID, later[1].ID)
+	storetest.ExecRaw(t, st, rawSQL(st, `UPDATE event_chains SET seq = 5, head = $1 WHERE run_key = 't'`), *evs[4].Hash)
+	insert(3, "rewritten") // links 6-8 again, genuinely keyed, chained onto link 5
+	newest := write()      // C: t at link 8, after the rollback
+	set, err = audit.LoadCheckpoints(dir, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := verify(nil, set.Newest)["t"]; !c.OK {
+		t.Fatalf("the newest checkpoint alone should not see it (else this test proves nothing): %+v", c)
+	}
+	const want = "link 7) differs from the checkpoint of"
+	got := verify(set, nil)
+	if c := got["t"]; c.OK || !strings.Contains(c.Problem, want) || c.BadEventID == 0 {
+		t.Fatalf("with every checkpoint: %+v, want %q", c, want)
+	}
+	if !got["idle"].OK {
+		t.Fatalf("idle: %+v", got["idle"])
+	}
+	// The newest file deleted: the older ones still find it.
+	if err := os.Remove(newest); err != nil {
+		t.Fatal(err)
+	}
+	set, err = audit.LoadCheckpoints(dir, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := verify(set, nil)["t"]; c.OK || !strings.Contains(c.Problem, want) {
+		t.Fatalf("without the newest file: %+v, want %q", c, want)
 	}
 }

@@ -53,9 +53,12 @@ type VerifyOptions struct {
 	// KeyedSince is the first event id written with a MAC anywhere (0: none): an event
 	// without one after it was written around airlock (ChainFirstKeyed).
 	KeyedSince int64
-	// Checkpoint, when set, is the newest signed checkpoint (LoadCheckpoint): every run
-	// it lists must still have its head, at that link and hash or past it.
-	Checkpoint *Checkpoint
+	// Checkpoints, when set, are every signed checkpoint of a directory
+	// (LoadCheckpoints): each run must still hold every head any of them recorded — at
+	// that link with that hash, or past it — and its base. Checkpoint is one checkpoint
+	// alone, used when Checkpoints is not set.
+	Checkpoints *CheckpointSet
+	Checkpoint  *Checkpoint
 	// Retention is how long events are kept (the policy's retention.events; 0: not
 	// checked): a retention base whose link is younger than Now - Retention was not moved
 	// by retention.
@@ -66,7 +69,11 @@ type VerifyOptions struct {
 
 func (o VerifyOptions) prepared() VerifyOptions {
 	if o.ix == nil {
-		o.ix = indexCheckpoint(o.Checkpoint)
+		if o.Checkpoints != nil {
+			o.ix = o.Checkpoints.ix
+		} else {
+			o.ix = indexCheckpoint(o.Checkpoint)
+		}
 	}
 	if o.Now.IsZero() {
 		o.Now = time.Now()
@@ -128,14 +135,21 @@ func verifyChain(ctx context.Context, q store.ChainQueries, key string, opt Veri
 		}
 		after = page[len(page)-1].ID
 	}
-	cp, inCheckpoint := CheckpointRun{}, false
+	var states []checkpointState
 	if opt.ix != nil {
-		cp, inCheckpoint = opt.ix.runs[key]
+		states = opt.ix.runs[key]
+	}
+	inCheckpoint := len(states) > 0
+	var cp checkpointState // the newest state recorded, for what a wiped run had
+	for _, s := range states {
+		if s.at.After(cp.at) || s.at.Equal(cp.at) && s.Seq > cp.Seq {
+			cp = s
+		}
 	}
 	if c.Events == 0 && !hasHead {
 		if inCheckpoint {
 			c.Problem = fmt.Sprintf("the run's events and chain head are gone, but the checkpoint of %s has its head at link %d (%s): the run was wiped",
-				opt.ix.at.Format(time.RFC3339), cp.Seq, short(cp.Head))
+				cp.at.Format(time.RFC3339), cp.Seq, short(cp.Head))
 			return c, nil
 		}
 		return c, ErrNoEvents
@@ -165,7 +179,7 @@ func verifyChain(ctx context.Context, q store.ChainQueries, key string, opt Veri
 	}
 	if !hasHead {
 		if inCheckpoint {
-			return fail(0, "the run's chain head is gone, but the checkpoint of %s has it at link %d (%s)", opt.ix.at.Format(time.RFC3339), cp.Seq, short(cp.Head))
+			return fail(0, "the run's chain head is gone, but the checkpoint of %s has it at link %d (%s)", cp.at.Format(time.RFC3339), cp.Seq, short(cp.Head))
 		}
 		if len(chained) > 0 {
 			return fail(chained[0].ID, "the run's chain head is missing, but event %d carries link %d", chained[0].ID, *chained[0].Seq)
@@ -209,11 +223,14 @@ func verifyChain(ctx context.Context, q store.ChainQueries, key string, opt Veri
 	if problem := checkBase(head, opt); problem != "" {
 		return fail(0, "%s", problem)
 	}
-	if inCheckpoint {
-		if id, problem := checkCheckpoint(head, chained, cp, opt); problem != "" {
+	// Every recorded state, not only the newest: a rollback to a state between two
+	// checkpoints, followed by new events, agrees with the checkpoints written after it
+	// but not with those written before it that saw the links it replaced.
+	for _, s := range states {
+		if id, problem := checkCheckpoint(head, chained, s); problem != "" {
 			return fail(id, "%s", problem)
 		}
-		c.Checkpointed = cp.Seq
+		c.Checkpointed = max(c.Checkpointed, s.Seq)
 	}
 	c.OK = true
 	return c, nil
@@ -254,8 +271,8 @@ func checkBase(h store.ChainHead, opt VerifyOptions) string {
 // head) to the checkpoint's record of it: the head at or past the checkpoint's link, that
 // link's hash unchanged, the base never set back, and a base moved since only by
 // retention (a recorded time past the retention period, sealed under the key).
-func checkCheckpoint(h store.ChainHead, chained []store.ChainEvent, cp CheckpointRun, opt VerifyOptions) (int64, string) {
-	when := opt.ix.at.Format(time.RFC3339)
+func checkCheckpoint(h store.ChainHead, chained []store.ChainEvent, cp checkpointState) (int64, string) {
+	when := cp.at.Format(time.RFC3339)
 	switch {
 	case h.Seq < cp.Seq:
 		return 0, fmt.Sprintf("the chain's head is link %d but the checkpoint of %s has link %d (%s): the newest events were deleted and the head set back",

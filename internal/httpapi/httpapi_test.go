@@ -55,6 +55,7 @@ type harness struct {
 	workerKey           string
 	operatorKey         string
 	logs                *syncBuffer
+	log                 *slog.Logger // the serving graph's logger (writes to logs)
 	metrics             *metrics.Metrics
 	another             func(mod func(d *httpapi.Deps)) string
 	handler             func(mod func(d *httpapi.Deps)) http.Handler // another instance, unserved
@@ -75,6 +76,7 @@ func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *apptest.E
 	env := apptest.NewEffectsEnv(t, b, "")
 	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.log = log
 	srv := httptest.NewUnstartedServer(nil)
 	t.Cleanup(srv.Close)
 	url := "http://" + srv.Listener.Addr().String()
