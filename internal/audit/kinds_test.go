@@ -147,3 +147,16 @@ func TestDetailKindsAreIndexed(t *testing.T) {
 		t.Fatal("claimed counts as a report kind")
 	}
 }
+
+// TestAlertSummarySaysWhy: a workflow that gives up with a reason (transition's alert)
+// shows it on the timeline, not only the alert's kind.
+func TestAlertSummarySaysWhy(t *testing.T) {
+	e := store.Event{Kind: "alert", Detail: []byte(`{"alert":"workflow_gave_up","reason":"model answered prose twice"}`)}
+	if got, want := Summary(e), "alert: workflow_gave_up; reason: model answered prose twice"; got != want {
+		t.Errorf("Summary = %q, want %q", got, want)
+	}
+	e = store.Event{Kind: "alert", Detail: []byte(`{"alert":"effect_unknown","effect_id":"e1","error_class":"timeout"}`)}
+	if got, want := Summary(e), "alert: effect_unknown on effect e1, timeout"; got != want {
+		t.Errorf("Summary = %q, want %q", got, want)
+	}
+}

@@ -45,7 +45,9 @@ func Summary(se store.Event) string {
 	case "run_redriven":
 		return fmt.Sprintf("re-driven: stalled since its lease lapsed at %s, %s → %s; reason: %s", at("lease_expired_at"), e.str("from"), e.str("to"), e.str("reason"))
 	case "alert":
-		return with(with("alert: "+e.str("alert"), "effect_id", " on effect "), "error_class", ", ")
+		// A workflow's own reason (workflow_gave_up: the node's Alert Reason, a client's
+		// transition alert) is what tells a person why; it is text, escaped where shown.
+		return with(with(with("alert: "+e.str("alert"), "effect_id", " on effect "), "error_class", ", "), "reason", "; reason: ")
 	case "effect_queued":
 		s := fmt.Sprintf("effect %s queued: %s → %s (%s)", id, e.str("action_type"), e.str("target"), e.str("executor"))
 		if e.str("approval_id") != "" {
