@@ -16,7 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	alclient "github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/mcpgw"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/tracing"
 )
 
@@ -47,19 +49,9 @@ It speaks MCP on stdin/stdout, or streamable HTTP on --listen (a loopback addres
 that flag is given. It talks to airlock at --airlock with --api-key (the runs scope).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd)
+			cfg, pol, err := mcpConfig(cmd)
 			if err != nil {
 				return err
-			}
-			if cfg.PolicyFile == "" {
-				return errors.New("give the policy file with the mcp section: --config FILE (or AIRLOCK_CONFIG)")
-			}
-			pol, err := loadPolicy(cfg)
-			if err != nil {
-				return fmt.Errorf("policy: %w", err)
-			}
-			if pol.MCP == nil {
-				return fmt.Errorf("policy %s has no mcp section", cfg.PolicyFile)
 			}
 			if apiKey == "" {
 				return errors.New("give an API key with the runs scope: --api-key or AIRLOCK_API_KEY")
@@ -149,19 +141,9 @@ then on the gateway refuses a tool whose definition changed (tool_changed) until
 catalogue is accepted again. It needs no airlock server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd)
+			cfg, pol, err := mcpConfig(cmd)
 			if err != nil {
 				return err
-			}
-			if cfg.PolicyFile == "" {
-				return errors.New("give the policy file with the mcp section: --config FILE (or AIRLOCK_CONFIG)")
-			}
-			pol, err := loadPolicy(cfg)
-			if err != nil {
-				return fmt.Errorf("policy: %w", err)
-			}
-			if pol.MCP == nil {
-				return fmt.Errorf("policy %s has no mcp section", cfg.PolicyFile)
 			}
 			path := mcpgw.PinsPath(cfg.PolicyFile, pol.MCP)
 			pins, err := mcpgw.LoadPins(path)
@@ -206,4 +188,24 @@ catalogue is accepted again. It needs no airlock server.`,
 	}
 	cmd.Flags().BoolVar(&accept, "accept", false, "pin every tool's definition as it is now")
 	return cmd
+}
+
+// mcpConfig is the configuration and the policy both mcp commands need: a policy file,
+// read, with an mcp section.
+func mcpConfig(cmd *cobra.Command) (config.Config, *policy.Policy, error) {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if cfg.PolicyFile == "" {
+		return cfg, nil, errors.New("give the policy file with the mcp section: --config FILE (or AIRLOCK_CONFIG)")
+	}
+	pol, err := loadPolicy(cfg)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("policy: %w", err)
+	}
+	if pol.MCP == nil {
+		return cfg, nil, fmt.Errorf("policy %s has no mcp section", cfg.PolicyFile)
+	}
+	return cfg, pol, nil
 }
