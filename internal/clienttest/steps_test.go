@@ -291,6 +291,10 @@ func TestStepSkipEffectRejected(t *testing.T) {
 			"approval_id": pending.ApprovalID, "rejected_by": "lead", "reason": "not this week"}) {
 			t.Fatalf("details %s: %v", ae.Details, err)
 		}
+		// The approver's link is a bearer secret: never in an answer to the agent.
+		if token := pending.ApproveURL[strings.LastIndex(pending.ApproveURL, "/")+1:]; strings.Contains(ae.Message+string(ae.Details), token) {
+			t.Fatalf("effect_rejected carries the approval token: %s %s", ae.Message, ae.Details)
+		}
 		if _, err := e.c.Transition(ctx, "skip-1", client.TransitionRequest{LeaseOwner: cl.LeaseOwner, Version: cl.Version, To: "failed_retryable"}); err != nil {
 			t.Fatal(err)
 		}
