@@ -70,6 +70,9 @@ type APIError struct {
 	Message string // for people
 	// Errors lists schema violations (invalid_ledger, invalid_input).
 	Errors []SchemaError
+	// Details are the error's particulars as a JSON object, when it has any
+	// (effect_rejected: effect_id, approval_id, rejected_by, reason); see docs/errors.md.
+	Details json.RawMessage
 }
 
 // SchemaError is one JSON Schema violation, located by a JSON pointer.
@@ -208,12 +211,13 @@ func (c *Client) once(ctx context.Context, method, path, idem string, payload []
 
 func decodeError(status int, raw []byte) error {
 	var body struct {
-		Code    string        `json:"error"`
-		Message string        `json:"message"`
-		Errors  []SchemaError `json:"errors"`
+		Code    string          `json:"error"`
+		Message string          `json:"message"`
+		Errors  []SchemaError   `json:"errors"`
+		Details json.RawMessage `json:"details"`
 	}
 	if json.Unmarshal(raw, &body) == nil && body.Code != "" {
-		return &APIError{Status: status, Code: body.Code, Message: body.Message, Errors: body.Errors}
+		return &APIError{Status: status, Code: body.Code, Message: body.Message, Errors: body.Errors, Details: body.Details}
 	}
 	// Not airlock's format (a proxy in between): keep a short, printable excerpt.
 	msg := strings.TrimSpace(string(raw))

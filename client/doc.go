@@ -60,7 +60,7 @@
 // with [IsCode]. Input hashes given to [Client.Plan] must be stable: compute them with
 // [HashInput] from the effect's input, never from values that change between attempts.
 //
-// The agent under examples/agent in airlock's repository is a complete program that
-// follows this flow, with a test that kills it at every dangerous point and checks that
-// its external effect happens exactly once.
+// The agent under examples/agent in airlock's repository is a complete program on the
+// step API ([Client.OpenRun], [AgentRun.Step]), with a test that kills it at every step
+// boundary and checks that each of its external effects happens exactly once.
 package client

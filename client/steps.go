@@ -17,10 +17,29 @@ const Done = "done"
 
 const noReceipt = "resolved as sent by an operator, without the provider's id"
 
-// RejectedError: a person rejected the run's gated effect. Reason is what the approver
-// wrote; EffectID and ApprovalID are empty when only the run told it (a later start).
+// RejectedError: a person rejected a gated effect: Reason is what the approver wrote,
+// RejectedBy who, EffectID and ApprovalID which. Under approval.on_reject: end_run the
+// run is over; under skip_effect only that step is (the step is recorded as settled
+// without performing it, and the run goes on: the next Step works). Err is the server's
+// effect_rejected answer when it told it ([IsCode] sees through).
 type RejectedError struct {
 	Reason, RejectedBy, EffectID, ApprovalID string
+	Err                                      error
+}
+
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// rejectedFrom reads a rejection's particulars: an error's details or a rejected run's
+// result.
+func rejectedFrom(raw json.RawMessage, err error) *RejectedError {
+	var d struct {
+		EffectID   string `json:"effect_id"`
+		ApprovalID string `json:"approval_id"`
+		RejectedBy string `json:"rejected_by"`
+		Reason     string `json:"reason"`
+	}
+	_ = json.Unmarshal(raw, &d)
+	return &RejectedError{Reason: d.Reason, RejectedBy: d.RejectedBy, EffectID: d.EffectID, ApprovalID: d.ApprovalID, Err: err}
 }
 
 func (e *RejectedError) Error() string {
@@ -216,12 +235,7 @@ func (r *AgentRun) open(ctx context.Context) error {
 			}
 			continue
 		case "rejected":
-			var res struct {
-				Reason     string `json:"reason"`
-				RejectedBy string `json:"rejected_by"`
-			}
-			_ = json.Unmarshal(cl.Result, &res)
-			return &RejectedError{Reason: res.Reason, RejectedBy: res.RejectedBy}
+			return rejectedFrom(cl.Result, nil)
 		case "completed", "failed_terminal":
 			r.Finished, r.Result = true, cl.Result
 			return nil
@@ -400,10 +414,10 @@ func (r *AgentRun) await(ctx context.Context, effectID, approvalID, approveURL s
 			effectID = st.EffectID
 		}
 		switch st.Status {
-		case "approved":
+		case "approved", "rejected":
+			// Decided: the next claim and plan tell which way (a rejection ends the run, or
+			// answers this effect effect_rejected), with the approver's reason.
 			return nil
-		case "rejected":
-			return &RejectedError{Reason: st.Reason, RejectedBy: st.Approver, EffectID: effectID, ApprovalID: approvalID}
 		case "pending":
 		default:
 			return &NeedsPersonError{EffectID: effectID, Why: "its approval " + approvalID + " is " + st.Status}
@@ -435,7 +449,9 @@ func (r *AgentRun) hook(point string, call StepCall) {
 // lookup: [NeedsPersonError]). A gated step waits up to [RunOptions].WaitApproval for the
 // decision, then [ApprovalPendingError]; a rejection is a [RejectedError] with the
 // approver's reason. Then the ledger records the step (completed, pending, next allowed
-// action; compare-and-set on the checkpoint), once even across restarts.
+// action; compare-and-set on the checkpoint), once even across restarts. Under
+// approval.on_reject: skip_effect a rejected step is recorded too, as settled without
+// performing (evidence "rejected://<approval id>"), and the run goes on with the next Step.
 func (r *AgentRun) Step(ctx context.Context, effectID, action, target string, input any,
 	perform func(ctx context.Context, call StepCall) (string, error), opts ...StepOption) (StepResult, error) {
 	if r.Finished {
@@ -464,6 +480,24 @@ func (r *AgentRun) Step(ctx context.Context, effectID, action, target string, in
 		}
 		p, err := r.c.Plan(ctx, r.key, effectID, PlanRequest{LeaseOwner: r.LeaseOwner, Action: action, Target: target,
 			InputHash: hash, Input: raw, Meta: r.o.Meta})
+		if IsCode(err, "effect_rejected") {
+			// approval.on_reject: skip_effect: this step is settled without performing it,
+			// and the run goes on.
+			var ae *APIError
+			errors.As(err, &ae)
+			rej := rejectedFrom(ae.Details, err)
+			if rej.EffectID == "" {
+				rej.EffectID = effectID
+			}
+			evidence := "rejected"
+			if rej.ApprovalID != "" {
+				evidence = "rejected://" + rej.ApprovalID
+			}
+			if err := r.record(ctx, effectID, evidence); err != nil {
+				return StepResult{}, err
+			}
+			return StepResult{}, rej
+		}
 		if IsCode(err, "reconcile_first") {
 			if so.lookup == nil {
 				return StepResult{}, &NeedsPersonError{EffectID: effectID,

@@ -8,10 +8,10 @@ export class AirlockError extends Error {}
 /** No answer from airlock (connection refused, reset, timed out), after the retries. */
 export class TransportError extends AirlockError {}
 
-/** An error answer from airlock: {"error": code, "message": …}. */
+/** An error answer from airlock: {"error": code, "message": …, "details"?: {…}}. */
 export class APIError extends AirlockError {
 	static code = '';
-	constructor(status, code, message, errors = [], retryAfter = 0) {
+	constructor(status, code, message, errors = [], retryAfter = 0, details = {}) {
 		super(`airlock: ${status} ${code}: ${message}`);
 		this.name = new.target.name;
 		this.status = status;
@@ -19,6 +19,8 @@ export class APIError extends AirlockError {
 		this.apiMessage = message;
 		this.errors = errors;
 		this.retryAfter = retryAfter;
+		/** The answer's particulars (effect_rejected: effect_id, approval_id, rejected_by, reason). */
+		this.details = details;
 	}
 }
 
@@ -104,7 +106,13 @@ export function errorFor(status, body, retryAfter = 0) {
 	if (body && typeof body === 'object' && typeof body.error === 'string' && body.error !== '') {
 		const Cls = Object.hasOwn(ERROR_CLASSES, body.error) ? ERROR_CLASSES[body.error] : APIError;
 		const errors = Array.isArray(body.errors) ? body.errors.filter((e) => e && typeof e === 'object') : [];
-		return new Cls(status, body.error, String(body.message ?? ''), errors, retryAfter);
+		const details = body.details && typeof body.details === 'object' && !Array.isArray(body.details) ? body.details : {};
+		const e = new Cls(status, body.error, String(body.message ?? ''), errors, retryAfter, details);
+		if (Cls === EffectRejectedError) {
+			// Also a RejectedError (steps.js): its fields, from the details.
+			for (const f of ['reason', 'rejected_by', 'effect_id', 'approval_id']) e[f] = String(details[f] ?? '');
+		}
+		return e;
 	}
 	let msg = typeof body === 'string' ? body.trim() : '';
 	if (msg.length > 200) msg = msg.slice(0, 200) + '…';

@@ -15,7 +15,9 @@ export interface SchemaError {
 
 export declare class APIError extends AirlockError {
 	static readonly code: string;
-	constructor(status: number, code: string, message: string, errors?: SchemaError[], retryAfter?: number);
+	constructor(status: number, code: string, message: string, errors?: SchemaError[], retryAfter?: number, details?: Record<string, unknown>);
+	/** The answer's particulars ({} when none; effect_rejected: effect_id, approval_id, rejected_by, reason). */
+	readonly details: Record<string, unknown>;
 	/** The HTTP status. */
 	readonly status: number;
 	/** Stable, machine-readable: "lease_lost", "reconcile_first", … ("" when the answer was not airlock's). */
@@ -151,7 +153,7 @@ export class InvalidLedgerError extends APIError { static readonly code: 'invali
 export class InvariantsChangedError extends APIError { static readonly code: 'invariants_changed'; readonly code: 'invariants_changed'; }
 /** 409: plan: this effect was planned and never confirmed (or its outcome is unknown): search the external system and reconcile it first ([agents.md](agents.md)) */
 export class ReconcileFirstError extends APIError { static readonly code: 'reconcile_first'; readonly code: 'reconcile_first'; }
-/** 409: plan: a person rejected this very effect (same run, effect id and input) and its action type has `approval.on_reject: skip_effect`: it is not performed, the run goes on; the message names who rejected it and why */
+/** 409: plan: a person rejected this very effect (same run, effect id and input) and its action type has `approval.on_reject: skip_effect`: it is not performed, the run goes on; the message names who rejected it and why, and `details` holds `effect_id`, `approval_id`, `rejected_by` and `reason` (the step APIs raise it as `RejectedError`) */
 export class EffectRejectedError extends APIError { static readonly code: 'effect_rejected'; readonly code: 'effect_rejected'; }
 /** 409: plan: the effect id was planned with another input hash; the run stops for a person (`airlock runs unpark`) */
 export class InputMismatchError extends APIError { static readonly code: 'input_mismatch'; readonly code: 'input_mismatch'; }
@@ -618,6 +620,14 @@ export declare class AgentRun {
 
 /** A person rejected the run's gated effect. */
 export declare class RejectedError extends AirlockError {
+	constructor(reason: string, rejected_by?: string, effect_id?: string, approval_id?: string);
+	readonly reason: string;
+	readonly rejected_by: string;
+	readonly effect_id: string;
+	readonly approval_id: string;
+}
+/** effect_rejected is also a RejectedError (`instanceof RejectedError` holds): its fields, from the answer's details. */
+export interface EffectRejectedError {
 	readonly reason: string;
 	readonly rejected_by: string;
 	readonly effect_id: string;

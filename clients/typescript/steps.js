@@ -1,18 +1,28 @@
 // The step API: a run handle (Client.openRun) and one call per side effect (AgentRun.step),
 // with the work ledger's bookkeeping done for the agent.
-import { AirlockError, LedgerNotFoundError, ReconcileFirstError } from './errors.js';
+import { AirlockError, EffectRejectedError, LedgerNotFoundError, ReconcileFirstError } from './errors.js';
 
 /** The ledger's next_allowed_action once every declared step is done. */
 export const DONE = 'done';
 
 const NO_RECEIPT = "resolved as sent by an operator, without the provider's id";
 
-/** A person rejected the run's gated effect: reason is what the approver wrote. */
+/**
+ * A person rejected a gated effect: reason is what the approver wrote, rejected_by who,
+ * effect_id and approval_id which. Under approval.on_reject: end_run the run is over; under
+ * skip_effect only that step is (recorded as settled without performing it; the next step
+ * works). The server's effect_rejected answer is thrown as EffectRejectedError, an
+ * APIError that is also `instanceof RejectedError`, its fields read from the details.
+ */
 export class RejectedError extends AirlockError {
 	constructor(reason, rejected_by = '', effect_id = '', approval_id = '') {
 		super(`airlock: rejected by ${rejected_by || 'a person'}: ${reason || '(no reason given)'}`);
 		this.name = 'RejectedError';
 		Object.assign(this, { reason, rejected_by, effect_id, approval_id });
+	}
+
+	static [Symbol.hasInstance](x) {
+		return Function.prototype[Symbol.hasInstance].call(this, x) || (this === RejectedError && x instanceof EffectRejectedError);
 	}
 }
 
@@ -99,7 +109,7 @@ export class AgentRun {
 			}
 			if (cl.state === 'rejected') {
 				const r = cl.result && typeof cl.result === 'object' ? cl.result : {};
-				throw new RejectedError(String(r.reason ?? ''), String(r.rejected_by ?? ''));
+				throw new RejectedError(...['reason', 'rejected_by', 'effect_id', 'approval_id'].map((f) => String(r[f] ?? '')));
 			}
 			if (cl.state === 'completed' || cl.state === 'failed_terminal') {
 				this.finished = true;
@@ -149,8 +159,9 @@ export class AgentRun {
 		const deadline = Date.now() + waitMs;
 		for (;;) {
 			const st = await this.client.approvalStatus(this.key, approval_id);
-			if (st.status === 'approved') return;
-			if (st.status === 'rejected') throw new RejectedError(st.reason ?? '', st.approver ?? '', st.effect_id || effect_id, approval_id);
+			// Decided: the next claim and plan tell which way (a rejection ends the run, or
+			// answers this effect effect_rejected), with the approver's reason.
+			if (st.status === 'approved' || st.status === 'rejected') return;
 			if (st.status !== 'pending') throw new NeedsPersonError(effect_id, `its approval ${approval_id} is ${st.status}`);
 			const left = deadline - Date.now();
 			if (left <= 0) throw new ApprovalPendingError(st.effect_id || effect_id, approval_id, approve_url, console_url);
@@ -182,7 +193,9 @@ export class AgentRun {
 	 * null when the search cannot tell: NeedsPersonError). A gated step waits up to
 	 * waitApprovalMs (default: the run's) for the decision, then ApprovalPendingError; a
 	 * rejection throws RejectedError with the approver's reason. Then the ledger records
-	 * the step, once even across restarts (compare-and-set on checkpoint_version).
+	 * the step, once even across restarts (compare-and-set on checkpoint_version). Under
+	 * approval.on_reject: skip_effect a rejected step is recorded too, as settled without
+	 * performing (evidence `rejected://<approval id>`), and the run goes on with the next step.
 	 */
 	async step(effectId, action, target, input, perform, { lookup, waitApprovalMs } = {}) {
 		if (this.finished) throw new RunFinishedError(this.key, this.state, this.result);
@@ -195,6 +208,13 @@ export class AgentRun {
 			try {
 				plan = await this.client.plan(this.key, effectId, this.lease_owner, { action, target, input, meta: this.meta });
 			} catch (e) {
+				if (e instanceof EffectRejectedError) {
+					// approval.on_reject: skip_effect: this step is settled without performing it,
+					// and the run goes on.
+					e.effect_id ||= effectId;
+					await this.#record(effectId, e.approval_id ? `rejected://${e.approval_id}` : 'rejected');
+					throw e;
+				}
 				if (!(e instanceof ReconcileFirstError)) throw e;
 				if (!lookup) throw new NeedsPersonError(effectId, 'it was planned and never confirmed, and the step has no lookup to search the external system');
 				const found = await lookup(call);

@@ -50,7 +50,7 @@ func TestTutorialAgentsDemo(t *testing.T) {
 		if err != nil {
 			t.Fatalf("demo.sh: %v\n%s", err, out)
 		}
-		for _, want := range []string{"report-2026w48: 1 document(s), \"state\":\"completed\"", "report-2026w49: 1 document(s), \"state\":\"completed\"", "\"msg\":\"reconciled\"", "stopped airlock serve"} {
+		for _, want := range []string{"report-2026w48: 3 record(s), \"state\":\"completed\"", "report-2026w49: 3 record(s), \"state\":\"completed\"", "\"msg\":\"reconciled\"", "stopped airlock serve"} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("demo.sh's output lacks %q:\n%s", want, out)
 			}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The example agent against a local airlock, as docs/agents.md tells it: one run to the
-# end, then a run killed right after it created its document and started again (it waits
-# out the lease, reconciles, and does not create the document twice). Everything lives in
+# end, then a run killed right after it created its draft and started again (it waits out
+# the lease, looks the draft up, and does not create it twice). Everything lives in
 # a temp directory (its database, policy, documents, logs): nothing is written into the
 # repository. The binaries are built once (not `go run` per command); the server is
 # waited for, and stopped when the script ends, fails or is interrupted (INT, TERM, HUP).
@@ -46,6 +46,8 @@ fi
 cat >"$WORK/agent-policy.yaml" <<'YAML'
 actions:
   create_internal_draft: {connector: worker, gate: none}
+  annotate_draft: {connector: worker, gate: none}
+  share_internal: {connector: worker, gate: none}
 YAML
 export AIRLOCK_DATABASE_URL="$WORK/airlock.db" AIRLOCK_LISTEN="$LISTEN" AIRLOCK_URL="http://$LISTEN"
 "$AIRLOCK" serve --config "$WORK/agent-policy.yaml" >"$WORK/airlock.log" 2>&1 &
@@ -64,15 +66,15 @@ AIRLOCK_API_KEY=$("$AIRLOCK" apikey create --name agent --scope runs 2>/dev/null
 export AIRLOCK_API_KEY
 mkdir "$WORK/docs"
 
-say "report-2026w48: claims, saves checkpoints 1-4, creates its document once, completes"
+say "report-2026w48: claims, drafts, checks and shares (checkpoints 1-4), completes"
 "$AGENT" --run-id report-2026w48 --docs "$WORK/docs" --lease 5s >"$WORK/agent-w48.log"
 tail -n 1 "$WORK/agent-w48.log"
 
-say "report-2026w49: killed right after it created its document"
+say "report-2026w49: killed right after it created its draft"
 rc=0
-AGENT_CRASH_AT=after_create "$AGENT" --run-id report-2026w49 --docs "$WORK/docs" --lease 5s >"$WORK/agent-w49a.log" 2>&1 || rc=$?
+AGENT_CRASH_AT=after_perform:draft "$AGENT" --run-id report-2026w49 --docs "$WORK/docs" --lease 5s >"$WORK/agent-w49a.log" 2>&1 || rc=$?
 [ "$rc" = 137 ] || { echo "demo: the crashing agent exited $rc, not 137 (SIGKILL)" >&2; exit 1; }
-say "report-2026w49 again: waits out the lease, reconciles (finds its document), finishes"
+say "report-2026w49 again: waits out the lease, looks the draft up (finds it), finishes"
 "$AGENT" --run-id report-2026w49 --docs "$WORK/docs" --lease 5s >"$WORK/agent-w49b.log"
 grep -o '"msg":"[^"]*reconcil[^"]*"' "$WORK/agent-w49b.log" | head -n 3 || true
 tail -n 1 "$WORK/agent-w49b.log"
@@ -80,7 +82,7 @@ tail -n 1 "$WORK/agent-w49b.log"
 for run in report-2026w48 report-2026w49; do
 	n=$(grep -l "\"run_id\": *\"$run\"" "$WORK"/docs/* | wc -l)
 	state=$(curl -s -H "Authorization: Bearer $AIRLOCK_API_KEY" "http://$LISTEN/v1/runs/$run" | grep -o '"state":"[a-z_]*"' | head -n 1)
-	echo "demo: $run: $n document(s), $state"
-	[ "$n" = 1 ] && [ "$state" = '"state":"completed"' ] || { echo "demo: $run: want 1 document and completed" >&2; exit 1; }
+	echo "demo: $run: $n record(s), $state"
+	[ "$n" = 3 ] && [ "$state" = '"state":"completed"' ] || { echo "demo: $run: want 3 records (draft, note, share) and completed" >&2; exit 1; }
 done
-say "ok: one document per run, both runs completed"
+say "ok: one record per step (draft, note, share), both runs completed"

@@ -23,11 +23,17 @@ import (
 	"github.com/airlockhq/airlock/internal/tracing"
 )
 
-// AgentPolicy is the policy of the weekly-report agent (examples/agent): its one
-// external effect, performed by the agent itself, with no gate.
+// AgentPolicy is the policy of the weekly-report agent (examples/agent): its three
+// external effects (draft, check note, share), performed by the agent itself, with no gate.
 const AgentPolicy = `
 actions:
   create_internal_draft:
+    connector: worker
+    gate: none
+  annotate_draft:
+    connector: worker
+    gate: none
+  share_internal:
     connector: worker
     gate: none
 `

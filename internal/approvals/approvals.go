@@ -460,7 +460,9 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 			}
 		}
 		if to == store.StateRejected {
-			if result, err = json.Marshal(map[string]string{"rejected_by": who.Subject, "reason": reason}); err != nil {
+			// Who, why and which: the next claim answers it, and a client tells the user.
+			if result, err = json.Marshal(map[string]string{"rejected_by": who.Subject, "reason": reason,
+				"effect_id": a.EffectID, "approval_id": a.ID}); err != nil {
 				return err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +35,11 @@ actions:
     connector: worker
     gate: approve_before_act
     approvers: {roles: [support-lead]}
+  post_update:
+    connector: worker
+    gate: approve_before_act
+    approvers: {roles: [support-lead]}
+    approval: {on_reject: skip_effect}
 `
 
 // TestMain lets the crash test run the onboarding agent in a child process (this test
@@ -233,8 +239,9 @@ func TestStepRejectionReason(t *testing.T) {
 		e.decide(t, pending.ApproveURL, approvals.Reject, "not before legal has read it")
 		_, err = e.c.OpenRun(ctx, "rej-1", map[string]string{"k": "1"}, client.RunOptions{})
 		var rej *client.RejectedError
-		if !errors.As(err, &rej) || rej.Reason != "not before legal has read it" || rej.RejectedBy != "lead" {
-			t.Fatalf("open a rejected run: %v", err)
+		if !errors.As(err, &rej) || rej.Reason != "not before legal has read it" || rej.RejectedBy != "lead" ||
+			rej.EffectID != "share" || rej.ApprovalID != pending.ApprovalID {
+			t.Fatalf("open a rejected run: %+v", err)
 		}
 
 		c := e.deciding(t, approvals.Reject, "wrong team")
@@ -246,6 +253,105 @@ func TestStepRejectionReason(t *testing.T) {
 		_, err = run.Step(ctx, "share", "share_doc", "team", map[string]string{"doc": "doc://2"}, mustNotPerform(t))
 		if !errors.As(err, &rej) || rej.Reason != "wrong team" || rej.EffectID != "share" {
 			t.Fatalf("waiting step: %v", err)
+		}
+	})
+}
+
+// TestStepSkipEffectRejected: a reject of an effect whose type says approval.on_reject:
+// skip_effect reaches the step as a RejectedError (who, why, which effect and approval,
+// read from the error's details), the step is recorded as settled without performing,
+// and the run goes on to its next step — from a later start and from a waiting step.
+// On both stores.
+func TestStepSkipEffectRejected(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
+		ctx, e := context.Background(), startSteps(t, b)
+		opts := client.RunOptions{Steps: []string{"a", "post", "b"}, LeaseSeconds: 5}
+		run, err := e.c.OpenRun(ctx, "skip-1", map[string]string{"k": "skip-1"}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run.Step(ctx, "a", "create_doc", "x", map[string]int{"n": 1}, perform("r-a")); err != nil {
+			t.Fatal(err)
+		}
+		_, err = run.Step(ctx, "post", "post_update", "team", map[string]string{"text": "hello"}, mustNotPerform(t))
+		run.Close()
+		var pending *client.ApprovalPendingError
+		if !errors.As(err, &pending) {
+			t.Fatalf("gated step: %v", err)
+		}
+		e.decide(t, pending.ApproveURL, approvals.Reject, "not this week")
+
+		// The low-level answer carries the particulars as details.
+		cl := claim(t, e.c, "skip-1")
+		h, _ := client.HashInput(map[string]string{"text": "hello"})
+		_, err = e.c.Plan(ctx, "skip-1", "post", client.PlanRequest{LeaseOwner: cl.LeaseOwner, Action: "post_update", Target: "team", InputHash: h})
+		ae := wantCode(t, err, http.StatusConflict, "effect_rejected")
+		var details map[string]string
+		if err := json.Unmarshal(ae.Details, &details); err != nil || !maps.Equal(details, map[string]string{"effect_id": "post",
+			"approval_id": pending.ApprovalID, "rejected_by": "lead", "reason": "not this week"}) {
+			t.Fatalf("details %s: %v", ae.Details, err)
+		}
+		// The approver's link is a bearer secret: never in an answer to the agent.
+		if token := pending.ApproveURL[strings.LastIndex(pending.ApproveURL, "/")+1:]; strings.Contains(ae.Message+string(ae.Details), token) {
+			t.Fatalf("effect_rejected carries the approval token: %s %s", ae.Message, ae.Details)
+		}
+		if _, err := e.c.Transition(ctx, "skip-1", client.TransitionRequest{LeaseOwner: cl.LeaseOwner, Version: cl.Version, To: "failed_retryable"}); err != nil {
+			t.Fatal(err)
+		}
+
+		for range 2 { // a second start answers the same, and records the step once
+			run, err = e.c.OpenRun(ctx, "skip-1", map[string]string{"k": "skip-1"}, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = run.Step(ctx, "post", "post_update", "team", map[string]string{"text": "hello"}, mustNotPerform(t))
+			var rej *client.RejectedError
+			if !errors.As(err, &rej) || rej.Reason != "not this week" || rej.RejectedBy != "lead" || rej.EffectID != "post" ||
+				rej.ApprovalID != pending.ApprovalID || !client.IsCode(err, "effect_rejected") {
+				t.Fatalf("rejected step: %#v", err)
+			}
+			if run.Ledger.NextAllowedAction != "b" {
+				t.Fatalf("next allowed action after the rejected step: %q", run.Ledger.NextAllowedAction)
+			}
+			run.Close()
+		}
+		run, err = e.c.OpenRun(ctx, "skip-1", map[string]string{"k": "skip-1"}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run.Step(ctx, "b", "crm_note", "x", map[string]int{"n": 2}, perform("r-b")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run.Complete(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := e.c.Ledger(ctx, "skip-1")
+		var got []string
+		for _, s := range l.Completed {
+			got = append(got, s.Step+"="+s.Evidence)
+		}
+		if want := []string{"a=r-a", "post=rejected://" + pending.ApprovalID, "b=r-b"}; !slices.Equal(got, want) {
+			t.Fatalf("ledger completed %v; want %v", got, want)
+		}
+
+		// A step that waits for the decision learns it the same way and goes on.
+		c := e.deciding(t, approvals.Reject, "")
+		run, err = c.OpenRun(ctx, "skip-2", map[string]string{"k": "2"}, client.RunOptions{Steps: []string{"post", "b"},
+			LeaseSeconds: 5, WaitApproval: 20 * time.Second, Poll: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer run.Close()
+		_, err = run.Step(ctx, "post", "post_update", "team", map[string]string{"text": "hi"}, mustNotPerform(t))
+		var rej *client.RejectedError
+		if !errors.As(err, &rej) || rej.Reason != "" || rej.RejectedBy != "lead" || rej.EffectID != "post" || rej.ApprovalID == "" {
+			t.Fatalf("waiting step: %#v", err)
+		}
+		if res, err := run.Step(ctx, "b", "crm_note", "x", map[string]int{"n": 2}, perform("r-b2")); err != nil || res.Receipt != "r-b2" {
+			t.Fatalf("the next step: %+v, %v", res, err)
+		}
+		if _, err := run.Complete(ctx, nil); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -85,7 +85,7 @@ var All = []Code{
 	{"invalid_ledger", 422, "the ledger fails its schema (`GET /v1/ledger.schema.json`; `errors` lists pointers)"},
 	{"invariants_changed", 409, "a ledger save changes `invariants`, which cannot change once saved"},
 	{"reconcile_first", 409, "plan: this effect was planned and never confirmed (or its outcome is unknown): search the external system and reconcile it first ([agents.md](agents.md))"},
-	{"effect_rejected", 409, "plan: a person rejected this very effect (same run, effect id and input) and its action type has `approval.on_reject: skip_effect`: it is not performed, the run goes on; the message names who rejected it and why"},
+	{"effect_rejected", 409, "plan: a person rejected this very effect (same run, effect id and input) and its action type has `approval.on_reject: skip_effect`: it is not performed, the run goes on; the message names who rejected it and why, and `details` holds `effect_id`, `approval_id`, `rejected_by` and `reason` (the step APIs raise it as `RejectedError`)"},
 	{"input_mismatch", 409, "plan: the effect id was planned with another input hash; the run stops for a person (`airlock runs unpark`)"},
 	{"not_planned", 409, "confirm or reconcile: the effect is not `planned` (an `unknown` one is a person's to resolve)"},
 	{"not_settled", 409, "reconcile: the search found nothing, but the action type's `settle_window` has not passed since the effect was planned — a call made under that plan may still be in progress at the provider; search again after `Retry-After` seconds"},

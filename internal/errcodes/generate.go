@@ -140,13 +140,23 @@ func docsTable() string {
 	return b.String()
 }
 
+// alsoClass names the hand-written client class a code's class also is: in Python a
+// second base, in TypeScript `instanceof` (that class's Symbol.hasInstance). The step
+// APIs raise effect_rejected as a RejectedError, and `except EffectRejectedError` (or
+// `instanceof EffectRejectedError`) keeps working.
+var alsoClass = map[string]string{"effect_rejected": "RejectedError"}
+
 func pythonClasses() string {
 	var b strings.Builder
 	for i, c := range All {
 		if i > 0 {
 			b.WriteString("\n\n")
 		}
-		fmt.Fprintf(&b, "class %s(APIError):\n    r\"\"\"%d: %s\"\"\"\n\n    code = %q\n", ClassName(c.Name), c.Status, c.Meaning, c.Name)
+		bases := "APIError"
+		if also := alsoClass[c.Name]; also != "" {
+			bases += ", " + also
+		}
+		fmt.Fprintf(&b, "class %s(%s):\n    r\"\"\"%d: %s\"\"\"\n\n    code = %q\n", ClassName(c.Name), bases, c.Status, c.Meaning, c.Name)
 	}
 	return b.String()
 }

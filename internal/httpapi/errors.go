@@ -27,6 +27,9 @@ type Error struct {
 	Message string `json:"message"`
 	// Errors lists schema violations (invalid_input).
 	Errors []validation.Error `json:"errors,omitempty"`
+	// Details are an error's particulars, for a client to read without parsing the
+	// message (effect_rejected: effect_id, approval_id, rejected_by, reason).
+	Details map[string]string `json:"details,omitempty"`
 	// RetryAfter, when set, is sent as the Retry-After header (seconds).
 	RetryAfter int `json:"-"`
 }
@@ -136,6 +139,13 @@ func toAPIError(err error) (*Error, bool) {
 	if errors.As(err, &le) {
 		e := apiError(http.StatusUnprocessableEntity, "invalid_ledger", le.Error())
 		e.Errors = le.Errors
+		return e, true
+	}
+	var rej *ledger.RejectedError
+	if errors.As(err, &rej) {
+		e := apiError(http.StatusConflict, "effect_rejected", messageOf(err, ledger.ErrEffectRejected))
+		e.Details = map[string]string{"effect_id": rej.EffectID, "approval_id": rej.ApprovalID,
+			"rejected_by": rej.RejectedBy, "reason": rej.Reason}
 		return e, true
 	}
 	var fe *runs.FieldError

@@ -56,6 +56,19 @@ var (
 	ErrNotSettled = errors.New("the effect's settle window has not passed: a call made under the earlier plan may still be in progress")
 )
 
+// RejectedError is [ErrEffectRejected] with its particulars: which effect, which
+// approval, who rejected it and why. The API answers them as the error's details, so a
+// client reads them without parsing the message.
+type RejectedError struct {
+	EffectID, ApprovalID, RejectedBy, Reason string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("%v (rejected by %s: %s)", ErrEffectRejected, e.RejectedBy, rejectReason(e.Reason))
+}
+
+func (e *RejectedError) Unwrap() error { return ErrEffectRejected }
+
 // InvalidError is a ledger that fails the published schema or the rules around it.
 type InvalidError struct{ Errors []validation.Error }
 
@@ -384,7 +397,7 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 				ap.Target == req.Target && ap.PayloadHash == req.InputHash && ap.Executor == store.ExecutorAgent
 		}
 		if i := slices.IndexFunc(aps, func(ap store.Approval) bool { return ap.Decision == approvals.Reject && this(ap) }); i >= 0 {
-			return fmt.Errorf("%w (rejected by %s: %s)", ErrEffectRejected, aps[i].ApproverSubject, rejectReason(aps[i].Reason))
+			return &RejectedError{EffectID: req.EffectID, ApprovalID: aps[i].ID, RejectedBy: aps[i].ApproverSubject, Reason: aps[i].Reason}
 		}
 		approved := slices.ContainsFunc(aps, func(ap store.Approval) bool { return ap.Decision == approvals.Approve && this(ap) })
 		if !approved {

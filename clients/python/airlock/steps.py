@@ -6,7 +6,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
-from .errors import (ApprovalPendingError, LedgerNotFoundError, NeedsPersonError,
+from .errors import (ApprovalPendingError, EffectRejectedError, LedgerNotFoundError, NeedsPersonError,
                      ReconcileFirstError, RejectedError, RunBusyError, RunFinishedError)
 from .types import Ledger, Step, Transition
 
@@ -103,7 +103,7 @@ class AgentRun:
                 continue
             if cl.state == "rejected":
                 r = cl.result if isinstance(cl.result, dict) else {}
-                raise RejectedError(str(r.get("reason") or ""), str(r.get("rejected_by") or ""))
+                raise RejectedError(*(str(r.get(f) or "") for f in ("reason", "rejected_by", "effect_id", "approval_id")))
             if cl.state in ("completed", "failed_terminal"):
                 self.finished, self.result = True, cl.result
                 return self
@@ -153,10 +153,10 @@ class AgentRun:
         deadline = time.monotonic() + wait
         while True:
             st = self.client.approval_status(self.key, approval_id)
-            if st.status == "approved":
+            if st.status in ("approved", "rejected"):
+                # Decided: the next claim and plan tell which way (a rejection ends the run,
+                # or answers this effect effect_rejected), with the approver's reason.
                 return
-            if st.status == "rejected":
-                raise RejectedError(st.reason, st.approver, st.effect_id or effect_id, approval_id)
             if st.status != "pending":
                 raise NeedsPersonError(effect_id, f"its approval {approval_id} is {st.status}")
             left = deadline - time.monotonic()
@@ -183,7 +183,10 @@ class AgentRun:
         the run's ``wait_approval``) for the decision, then raises
         :class:`ApprovalPendingError`; a rejection raises :class:`RejectedError` with the
         approver's reason. Then the step is recorded in the ledger (completed, pending,
-        next allowed action; compare-and-set), once even across restarts."""
+        next allowed action; compare-and-set), once even across restarts. Under
+        ``approval.on_reject: skip_effect`` a rejected step is recorded too, as settled
+        without performing (evidence ``rejected://<approval id>``), and the run goes on
+        with the next step (the error is an :class:`EffectRejectedError`, a RejectedError)."""
         if self.finished:
             raise RunFinishedError(self.key, self.state, self.result)
         call = StepCall(self.key, effect_id, action, target, input, f"{self.key}/{effect_id}")
@@ -193,6 +196,12 @@ class AgentRun:
             try:
                 plan = self.client.plan(self.key, effect_id, self.lease_owner, action, target, input=input,
                                         meta=self.meta)
+            except EffectRejectedError as e:
+                # approval.on_reject: skip_effect: this step is settled without performing
+                # it, and the run goes on. The error is also a RejectedError.
+                e.effect_id = e.effect_id or effect_id
+                self._record(effect_id, "rejected://" + e.approval_id if e.approval_id else "rejected")
+                raise
             except ReconcileFirstError:
                 if lookup is None:
                     raise NeedsPersonError(effect_id, "it was planned and never confirmed, and the step has no "

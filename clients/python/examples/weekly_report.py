@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The weekly-report agent of airlock's work-ledger seed, in Python: the same agent as
-examples/agent (Go). It can be killed at any moment and started again without repeating
-its one external effect or starting over.
+"""The weekly-report agent of airlock's work-ledger seed, in Python, on the low-level
+calls (plan, confirm, reconcile, save_ledger by hand; examples/onboard.py is the step API,
+and examples/agent the Go agent on it). It can be killed at any moment and started again
+without repeating its one external effect or starting over.
 
 Steps: sources_collected -> create_internal_draft (creates a document in a file-backed
 document system: the one external effect, effect id share-draft-01) -> compare_figures

@@ -43,6 +43,11 @@ actions:
     connector: worker
     gate: approve_before_act
     approvers: {roles: [support-lead]}
+  post_update:
+    connector: worker
+    gate: approve_before_act
+    approvers: {roles: [support-lead]}
+    approval: {on_reject: skip_effect}
   legal_share:
     connector: worker
     gate: approve_before_act

@@ -102,7 +102,9 @@ class StepsBase:
         # A restarted agent learns the reason from the run, one waiting from the approval.
         with self.assertRaises(airlock.RejectedError) as rej:
             c.open_run(key, {"k": key})
-        self.assertEqual((rej.exception.reason, rej.exception.rejected_by), ("not before legal has read it", "lead"))
+        self.assertEqual((rej.exception.reason, rej.exception.rejected_by, rej.exception.effect_id,
+                          rej.exception.approval_id),
+                         ("not before legal has read it", "lead", "share", pend.exception.approval_id))
 
         key2 = unique("reject-wait")
         with c.open_run(key2, {"k": key2}, lease_seconds=5) as run:
@@ -120,6 +122,58 @@ class StepsBase:
                 run.step("share", "share_doc", "team", {"doc": "doc://2"}, lambda s: self.fail("performed"),
                          wait=20)
             self.assertEqual((rej.exception.reason, rej.exception.effect_id), ("wrong team", "share"))
+
+    def test_skip_effect_rejection_is_a_rejected_error_and_the_run_goes_on(self):
+        """approval.on_reject: skip_effect: the step raises RejectedError (who, why, which,
+        from the answer's details), records the step as settled without performing it, and
+        the next step works; a later start answers the same, and a waiting step too."""
+        c = self.client()
+        key = unique("skip")
+        steps = ["a", "post", "b"]
+        with c.open_run(key, {"k": key}, steps=steps, lease_seconds=5) as run:
+            run.step("a", "create_doc", "docs", {"n": 1}, lambda s: "r-a")
+            with self.assertRaises(airlock.ApprovalPendingError) as pend:
+                run.step("post", "post_update", "team", {"text": "hello"}, lambda s: self.fail("performed"))
+        self.server.approve(pend.exception.approve_url, "reject", "not this week")
+        # The low-level call: the generated class, also a RejectedError, filled from details.
+        cl = c.claim(key, {"k": key}, lease_seconds=30)
+        with self.assertRaises(airlock.EffectRejectedError) as low:
+            c.plan(key, "post", cl.lease_owner, "post_update", "team", input={"text": "hello"})
+        self.assertIsInstance(low.exception, airlock.RejectedError)
+        self.assertEqual(low.exception.details, {"effect_id": "post", "approval_id": pend.exception.approval_id,
+                                                 "rejected_by": "lead", "reason": "not this week"})
+        c.transition(key, cl.lease_owner, cl.version, "failed_retryable")
+        for _ in range(2):  # a second start answers the same and records the step once
+            with c.open_run(key, {"k": key}, steps=steps, lease_seconds=5) as run:
+                with self.assertRaises(airlock.RejectedError) as rej:
+                    run.step("post", "post_update", "team", {"text": "hello"}, lambda s: self.fail("performed"))
+                e = rej.exception
+                self.assertEqual((e.reason, e.rejected_by, e.effect_id, e.approval_id, e.code),
+                                 ("not this week", "lead", "post", pend.exception.approval_id, "effect_rejected"))
+                self.assertEqual(run.ledger.next_allowed_action, "b")
+        with c.open_run(key, {"k": key}, steps=steps, lease_seconds=5) as run:
+            self.assertEqual(run.step("b", "crm_note", "crm", {"n": 2}, lambda s: "r-b").receipt, "r-b")
+            run.complete()
+        self.assertEqual([(s.step, s.evidence) for s in c.ledger(key).completed],
+                         [("a", "r-a"), ("post", "rejected://" + pend.exception.approval_id), ("b", "r-b")])
+
+        key2 = unique("skip-wait")
+        with c.open_run(key2, {"k": key2}, steps=["post", "b"], lease_seconds=5) as run:
+            orig = c.plan
+
+            def plan(*a, **kw):
+                p = orig(*a, **kw)
+                if p.approval is not None:
+                    threading.Timer(0.5, self.server.approve, (p.approval.approve_url, "reject", "wrong channel")).start()
+                return p
+            run.client = _Wrapped(c, plan=plan)
+            with self.assertRaises(airlock.RejectedError) as rej:
+                run.step("post", "post_update", "team", {"text": "hi"}, lambda s: self.fail("performed"), wait=20)
+            self.assertEqual((rej.exception.reason, rej.exception.effect_id), ("wrong channel", "post"))
+            self.assertTrue(rej.exception.approval_id)
+            self.assertEqual(run.step("b", "crm_note", "crm", {"n": 3}, lambda s: "r-b2").receipt, "r-b2")
+            run.complete()
+        self.assertEqual(c.run(key2).state, "completed")
 
     # --- issue 39: the step API -------------------------------------------------
 

@@ -88,7 +88,7 @@ for (const backend of backends()) {
 			assert.equal(await srv.approve(pending.approve_url, 'reject', 'not before legal has read it'), 200);
 			const rej = await c.openRun(key, { k: key }).catch((e) => e);
 			assert.ok(rej instanceof airlock.RejectedError, String(rej));
-			assert.deepEqual([rej.reason, rej.rejected_by], ['not before legal has read it', 'lead']);
+			assert.deepEqual([rej.reason, rej.rejected_by, rej.effect_id, rej.approval_id], ['not before legal has read it', 'lead', 'share', pending.approval_id]);
 
 			const key2 = unique('reject-wait');
 			const c2 = approving(client(), srv, 'reject', 'wrong team');
@@ -96,6 +96,54 @@ for (const backend of backends()) {
 				run.step('share', 'share_doc', 'team', { doc: 'doc://2' }, async () => assert.fail('performed'), { waitApprovalMs: 20000 })).catch((e) => e);
 			assert.ok(err instanceof airlock.RejectedError, String(err));
 			assert.deepEqual([err.reason, err.effect_id], ['wrong team', 'share']);
+		});
+
+		test('a skip_effect rejection is a RejectedError and the run goes on', async () => {
+			// The step throws RejectedError (who, why, which, from the answer's details),
+			// records the step as settled without performing it, and the next step works; a
+			// later start answers the same, and a waiting step too.
+			const c = client();
+			const key = unique('skip');
+			const steps = ['a', 'post', 'b'];
+			let pending;
+			await c.withRun(key, { k: key }, { steps, lease_seconds: 5 }, async (run) => {
+				await run.step('a', 'create_doc', 'docs', { n: 1 }, async () => 'r-a');
+				pending = await run.step('post', 'post_update', 'team', { text: 'hello' }, async () => assert.fail('performed')).catch((e) => e);
+			});
+			assert.ok(pending instanceof airlock.ApprovalPendingError, String(pending));
+			assert.equal(await srv.approve(pending.approve_url, 'reject', 'not this week'), 200);
+			// The low-level call: the generated class, also a RejectedError, filled from details.
+			const cl = await c.claim(key, { payload: { k: key }, lease_seconds: 30 });
+			const low = await c.plan(key, 'post', cl.lease_owner, { action: 'post_update', target: 'team', input: { text: 'hello' } }).catch((e) => e);
+			assert.ok(low instanceof airlock.EffectRejectedError && low instanceof airlock.RejectedError && low instanceof airlock.APIError, String(low));
+			assert.deepEqual(low.details, { effect_id: 'post', approval_id: pending.approval_id, rejected_by: 'lead', reason: 'not this week' });
+			assert.ok(!(new airlock.LeaseLostError(409, 'lease_lost', 'x') instanceof airlock.RejectedError));
+			await c.transition(key, cl.lease_owner, cl.version, 'failed_retryable');
+			for (let i = 0; i < 2; i++) { // a second start answers the same and records the step once
+				await c.withRun(key, { k: key }, { steps, lease_seconds: 5 }, async (run) => {
+					const e = await run.step('post', 'post_update', 'team', { text: 'hello' }, async () => assert.fail('performed')).catch((x) => x);
+					assert.ok(e instanceof airlock.RejectedError, String(e));
+					assert.deepEqual([e.reason, e.rejected_by, e.effect_id, e.approval_id, e.code], ['not this week', 'lead', 'post', pending.approval_id, 'effect_rejected']);
+					assert.equal(run.ledger.next_allowed_action, 'b');
+				});
+			}
+			await c.withRun(key, { k: key }, { steps, lease_seconds: 5 }, async (run) => {
+				assert.equal((await run.step('b', 'crm_note', 'crm', { n: 2 }, async () => 'r-b')).receipt, 'r-b');
+				await run.complete();
+			});
+			assert.deepEqual((await c.ledger(key)).completed.map((s) => [s.step, s.evidence]), [['a', 'r-a'], ['post', 'rejected://' + pending.approval_id], ['b', 'r-b']]);
+
+			const key2 = unique('skip-wait');
+			const c2 = approving(client(), srv, 'reject', 'wrong channel');
+			await c2.withRun(key2, { k: key2 }, { steps: ['post', 'b'], lease_seconds: 5 }, async (run) => {
+				const e = await run.step('post', 'post_update', 'team', { text: 'hi' }, async () => assert.fail('performed'), { waitApprovalMs: 20000 }).catch((x) => x);
+				assert.ok(e instanceof airlock.RejectedError, String(e));
+				assert.deepEqual([e.reason, e.effect_id], ['wrong channel', 'post']);
+				assert.ok(e.approval_id);
+				assert.equal((await run.step('b', 'crm_note', 'crm', { n: 3 }, async () => 'r-b2')).receipt, 'r-b2');
+				await run.complete();
+			});
+			assert.equal((await c.run(key2)).state, 'completed');
 		});
 
 		test('steps wait for an approval, then perform once', async () => {
