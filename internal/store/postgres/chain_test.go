@@ -31,7 +31,7 @@ func migrationFunction(t *testing.T, file string) string {
 }
 
 // TestChainAcrossTheMigration writes a run's events with 0015's trigger function, then
-// with 0024's (the one migrations leave in place), in single-row and multi-row
+// with 0024's, then with 0034's (the one migrations leave in place), in single-row and multi-row
 // statements: the links of both verify as one chain with store.ChainHash, so chains begun
 // before 0024 continue after it and the Go verifier needs no version.
 func TestChainAcrossTheMigration(t *testing.T) {
@@ -64,7 +64,9 @@ func TestChainAcrossTheMigration(t *testing.T) {
 	write("old")
 	storetest.ExecRaw(t, st, migrationFunction(t, "0024_chain_cost.sql"))
 	write("new")
-	for _, key := range []string{"x", "y-old", "y-new"} {
+	storetest.ExecRaw(t, st, migrationFunction(t, "0034_chain_update_first.sql"))
+	write("newest")
+	for _, key := range []string{"x", "y-old", "y-new", "y-newest"} {
 		evs, err := st.ChainEvents(ctx, key, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
@@ -83,7 +85,7 @@ func TestChainAcrossTheMigration(t *testing.T) {
 			}
 			prev = *e.Hash
 		}
-		if want := map[string]int{"x": 12, "y-old": 2, "y-new": 2}[key]; len(evs) != want || head.Seq != int64(want) || head.Head != prev {
+		if want := map[string]int{"x": 18, "y-old": 2, "y-new": 2, "y-newest": 2}[key]; len(evs) != want || head.Seq != int64(want) || head.Head != prev {
 			t.Fatalf("%s: %d events, head %+v, last hash %s; want %d links", key, len(evs), head, prev, want)
 		}
 	}
