@@ -12,6 +12,13 @@
 -- run's first event. Same row lock, same order, same links (TestChainAcrossTheMigration
 -- writes with 0015's, 0024's and this function in turn); nothing an older binary writes
 -- changes (the chain is the database's): no writer level.
+--
+-- On a Citus coordinator the placement pinned this function's search_path
+-- (internal/store/postgres/citus.go), and CREATE OR REPLACE drops a function's SET
+-- clauses: the settings are read before and set again after.
+SELECT set_config('airlock.events_chain_config',
+  coalesce((SELECT array_to_string(proconfig, E'\n') FROM pg_proc WHERE oid = to_regprocedure('events_chain()')), ''), false);
+
 CREATE OR REPLACE FUNCTION events_chain() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   at_us  text := (extract(epoch FROM NEW.at) * 1000000)::bigint::text;
@@ -38,4 +45,14 @@ BEGIN
     END;
   END IF;
   RETURN NEW;
+END $$;
+
+DO $$
+DECLARE c text;
+BEGIN
+  FOREACH c IN ARRAY coalesce(string_to_array(nullif(current_setting('airlock.events_chain_config', true), ''), E'\n'), '{}'::text[]) LOOP
+    -- proconfig holds "name=value", the value in the form SET accepts.
+    EXECUTE 'ALTER FUNCTION events_chain() SET ' || quote_ident(split_part(c, '=', 1)) || ' = ' || substr(c, strpos(c, '=') + 1);
+  END LOOP;
+  PERFORM set_config('airlock.events_chain_config', '', false);
 END $$;
