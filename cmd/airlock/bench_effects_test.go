@@ -187,7 +187,7 @@ func TestBenchEffects(t *testing.T) {
 		srv := startServe(t, []string{db, "AIRLOCK_CONFIG=" + live})
 		out, err := bench(srv.URL, "--mode", "rate", "--rate", "20", "--duration", "1s", "--grace", "5s")
 		if err != nil || !strings.Contains(out, "result mode=rate workload=effects offered=20 seconds=1.0 arrivals=20 dropped=0 errors=0 claims=20 claims_rate=20.0") ||
-			!strings.Contains(out, " effects=20 effects_rate=20.0 ") || !strings.Contains(out, "duplicates=0") || !strings.Contains(out, "cpu_machine_pct=") {
+			!strings.Contains(out, " effects=20 effects_rate=20.0 ") || !strings.Contains(out, "duplicates=0") || !strings.Contains(out, "cpu_machine_pct=") || !strings.Contains(out, "cpu_driver_pct=") {
 			t.Fatalf("bench effects --mode rate: %v\n%s", err, out)
 		}
 		out, err = bench(srv.URL, "--mode", "rate", "--claims-only", "--rate", "20", "--duration", "1s")

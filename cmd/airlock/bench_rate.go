@@ -71,6 +71,7 @@ func benchRate(ctx context.Context, out io.Writer, b bencher, prov *benchProvide
 		}
 	}
 	cpu0, _ = readMachineCPU()
+	self0, _ := processCPU(os.Getpid())
 
 	prefix := randomHex(6)
 	interval := time.Duration(float64(time.Second) / o.rate)
@@ -178,6 +179,10 @@ func benchRate(ctx context.Context, out io.Writer, b bencher, prov *benchProvide
 	}
 	if cpu1, err := readMachineCPU(); err == nil && cpu0.total > 0 {
 		res += fmt.Sprintf(" cpu_machine_pct=%.0f", cpu1.busyPercent(cpu0))
+	}
+	if self1, err := processCPU(os.Getpid()); err == nil {
+		// The load generator's own share (it and its provider run on the same cores).
+		res += fmt.Sprintf(" cpu_driver_pct=%.0f", 100*(self1-self0).Seconds()/elapsed.Seconds())
 	}
 	fmt.Fprintf(out, "offered %.0f/s for %s: %d arrivals, %d dropped, %d errors; held %.0f claims/s (p50 %s, p99 %s)",
 		o.rate, o.duration, arrivals, dropped, rep.errors, rep.heldClaims(), ms(rep.claimP50), ms(rep.claimP99))
