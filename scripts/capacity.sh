@@ -269,6 +269,8 @@ for backend in $BACKENDS; do
 		[ "$backend" != postgres ] || pgpart="PostgreSQL $(get "$n" cpu_pg_pct)%, "
 		why="the machine's CPU ($m% of $(nproc) cores busy: ${pgpart}serve $(get "$n" cpu_serve_pct)%, the load generator $(get "$n" cpu_driver_pct)% — 100% is one core —, the rest other work on the machine)"
 		[ "${m:-0}" -ge 90 ] || why="not CPU ($m% busy): waits — commits (fsync) and lock or pool queues"
-		echo "- $backend $workload: held ${last:-none}/s, not ${first}/s; first resource: $why."
+		held_txt="held ${last}/s, not ${first}/s"
+		[ -n "$last" ] || held_txt="held no offered rate (not ${first}/s)"
+		echo "- $backend $workload: $held_txt; first resource: $why."
 	done
 done
