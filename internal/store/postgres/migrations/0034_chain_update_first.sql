@@ -5,10 +5,10 @@
 -- The head is now updated first — a plain UPDATE, which takes the same row lock without a
 -- record of its own — and inserted only when the run has none yet, by a plain INSERT: one
 -- WAL record fewer per event (claim 14 → 13, queue 15 → 14, an effect's dispatch 24 → 23;
--- TestIndexEntriesPerOperation). Two first events of one run racing (no run's first event
--- does today: the claim's run insert orders them) meet at event_chains' primary key: the
--- loser's INSERT fails inside the block, which is rolled back, and it updates the row the
--- winner committed, as the upsert did. The block's subtransaction is only entered for a
+-- TestIndexEntriesPerOperation). Two first events of one run racing (rare: a run's first
+-- event is normally its claim's, which the run's own insert orders) meet at event_chains'
+-- primary key: the loser's INSERT fails inside the block, which is rolled back, and it
+-- updates the row the winner committed, as the upsert did. The block's subtransaction is only entered for a
 -- run's first event. Same row lock, same order, same links (TestChainAcrossTheMigration
 -- writes with 0015's, 0024's and this function in turn); nothing an older binary writes
 -- changes (the chain is the database's): no writer level.
