@@ -6,7 +6,7 @@ export GOTOOLCHAIN := local
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERSION)
 
-.PHONY: build release test lint generate verify bench bench-outbox bench-cpu
+.PHONY: build release test lint generate verify bench bench-outbox bench-cpu capacity
 build:
 	@echo "go build: the first build compiles the pure-Go SQLite driver, 2-4 minutes on two idle cores (up to ~15 on a busy machine), silently; later builds take seconds"
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o airlock ./cmd/airlock
@@ -53,3 +53,7 @@ bench-outbox:
 # CPU per effect and per claim beside River and pgbench (docs/benchmarks.md: CPU per operation).
 bench-cpu:
 	bash scripts/bench-cpu.sh
+
+# The capacity table (docs/benchmarks.md, first section), printed as markdown.
+capacity:
+	bash scripts/capacity.sh

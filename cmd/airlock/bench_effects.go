@@ -38,6 +38,12 @@ type benchEffectsOpts struct {
 	gap            time.Duration
 	cpuPG          int    // postmaster pid: measure the cluster's CPU over the drain
 	cpuPidFile     string // pids of the dispatching instances, written by --then
+	cpuPid         int    // rate: the airlock serve process to measure
+	rate           float64
+	duration       time.Duration
+	grace          time.Duration
+	claimsOnly     bool
+	maxInFlight    int
 }
 
 func benchEffectsCmd() *cobra.Command {
@@ -59,6 +65,16 @@ http.url at the provider, so this measures whatever dispatcher is in their binar
                       any duplicate fails the command.
   --mode latency      on an idle system, queue --count single effects one at a time and
                       report enqueue response → provider arrival p50/p99.
+  --mode rate         open loop: --rate arrivals per second for --duration, whatever the
+                      server answers; each claims a new run and queues one effect in it
+                      (--claims-only: claims only). Latencies run from each arrival's
+                      scheduled time (claim) and from the queue request (enqueue →
+                      provider), so falling behind shows; at most --max-in-flight arrivals
+                      are outstanding (more are dropped and counted), over --concurrency
+                      HTTP connections; work still open --grace after the window is
+                      abandoned and counts as not held. With --cpu-pg-pid and --cpu-pid
+                      (the serve process) it reports their CPU % and the machine's.
+                      scripts/capacity.sh runs it at 100 … 2,000/s on both stores.
 
 --then CMD (throughput only) queues everything first, runs CMD with sh -c (it should start
 the dispatching instances and return), then measures: both airlock and a job queue then
@@ -83,7 +99,7 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 			if o.key == "" {
 				return errors.New("--api-key (or AIRLOCK_API_KEY) is required")
 			}
-			if o.count < 1 || o.concurrency < 1 || o.timeout <= 0 {
+			if o.count < 1 || o.concurrency < 1 || o.timeout <= 0 || o.maxInFlight < 1 {
 				return errors.New("--count and --concurrency must be ≥ 1, --timeout > 0")
 			}
 			if o.then != "" && o.mode != "throughput" {
@@ -111,8 +127,10 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 				return benchThroughput(ctx, cmd.OutOrStdout(), b, prov, o)
 			case "latency":
 				return benchLatency(ctx, cmd.OutOrStdout(), b, prov, o)
+			case "rate":
+				return benchRate(ctx, cmd.OutOrStdout(), b, prov, o)
 			}
-			return fmt.Errorf("--mode must be throughput or latency, not %q", o.mode)
+			return fmt.Errorf("--mode must be throughput, latency or rate, not %q", o.mode)
 		},
 	}
 	f := cmd.Flags()
@@ -121,7 +139,7 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 	f.StringVar(&o.providerListen, "provider-listen", "127.0.0.1:18089", "where the no-op provider listens (loopback only)")
 	f.DurationVar(&o.providerSleep, "provider-sleep", 0, "how long the provider takes to answer each request")
 	f.StringVar(&o.actionType, "action-type", "bench", "the http action type whose target is the provider")
-	f.StringVar(&o.mode, "mode", "throughput", "throughput | latency")
+	f.StringVar(&o.mode, "mode", "throughput", "throughput | latency | rate")
 	f.IntVar(&o.count, "count", 1000, "effects to queue")
 	f.IntVar(&o.concurrency, "concurrency", 16, "concurrent clients while queueing (throughput)")
 	f.StringVar(&o.then, "then", "", "queue everything first, then run this command (sh -c) to start dispatching")
@@ -129,6 +147,12 @@ The API key comes from --api-key or AIRLOCK_API_KEY and needs the runs scope.`,
 	f.DurationVar(&o.gap, "gap", 100*time.Millisecond, "latency: wait a random time below this between samples")
 	f.IntVar(&o.cpuPG, "cpu-pg-pid", 0, "throughput with --then: the postmaster's pid, to measure CPU per effect (Linux /proc)")
 	f.StringVar(&o.cpuPidFile, "cpu-pid-file", "", "with --cpu-pg-pid: a file where --then writes the dispatching instances' pids")
+	f.IntVar(&o.cpuPid, "cpu-pid", 0, "rate: the airlock serve process, to report its CPU % (Linux /proc)")
+	f.Float64Var(&o.rate, "rate", 100, "rate: arrivals per second, offered whatever the server answers")
+	f.DurationVar(&o.duration, "duration", 10*time.Second, "rate: how long arrivals are offered")
+	f.DurationVar(&o.grace, "grace", 5*time.Second, "rate: how long outstanding work may finish after the window")
+	f.BoolVar(&o.claimsOnly, "claims-only", false, "rate: each arrival only claims a run (no effect)")
+	f.IntVar(&o.maxInFlight, "max-in-flight", 2000, "rate: outstanding arrivals at most; more are dropped and counted")
 	return cmd
 }
 

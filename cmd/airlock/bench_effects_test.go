@@ -180,6 +180,31 @@ func TestBenchEffects(t *testing.T) {
 		}
 	})
 
+	// Open loop: 20 arrivals per second for 1 s. A live server holds them (every claim
+	// answered, every effect at the provider); with dispatch disabled the claims are still
+	// held but no effect is, and each missing one counts at window + grace in the p99.
+	t.Run("rate", func(t *testing.T) {
+		srv := startServe(t, []string{db, "AIRLOCK_CONFIG=" + live})
+		out, err := bench(srv.URL, "--mode", "rate", "--rate", "20", "--duration", "1s", "--grace", "5s")
+		if err != nil || !strings.Contains(out, "result mode=rate workload=effects offered=20 seconds=1.0 arrivals=20 dropped=0 errors=0 claims=20 claims_rate=20.0") ||
+			!strings.Contains(out, " effects=20 effects_rate=20.0 ") || !strings.Contains(out, "duplicates=0") || !strings.Contains(out, "cpu_machine_pct=") || !strings.Contains(out, "cpu_driver_pct=") {
+			t.Fatalf("bench effects --mode rate: %v\n%s", err, out)
+		}
+		out, err = bench(srv.URL, "--mode", "rate", "--claims-only", "--rate", "20", "--duration", "1s")
+		if err != nil || !strings.Contains(out, "workload=claims offered=20 seconds=1.0 arrivals=20 dropped=0 errors=0 claims=20 claims_rate=20.0") ||
+			strings.Contains(out, "effects=") {
+			t.Fatalf("bench effects --mode rate --claims-only: %v\n%s", err, out)
+		}
+	})
+	t.Run("rate, nothing dispatching", func(t *testing.T) {
+		held := startServe(t, []string{db, "AIRLOCK_CONFIG=" + held})
+		out, err := bench(held.URL, "--mode", "rate", "--rate", "10", "--duration", "1s", "--grace", "500ms")
+		if err != nil || !strings.Contains(out, "claims=10 claims_rate=10.0") || !strings.Contains(out, " effects=0 effects_rate=0.0 ") ||
+			!strings.Contains(out, "send_p99_ms=1500.00") {
+			t.Fatalf("bench effects --mode rate, nothing dispatching: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("no dispatcher: reports and fails within the timeout", func(t *testing.T) {
 		srv := startServe(t, []string{db, "AIRLOCK_CONFIG=" + held})
 		start := time.Now()

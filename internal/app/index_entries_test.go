@@ -27,25 +27,32 @@ type walWrites map[string]int
 var walRel = regexp.MustCompile(`rel \d+/\d+/(\d+)`)
 
 // walCount reads pg_walinspect's records from start to now and counts those that insert
-// an index entry or a heap tuple into a relation named in rels (relfilenode → name).
+// an index entry or a heap tuple into a relation named in rels (relfilenode → name), the
+// row locks and speculative-insert confirmations written to them, and under "WAL records"
+// every record of the transactions that wrote to them (their commit records included;
+// other tests' transactions in the same cluster are not counted).
 func walCount(t *testing.T, pool *pgxpool.Pool, walinspect string, rels map[string]string, start string) walWrites {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT resource_manager, record_type, coalesce(block_ref, '')
+	rows, err := pool.Query(context.Background(), `SELECT xid::text, resource_manager, record_type, coalesce(block_ref, '')
 		FROM `+walinspect+`.pg_get_wal_records_info_till_end_of_wal($1::pg_lsn)`, start)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	out := walWrites{}
+	perXid := map[string]int{}
+	ours := map[string]bool{}
 	for rows.Next() {
-		var rm, typ, ref string
-		if err := rows.Scan(&rm, &typ, &ref); err != nil {
+		var xid, rm, typ, ref string
+		if err := rows.Scan(&xid, &rm, &typ, &ref); err != nil {
 			t.Fatal(err)
 		}
+		perXid[xid]++
 		m := walRel.FindStringSubmatch(ref)
 		if m == nil || rels[m[1]] == "" {
 			continue
 		}
+		ours[xid] = true
 		switch {
 		case rm == "Btree" && (typ == "INSERT_LEAF" || typ == "INSERT_POST" || typ == "SPLIT_L" || typ == "SPLIT_R"):
 			out[rels[m[1]]]++
@@ -53,10 +60,19 @@ func walCount(t *testing.T, pool *pgxpool.Pool, walinspect string, rels map[stri
 			out[rels[m[1]]+" (row)"]++
 		case rm == "Heap" && (typ == "HOT_UPDATE" || typ == "HOT_UPDATE+INIT"):
 			out[rels[m[1]]+" (HOT row)"]++
+		case rm == "Heap" && typ == "LOCK":
+			out[rels[m[1]]+" (lock)"]++
+		case rm == "Heap" && typ == "HEAP_CONFIRM":
+			out[rels[m[1]]+" (confirm)"]++
 		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	for xid := range ours {
+		if xid != "0" {
+			out["WAL records"] += perXid[xid]
+		}
 	}
 	return out
 }
@@ -159,12 +175,19 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 			"workflow_runs_state_created": 1, "workflow_runs_key_bytes": 1,
 			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
 			"event_chains (row)": 1, "event_chains_pkey": 1,
+			// The run's insert is speculative (ON CONFLICT: a reclaim updates it instead);
+			// the chain head's first row is a plain insert (0034).
+			"workflow_runs (confirm)": 1, "WAL records": 13,
 		}},
 		{"queue", queue, walWrites{
 			"effects (row)": 1, "effects_pkey": 1, "effects_run_effect": 1, "effects_due": 1,
 			"effect_count_deltas (row)": 1, "workflow_runs (HOT row)": 1,
 			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
 			"event_chains (HOT row)": 1,
+			// The run's row lock (the queue holds the run while it checks its state), the
+			// effect's speculative insert (ON CONFLICT: a retried queue returns the first);
+			// the chain head is updated without a lock record of its own (0034).
+			"workflow_runs (lock)": 1, "effects (confirm)": 1, "WAL records": 14,
 		}},
 		// The lease and the outcome are full row versions, the begin-mark a HOT one.
 		{"lease + begin-mark + outcome", send, walWrites{
@@ -172,6 +195,9 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 			"effects_sending": 1, "effects_purge_at": 1, "effect_count_deltas (row)": 4,
 			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
 			"event_chains (HOT row)": 1,
+			// The outcome group's run lock and the effect's row lock; three transactions
+			// (lease, begin-mark, outcome), three commit records.
+			"workflow_runs (lock)": 1, "effects (lock)": 1, "WAL records": 23,
 		}},
 	} {
 		if c.got.String() != c.want.String() {

@@ -28,6 +28,7 @@ func runChain(t *testing.T, b storetest.Backend) {
 	t.Run("BeforeTheChain", func(t *testing.T) { testChainBefore(t, apptest.NewEnv(t, b, false)) })
 	t.Run("AfterRetention", func(t *testing.T) { testChainRetention(t, apptest.NewEnv(t, b, false)) })
 	t.Run("RacingWriters", func(t *testing.T) { testChainRace(t, apptest.NewEnv(t, b, true)) })
+	t.Run("RacingFirstEvents", func(t *testing.T) { testChainFirstRace(t, apptest.NewEnv(t, b, true)) })
 }
 
 // rawSQL adapts a PostgreSQL statement ($n parameters) to the backend: SQLite numbers
@@ -281,6 +282,39 @@ func testChainRace(t *testing.T, e *apptest.Env) {
 			t.Fatalf("link %d twice: the chain forked", *ev.Seq)
 		}
 		seen[*ev.Seq] = true
+	}
+}
+
+// testChainFirstRace has eight writers start the chains of runs that have none yet, at
+// the same moment: on PostgreSQL each finds no head row, and all but one then meet the
+// head's primary key (0034's trigger inserts the first head plainly and, on that
+// conflict, updates the winner's). Every run's chain must hold each event once, in order.
+func testChainFirstRace(t *testing.T, e *apptest.Env) {
+	const writers, runs = 8, 12
+	for r := range runs {
+		key := fmt.Sprintf("first-%d", r)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Go(func() {
+				<-start
+				if _, err := e.Store.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: "note", Actor: fmt.Sprintf("w%d", w)}); err != nil {
+					errs <- err
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		evs := chainEvents(t, e.Store, key)
+		c := verifyOne(t, e.Store, key)
+		if len(evs) != writers || !c.OK || c.Chained != writers || c.Seq != writers {
+			t.Fatalf("%s after the race: %+v with %d events", key, c, len(evs))
+		}
 	}
 }
 

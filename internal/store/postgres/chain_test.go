@@ -31,7 +31,7 @@ func migrationFunction(t *testing.T, file string) string {
 }
 
 // TestChainAcrossTheMigration writes a run's events with 0015's trigger function, then
-// with 0024's (the one migrations leave in place), in single-row and multi-row
+// with 0024's, then with 0034's (the one migrations leave in place), in single-row and multi-row
 // statements: the links of both verify as one chain with store.ChainHash, so chains begun
 // before 0024 continue after it and the Go verifier needs no version.
 func TestChainAcrossTheMigration(t *testing.T) {
@@ -64,7 +64,9 @@ func TestChainAcrossTheMigration(t *testing.T) {
 	write("old")
 	storetest.ExecRaw(t, st, migrationFunction(t, "0024_chain_cost.sql"))
 	write("new")
-	for _, key := range []string{"x", "y-old", "y-new"} {
+	storetest.ExecRaw(t, st, migrationFunction(t, "0034_chain_update_first.sql"))
+	write("newest")
+	for _, key := range []string{"x", "y-old", "y-new", "y-newest"} {
 		evs, err := st.ChainEvents(ctx, key, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
@@ -83,8 +85,60 @@ func TestChainAcrossTheMigration(t *testing.T) {
 			}
 			prev = *e.Hash
 		}
-		if want := map[string]int{"x": 12, "y-old": 2, "y-new": 2}[key]; len(evs) != want || head.Seq != int64(want) || head.Head != prev {
+		if want := map[string]int{"x": 18, "y-old": 2, "y-new": 2, "y-newest": 2}[key]; len(evs) != want || head.Seq != int64(want) || head.Head != prev {
 			t.Fatalf("%s: %d events, head %+v, last hash %s; want %d links", key, len(evs), head, prev, want)
 		}
+	}
+}
+
+// TestChainMigrationKeepsTheCitusPin applies 0034 to a schema whose chain function has a
+// pinned search_path, as the Citus placement leaves it (citus.go): CREATE OR REPLACE
+// drops a function's SET clauses, and the migration must set the pin again. Without a
+// pin (one PostgreSQL) it must add none: a SET clause costs every event a settings save
+// and restore.
+func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.OpenConfig(ctx, storetest.NewPostgresSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("migrations/0034_chain_update_first.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := func() string {
+		var c string
+		if err := st.Pool().QueryRow(ctx, `SELECT coalesce(array_to_string(proconfig, ';'), '')
+			FROM pg_proc WHERE oid = to_regprocedure('events_chain()')`).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	var schema string
+	if err := st.Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	if c := config(); c != "" {
+		t.Fatalf("after the migrations on one PostgreSQL the chain function has settings %q", c)
+	}
+	storetest.ExecRaw(t, st, string(b))
+	if c := config(); c != "" {
+		t.Fatalf("0034 without a pin left settings %q", c)
+	}
+	storetest.ExecRaw(t, st, `ALTER FUNCTION events_chain() SET search_path = `+schema)
+	storetest.ExecRaw(t, st, string(b))
+	if c, want := config(), "search_path="+schema; c != want {
+		t.Fatalf("0034 over a pinned function left settings %q, want %q", c, want)
+	}
+	// The chain still links under the re-pinned function.
+	if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "pinned", Kind: "note"}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := st.ChainHeadGet(ctx, "pinned"); err != nil || h.Seq != 1 {
+		t.Fatalf("head after an event under the pinned function: %+v, %v", h, err)
 	}
 }
