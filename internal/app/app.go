@@ -19,8 +19,6 @@ import (
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/connector"
-	"github.com/airlockhq/airlock/internal/connector/httpconn"
-	"github.com/airlockhq/airlock/internal/connector/smtpconn"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/httpapi"
@@ -171,31 +169,18 @@ func gauges(st store.Store, eff *effects.Service, clock runs.Clock) metrics.Gaug
 	return g
 }
 
-// Connectors builds one connector per action type that airlock sends itself (worker
-// types are performed outside airlock and get none).
+// Connectors builds one connector per action type that airlock sends itself, each from
+// its connector kind's section (worker types are performed outside airlock and get none).
 func Connectors(p *policy.Policy) (map[string]connector.Connector, error) {
 	out := map[string]connector.Connector{}
 	for _, name := range p.ActionNames() {
-		a := p.Action(name)
-		var c connector.Connector
-		var err error
-		switch {
-		case a.HTTP != nil:
-			h := a.HTTP
-			c, err = httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Token: h.Token,
-				TokenHeader: h.TokenHeader, Timeout: h.Timeout.D(), LookupURL: h.LookupURL,
-				LookupAuthoritative: h.LookupAuthoritative, IDField: h.IDField})
-		case a.SMTP != nil:
-			m := a.SMTP
-			c, err = smtpconn.New(smtpconn.Config{Host: m.Host, Port: m.Port, Username: m.Username, Password: m.Password,
-				From: m.From, TLS: m.TLS, Timeout: m.Timeout.D(), Targets: m.Targets})
-		default:
-			continue // worker: performed outside airlock
-		}
+		c, err := p.Action(name).NewConnector()
 		if err != nil {
 			return nil, fmt.Errorf("policy: actions.%s: %w", name, err)
 		}
-		out[name] = c
+		if c != nil {
+			out[name] = c
+		}
 	}
 	return out, nil
 }

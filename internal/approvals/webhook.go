@@ -97,10 +97,8 @@ func approving(ap store.Approval, a *policy.Action) string {
 		return "lets the agent perform this action once, with the input on the card"
 	case ap.Executor == store.ExecutorWorker:
 		return "queues this task for the worker, once"
-	case a != nil && a.Connector == policy.ConnectorSMTP:
-		return "sends this email, once"
-	case a != nil && a.Connector == policy.ConnectorHTTP:
-		return "sends this request, once"
+	case a != nil && a.Kind().Approving != "":
+		return a.Kind().Approving // the connector kind's words ("sends this email, once")
 	}
 	return "sends it, once"
 }

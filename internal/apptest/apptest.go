@@ -26,7 +26,6 @@ import (
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/connector"
-	"github.com/airlockhq/airlock/internal/connector/httpconn"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/ledger"
@@ -445,15 +444,9 @@ func NewEffectsEnv(t testing.TB, b storetest.Backend, envOverride string) *Effec
 		t.Fatal(err)
 	}
 	e.Policy = pol
-	conns := map[string]connector.Connector{}
-	for _, name := range []string{"note", "invoice", "crm", "email", "digest", "triage", "ping"} {
-		h := pol.Action(name).HTTP
-		c, err := httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Timeout: h.Timeout.D(),
-			LookupURL: h.LookupURL, LookupAuthoritative: h.LookupAuthoritative})
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[name] = c
+	conns, err := app.Connectors(pol) // each from its kind's section, as `airlock serve` builds them
+	if err != nil {
+		t.Fatal(err)
 	}
 	e.Conns, e.envOverride = conns, envOverride
 	a, err := app.New(app.Options{Store: e.Store, Policy: pol, Connectors: conns, Runs: LeaseConfig,

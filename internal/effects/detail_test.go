@@ -73,7 +73,7 @@ actions:
 	}
 	conns := map[string]connector.Connector{}
 	for _, name := range []string{"idem", "plain"} {
-		h := pol.Action(name).HTTP
+		h := pol.Action(name).Section.(*httpconn.Section)
 		if conns[name], err = httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent}); err != nil {
 			t.Fatal(err)
 		}

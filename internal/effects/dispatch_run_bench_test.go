@@ -62,7 +62,7 @@ dispatch:
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := pol.Action("note").HTTP
+	h := pol.Action("note").Section.(*httpconn.Section)
 	c, err := httpconn.New(httpconn.Config{Targets: h.Targets, Idempotent: h.Idempotent, Timeout: h.Timeout.D(),
 		LookupURL: h.LookupURL, LookupAuthoritative: h.LookupAuthoritative, IDField: h.IDField})
 	if err != nil {

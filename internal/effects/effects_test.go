@@ -535,7 +535,7 @@ actions:
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := pol.Action("customer_email").SMTP
+	m := pol.Action("customer_email").Section.(*smtpconn.Section)
 	c, err := smtpconn.New(smtpconn.Config{Host: m.Host, Port: m.Port, From: m.From, TLS: m.TLS, Timeout: m.Timeout.D()})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -253,7 +254,11 @@ func (t *submission) checkPayload(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrUnsendablePayload, err)
 	}
 	if err := t.a.CheckRecipients(t.req.Target, t.req.Payload); err != nil {
-		return &runs.FieldError{Field: "payload.to", Msg: err.Error()}
+		field := "payload"
+		if fe := (*connector.PayloadFieldError)(nil); errors.As(err, &fe) {
+			field += "." + fe.Field
+		}
+		return &runs.FieldError{Field: field, Msg: err.Error()}
 	}
 	return nil
 }

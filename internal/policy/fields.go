@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockhq/airlock/internal/connector/kinds"
 )
 
 // unknownFields reports every key of the document that no field of the policy takes, by
@@ -30,9 +32,10 @@ func unknownFields(n *yaml.Node, t reflect.Type, path string, out *[]string) {
 		t = t.Elem()
 	}
 	// Types that decode themselves (durations, inline JSON schemas) take any shape; an MCP
-	// tool's class in its mapping form is checked like any struct.
+	// tool's class in its mapping form, and an action type (which decodes its connector
+	// section by kind), are checked like any struct.
 	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) &&
-		!(t == reflect.TypeFor[Tool]() && n.Kind == yaml.MappingNode) {
+		!((t == reflect.TypeFor[Tool]() || t == reflect.TypeFor[Action]()) && n.Kind == yaml.MappingNode) {
 		return
 	}
 	join := func(k string) string {
@@ -56,6 +59,14 @@ func unknownFields(n *yaml.Node, t reflect.Type, path string, out *[]string) {
 			}
 			fields[name] = f.Type
 			names = append(names, name)
+			if t == reflect.TypeFor[Action]() && name == "gate" {
+				// An action type's connector sections are the kinds' (in table order, where
+				// the Action's own fields once listed them).
+				for _, k := range kinds.Names() {
+					fields[k] = reflect.TypeOf(kindSectionType(k))
+					names = append(names, k)
+				}
+			}
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value

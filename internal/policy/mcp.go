@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 
@@ -171,7 +170,7 @@ func (t *Tool) validate(p *Policy, u *Upstream, f string, e *errs) {
 		e.add(f+".effect", "unknown action type %q (configure it under actions, connector: worker)", t.Effect)
 	case a.Connector != ConnectorWorker:
 		e.add(f+".effect", "action type %q must have connector: worker (the gateway performs it through the upstream)", t.Effect)
-	case a.Worker != nil && len(a.Worker.Targets) > 0 && !slices.Contains(a.Worker.Targets, u.Name):
+	case u.Name != "" && !a.ValidTarget(u.Name): // worker.targets lists names, and not this one
 		e.add(f+".effect", "action type %q lists worker.targets; add the upstream's name %q (the target of its calls)", t.Effect, u.Name)
 	}
 	for _, arg := range []struct{ field, v string }{{"effect_id_argument", t.EffectIDArgument}, {"run_id_argument", t.RunIDArgument}} {

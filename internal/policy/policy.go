@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/mail"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/validation"
 )
 
@@ -34,26 +33,13 @@ const (
 	GateApproveByException = "approve_by_exception"
 )
 
-// Connector kinds.
-const (
-	ConnectorHTTP   = "http"
-	ConnectorSMTP   = "smtp"
-	ConnectorWorker = "worker"
-)
+// ConnectorWorker is the kind whose effects a worker performs outside airlock (the MCP
+// gateway's tools must have it). Every kind, this one included, is a row of
+// internal/connector/kinds; policy knows no other by name.
+const ConnectorWorker = "worker"
 
 // Duration is a time.Duration written as "5s" in YAML.
-type Duration time.Duration
-
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if err != nil || v < 0 {
-		return fmt.Errorf("line %d: %q is not a duration such as 500ms, 5s or 2m", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-func (d Duration) D() time.Duration { return time.Duration(d) }
+type Duration = connector.Duration
 
 // Policy is the whole file.
 type Policy struct {
@@ -246,13 +232,17 @@ type Dispatch struct {
 
 // Action is one action type.
 type Action struct {
-	Name      string      `yaml:"-"`
-	Connector string      `yaml:"connector"`
-	Gate      string      `yaml:"gate"`
-	HTTP      *HTTP       `yaml:"http"`
-	SMTP      *SMTP       `yaml:"smtp"`
-	Worker    *Worker     `yaml:"worker"`
-	Retry     ActionRetry `yaml:"retry"`
+	Name      string `yaml:"-"`
+	Connector string `yaml:"connector"`
+	Gate      string `yaml:"gate"`
+	// Section is the connector kind's own section (actions.<type>.<connector>: the
+	// kind's YAML key), decoded, defaulted and validated by its row of
+	// internal/connector/kinds; nil when the connector is unknown.
+	Section connector.Section `yaml:"-"`
+	// sections are every kind's section the file gives, by kind (one that is not the
+	// connector's is reported).
+	sections map[string]connector.Section
+	Retry    ActionRetry `yaml:"retry"`
 	// MaxInFlight caps this type's sends in flight per instance, so a slow or hanging
 	// provider cannot take every slot (default: dispatch.concurrency when this is the only
 	// type airlock sends, half of it otherwise).
@@ -379,42 +369,6 @@ type ActionRetry struct {
 	MaxAttempts int      `yaml:"max_attempts"` // sends before the effect is failed (default 5)
 	Backoff     Duration `yaml:"backoff"`      // first delay, doubled each attempt (default 2s)
 	MaxBackoff  Duration `yaml:"max_backoff"`  // (default 5m)
-}
-
-// HTTP is the http connector: POST JSON to a configured URL.
-type HTTP struct {
-	URL                 string            `yaml:"url"`     // the single target, named "default"
-	Targets             map[string]string `yaml:"targets"` // or several, by name
-	Idempotent          bool              `yaml:"idempotent"`
-	TokenEnv            string            `yaml:"token_env"`
-	TokenFile           string            `yaml:"token_file"`
-	TokenHeader         string            `yaml:"token_header"`
-	Timeout             Duration          `yaml:"timeout"`
-	LookupURL           string            `yaml:"lookup_url"`
-	LookupAuthoritative bool              `yaml:"lookup_authoritative"`
-	IDField             string            `yaml:"id_field"`
-	// Token is resolved from TokenEnv or TokenFile at load time.
-	Token string `yaml:"-"`
-}
-
-// SMTP is the smtp connector.
-type SMTP struct {
-	Host         string            `yaml:"host"`
-	Port         int               `yaml:"port"`
-	Username     string            `yaml:"username"`
-	PasswordEnv  string            `yaml:"password_env"`
-	PasswordFile string            `yaml:"password_file"`
-	From         string            `yaml:"from"`
-	TLS          string            `yaml:"tls"` // starttls (default) | tls | none
-	Timeout      Duration          `yaml:"timeout"`
-	Targets      map[string]string `yaml:"targets"` // optional fixed recipients by name
-	Password     string            `yaml:"-"`
-}
-
-// Worker is an external worker (an n8n sub-workflow, an agent) that claims effects of
-// this type over the API and reports back.
-type Worker struct {
-	Targets []string `yaml:"targets"` // optional closed list of target names
 }
 
 // Empty is the policy of a server started without --config: no action type is
@@ -576,23 +530,8 @@ func (p *Policy) defaults(set func(path ...string) bool) {
 		if a.Retry.MaxBackoff == 0 {
 			a.Retry.MaxBackoff = Duration(5 * time.Minute)
 		}
-		if a.HTTP != nil {
-			if a.HTTP.Timeout == 0 && !set("actions", name, "http", "timeout") {
-				a.HTTP.Timeout = Duration(10 * time.Second)
-			}
-			if a.HTTP.URL != "" && a.HTTP.Targets == nil {
-				a.HTTP.Targets = map[string]string{"default": a.HTTP.URL}
-			}
-		}
-		if a.SMTP != nil {
-			if a.SMTP.TLS == "" {
-				a.SMTP.TLS = "starttls"
-			}
-			if a.SMTP.Timeout == 0 {
-				a.SMTP.Timeout = Duration(30 * time.Second)
-			}
-		}
-		if a.SettleWindow == 0 && !set("actions", name, "settle_window") && a.Connector != ConnectorWorker {
+		a.defaultSections(func(path ...string) bool { return set(append([]string{"actions", name}, path...)...) })
+		if a.SettleWindow == 0 && !set("actions", name, "settle_window") && !a.Kind().Outside {
 			// A worker or agent type sets its own: how long a call its performer made may
 			// still reach the provider (0: a search's "none" clears the effect at once).
 			a.SettleWindow = Duration(a.SendTimeout() + DefaultSettleGrace)
@@ -613,58 +552,6 @@ func (p *Policy) defaults(set func(path ...string) bool) {
 				a.MaxInFlight = max(1, d.Concurrency/2)
 			}
 		}
-	}
-}
-
-func (h *HTTP) validate(f string, e *errs, lookupEnv func(string) (string, bool)) {
-	if h.URL != "" && len(h.Targets) > 1 {
-		e.add(f+".url", "give url or targets, not both")
-	}
-	if len(h.Targets) == 0 {
-		e.add(f+".url", "required (or targets: {name: url})")
-	}
-	for _, name := range sortedKeys(h.Targets) {
-		if u, err := url.Parse(h.Targets[name]); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-			e.add(f+".targets."+name, "must be an absolute http(s) URL without credentials")
-		}
-	}
-	if h.LookupURL != "" {
-		if u, err := url.Parse(strings.ReplaceAll(h.LookupURL, "{effect_id}", "x")); err != nil || u.Host == "" || u.User != nil {
-			e.add(f+".lookup_url", "must be an absolute http(s) URL without credentials")
-		}
-		if !strings.Contains(h.LookupURL, "{effect_id}") {
-			e.add(f+".lookup_url", "must contain {effect_id}")
-		}
-	} else if h.LookupAuthoritative {
-		e.add(f+".lookup_authoritative", "needs a lookup_url")
-	}
-	if h.Timeout.D() < 100*time.Millisecond || h.Timeout.D() > 5*time.Minute {
-		e.add(f+".timeout", "must be from 100ms to 5m")
-	}
-	h.Token = secret(f, "token", h.TokenEnv, h.TokenFile, e, lookupEnv)
-}
-
-func (s *SMTP) validate(f string, e *errs, lookupEnv func(string) (string, bool)) {
-	if s.Host == "" {
-		e.add(f+".host", "required")
-	}
-	if s.Port < 1 || s.Port > 65535 {
-		e.add(f+".port", "required: 1 to 65535")
-	}
-	if _, err := mail.ParseAddress(s.From); err != nil {
-		e.add(f+".from", "must be an email address")
-	}
-	if !slices.Contains([]string{"starttls", "tls", "none"}, s.TLS) {
-		e.add(f+".tls", "must be starttls, tls or none")
-	}
-	for _, name := range sortedKeys(s.Targets) {
-		if _, err := mail.ParseAddress(s.Targets[name]); err != nil {
-			e.add(f+".targets."+name, "must be an email address")
-		}
-	}
-	s.Password = secret(f, "password", s.PasswordEnv, s.PasswordFile, e, lookupEnv)
-	if s.Password != "" && s.Username == "" {
-		e.add(f+".username", "required with a password")
 	}
 }
 
@@ -738,15 +625,6 @@ func sortedRefKeys(m map[string]*SchemaRef) []string {
 	return keys
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // ActionNames returns the configured action types in order.
 func (p *Policy) ActionNames() []string {
 	names := make([]string, 0, len(p.Actions))
@@ -760,88 +638,6 @@ func (p *Policy) ActionNames() []string {
 // Action returns the configured action type, or nil.
 func (p *Policy) Action(name string) *Action { return p.Actions[name] }
 
-// ValidTarget reports whether a client may name target for this action type: a
-// configured target name for http (and smtp with targets), anything well-formed otherwise
-// (a worker's or a mail recipient's target is data, not a destination airlock dials).
-func (a *Action) ValidTarget(target string) bool {
-	switch {
-	case a.HTTP != nil:
-		_, ok := a.HTTP.Targets[target]
-		return ok
-	case a.SMTP != nil && len(a.SMTP.Targets) > 0:
-		_, ok := a.SMTP.Targets[target]
-		return ok
-	case a.SMTP != nil:
-		// The target is the recipient: exactly one bare address, nothing else.
-		addr, err := mail.ParseAddress(target)
-		return err == nil && addr.Name == "" && addr.Address == target
-	case a.Worker != nil && len(a.Worker.Targets) > 0:
-		return slices.Contains(a.Worker.Targets, target)
-	}
-	return target != ""
-}
-
-// Recipients are the envelope recipients of an SMTP effect to target: the address
-// smtp.targets names for it, else the target itself. nil for other connectors.
-func (a *Action) Recipients(target string) []string {
-	if a.SMTP == nil {
-		return nil
-	}
-	if len(a.SMTP.Targets) > 0 {
-		addr, err := mail.ParseAddress(a.SMTP.Targets[target])
-		if err != nil {
-			return nil
-		}
-		return []string{addr.Address}
-	}
-	return []string{target}
-}
-
-// CheckRecipients refuses an SMTP payload whose "to" would send the mail anywhere but
-// the target's recipients: with smtp.targets the payload names none; without, "to" may
-// only repeat the target. The target is what the card, the effect and the audit show.
-func (a *Action) CheckRecipients(target string, payload json.RawMessage) error {
-	if a.SMTP == nil || len(payload) == 0 {
-		return nil
-	}
-	var p struct {
-		To json.RawMessage `json:"to"`
-	}
-	if err := json.Unmarshal(payload, &p); err != nil || len(p.To) == 0 || string(p.To) == "null" {
-		return nil // the connector refuses what is not a mail payload
-	}
-	if len(a.SMTP.Targets) > 0 {
-		return errors.New("the recipient is fixed by smtp.targets for the target; omit to")
-	}
-	var to []string
-	var one string
-	if json.Unmarshal(p.To, &one) == nil {
-		to = []string{one}
-	} else if json.Unmarshal(p.To, &to) != nil || len(to) == 0 {
-		return errors.New("want the target's address, or omit it")
-	}
-	for _, r := range to {
-		if !SameAddress(r, target) {
-			return errors.New("names a recipient other than the target: the target is the recipient")
-		}
-	}
-	return nil
-}
-
-// SameAddress reports whether a and b are the same bare mail address (the domain
-// compared without case).
-func SameAddress(a, b string) bool {
-	pa, err1 := mail.ParseAddress(a)
-	pb, err2 := mail.ParseAddress(b)
-	if err1 != nil || err2 != nil || pa.Name != "" || pb.Name != "" {
-		return false
-	}
-	la, da, _ := strings.Cut(pa.Address, "@")
-	lb, db, _ := strings.Cut(pb.Address, "@")
-	return la == lb && strings.EqualFold(da, db)
-}
-
-// Executor says who performs effects of this type.
 // DefaultSettleGrace is what the default settle window adds to the connector's timeout:
 // a request the client gave up on may still wait in the provider's accept queue, a load
 // balancer or a proxy (whose own timeouts are commonly 60 s) and be performed after the
@@ -855,24 +651,6 @@ func (p *Policy) Settle(actionType string) time.Duration {
 		return a.SettleWindow.D()
 	}
 	return DefaultSettleGrace
-}
-
-// SendTimeout is the connector's timeout for one send (0 for worker types).
-func (a *Action) SendTimeout() time.Duration {
-	switch {
-	case a.HTTP != nil:
-		return a.HTTP.Timeout.D()
-	case a.SMTP != nil:
-		return a.SMTP.Timeout.D()
-	}
-	return 0
-}
-
-func (a *Action) Executor() string {
-	if a.Connector == ConnectorWorker {
-		return "worker"
-	}
-	return "dispatcher"
 }
 
 // Backoff is the delay before the next attempt after attempts failures: exponential from

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/connector/httpconn"
+	"github.com/airlockhq/airlock/internal/connector/smtpconn"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -40,12 +43,12 @@ func TestParseGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	crm := p.Action("crm_note")
-	if crm.HTTP.Token != "tok" || crm.HTTP.Targets["default"] != "https://crm.internal/api/notes" || crm.Gate != GateNone {
-		t.Fatalf("crm_note: %+v %+v", crm, crm.HTTP)
+	if httpOf(crm).Token != "tok" || httpOf(crm).Targets["default"] != "https://crm.internal/api/notes" || crm.Gate != GateNone {
+		t.Fatalf("crm_note: %+v %+v", crm, httpOf(crm))
 	}
 	mail := p.Action("customer_email")
-	if mail.Gate != GateApproveBeforeAct || mail.SMTP.TLS != "starttls" || mail.SMTP.Password != "pw" {
-		t.Fatalf("customer_email defaults: %+v %+v", mail, mail.SMTP)
+	if mail.Gate != GateApproveBeforeAct || smtpOf(mail).TLS != "starttls" || smtpOf(mail).Password != "pw" {
+		t.Fatalf("customer_email defaults: %+v %+v", mail, smtpOf(mail))
 	}
 	if mail.Retry.MaxAttempts != 5 || p.Dispatch.Interval.D() != 200*time.Millisecond || p.Dispatch.Lease.D() != 2*time.Minute {
 		t.Fatalf("defaults: %+v %+v", mail.Retry, p.Dispatch)
@@ -124,7 +127,7 @@ func TestSecretsFromFileNeverInErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := Parse([]byte(`actions: {a: {connector: http, gate: none, http: {url: "https://x/", token_file: `+f+`}}}`), env(nil))
-	if err != nil || p.Action("a").HTTP.Token != "s3cret-token" {
+	if err != nil || httpOf(p.Action("a")).Token != "s3cret-token" {
 		t.Fatalf("token file: %v", err)
 	}
 	_, err = Parse([]byte(`actions: {a: {connector: http, http: {url: "https://x/", token_env: T, timeout: 1h}}}`), env(map[string]string{"T": "s3cret-token"}))
@@ -224,7 +227,7 @@ func TestSMTPTargetIsTheRecipient(t *testing.T) {
 	if got := a.Recipients("alice@example.com"); len(got) != 1 || got[0] != "alice@example.com" {
 		t.Errorf("Recipients = %v", got)
 	}
-	a.SMTP.Targets = map[string]string{"alice": "Alice <alice@example.com>"}
+	smtpOf(a).Targets = map[string]string{"alice": "Alice <alice@example.com>"}
 	if got := a.Recipients("alice"); len(got) != 1 || got[0] != "alice@example.com" {
 		t.Errorf("Recipients with targets = %v", got)
 	}
@@ -344,3 +347,7 @@ func TestMCPSectionErrorsNameTheField(t *testing.T) {
 		t.Errorf("parsed %+v", u)
 	}
 }
+
+// httpOf and smtpOf are an action type's connector section, as its kind decoded it.
+func httpOf(a *Action) *httpconn.Section { return a.Section.(*httpconn.Section) }
+func smtpOf(a *Action) *smtpconn.Section { return a.Section.(*smtpconn.Section) }

@@ -225,7 +225,7 @@ func (a *Action) validateSending(f string, d Dispatch, e *errs) {
 	}
 	// A "none" before the send could have timed out is no evidence at all.
 	t := a.SendTimeout()
-	if a.Connector == ConnectorWorker {
+	if a.Kind().Outside {
 		t = 0 // performed outside airlock: no timeout of airlock's bounds it
 	}
 	if a.SettleWindow.D() < t || a.SettleWindow.D() > 24*time.Hour {
@@ -317,39 +317,5 @@ func (a *Action) validateException(f string, e *errs) {
 	}
 	if a.Schema == nil {
 		e.add(f+".schema", "approve_by_exception needs a schema: validation must pass")
-	}
-}
-
-// connectorSections are the connector kinds with a section of their own, in the order
-// a misplaced section is reported.
-var connectorSections = []string{ConnectorHTTP, ConnectorSMTP, ConnectorWorker}
-
-// validateConnector checks that the type names a known connector, gives that
-// connector's section and no other's, and that the section is right.
-func (a *Action) validateConnector(f string, e *errs, lookupEnv func(string) (string, bool)) {
-	present := map[string]bool{ConnectorHTTP: a.HTTP != nil, ConnectorSMTP: a.SMTP != nil, ConnectorWorker: a.Worker != nil}
-	for _, kind := range connectorSections {
-		if present[kind] && kind != a.Connector {
-			e.add(f+"."+kind, "given, but the connector is %q", a.Connector)
-		}
-	}
-	switch a.Connector {
-	case ConnectorHTTP:
-		if a.HTTP == nil {
-			e.add(f+".http", "required for connector http")
-			return
-		}
-		a.HTTP.validate(f+".http", e, lookupEnv)
-	case ConnectorSMTP:
-		if a.SMTP == nil {
-			e.add(f+".smtp", "required for connector smtp")
-			return
-		}
-		a.SMTP.validate(f+".smtp", e, lookupEnv)
-	case ConnectorWorker:
-	case "":
-		e.add(f+".connector", "required: http, smtp or worker")
-	default:
-		e.add(f+".connector", "must be http, smtp or worker, not %q", a.Connector)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -79,7 +80,7 @@ func (w *Web) cardEvidence(ctx context.Context, a store.Approval, c *cardContext
 		return fmt.Errorf("evidence of %q: %w", a.RunKey, err)
 	}
 	for _, e := range ev {
-		c.Evidence = append(c.Evidence, cardEvidence{Source: e.Source, Name: e.Name, Value: prettyJSON(e.Value)})
+		c.Evidence = append(c.Evidence, cardEvidence{Source: e.Source, Name: e.Name, Value: connector.PrettyJSON(e.Value)})
 	}
 	return nil
 }

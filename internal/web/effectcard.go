@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
@@ -71,15 +72,12 @@ func (w *Web) effectItem(ctx context.Context, e store.Effect) (effectItem, error
 		it.Payload = redactedFields(payload, act, e.Executor)
 		it.PayloadNote = "From " + source + ". Fields outside the action type's log_fields are shown by their SHA-256 only."
 	}
-	connectorKind := ""
-	if act != nil {
-		connectorKind = act.Connector
+	// What airlock's dispatcher sent, its connector kind says how to find (connector.Finder).
+	find := ""
+	if e.Executor == store.ExecutorDispatcher && act != nil {
+		find, it.MessageID, _ = act.Find(it.ProviderKey, e.Target)
 	}
-	if e.Executor == store.ExecutorDispatcher && connectorKind == policy.ConnectorSMTP {
-		sum := sha256.Sum256([]byte(it.ProviderKey))
-		it.MessageID = hex.EncodeToString(sum[:16]) + "@"
-	}
-	it.Check = checks(e, connectorKind, it)
+	it.Check = checks(e, find, it)
 	return it, nil
 }
 
@@ -134,23 +132,20 @@ func redactedFields(raw json.RawMessage, act *policy.Action, executor string) []
 		}
 		var s string
 		if json.Unmarshal(v, &s) != nil {
-			s = prettyJSON(v)
+			s = connector.PrettyJSON(v)
 		}
 		out = append(out, cardField{Label: k, Value: s})
 	}
 	return out
 }
 
-// checks is what an operator looks for at the provider before resolving the effect.
-func checks(e store.Effect, connectorKind string, it effectItem) []string {
+// checks is what an operator looks for at the provider before resolving the effect; find
+// is the connector kind's own words for what airlock sent ("" when it has none).
+func checks(e store.Effect, find string, it effectItem) []string {
 	var c []string
 	switch {
-	case e.Executor == store.ExecutorDispatcher && connectorKind == policy.ConnectorSMTP:
-		c = append(c, "In the mail provider's sent log or the recipient's mailbox, search for a message to "+e.Target+
-			" whose Message-ID starts with "+it.MessageID+" (derived from the idempotency key: every attempt carried the same one).")
-	case e.Executor == store.ExecutorDispatcher && connectorKind == policy.ConnectorHTTP:
-		c = append(c, "At the provider, look up the request sent with the header Idempotency-Key: "+it.ProviderKey+
-			" (its API's idempotency lookup, or its request log).")
+	case find != "":
+		c = append(c, find)
 	case e.Executor == store.ExecutorWorker:
 		c = append(c, "In the worker's system (its log, its outbox, the provider it calls), look for the task with idempotency key "+
 			it.ProviderKey+"; the worker passes that key on to the provider.")

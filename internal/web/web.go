@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/approvals"
+	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/input"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -379,7 +380,7 @@ func (w *Web) showCard(rw http.ResponseWriter, r *http.Request, tokenHash, actio
 		return fmt.Errorf("approval page: %w", err)
 	}
 	p := approvalPage{page: page{Title: "Approval", Person: who, Error: errMsg}, Approval: a, Run: run,
-		Payload: prettyJSON(a.Payload), Action: action,
+		Payload: connector.PrettyJSON(a.Payload), Action: action,
 		Recipients: w.approvals.Recipients(a), CanDecide: true, Card: renderCard(a, w.approvals.Action(a.ActionType)), Notes: cardNotes(a), cardContext: cc}
 	p.Approve = approveLabel(a, p.Card)
 	if strings.HasPrefix(action, "/console/") {

@@ -37,7 +37,6 @@ import (
 	gosmtp "github.com/wneessen/go-mail/smtp"
 
 	"github.com/airlockhq/airlock/internal/connector"
-	"github.com/airlockhq/airlock/internal/policy"
 )
 
 // DefaultTimeout bounds an attempt when Config.Timeout is zero.
@@ -184,7 +183,7 @@ func (c *Connector) compose(req connector.Request) (*mail.Msg, error) {
 		// Without it every message would share one Message-ID; it also goes into a header.
 		return nil, refusal("invalid_request")
 	}
-	p, err := policy.ParseMail(req.Payload) // the rule the outbox applied when it was queued
+	p, err := ParseMail(req.Payload) // the rule the outbox applied when it was queued
 	if err != nil {
 		return nil, invalid
 	}
@@ -205,11 +204,11 @@ func (c *Connector) compose(req connector.Request) (*mail.Msg, error) {
 			return nil, invalid
 		}
 		for _, r := range p.To {
-			if !policy.SameAddress(r, req.Target) {
+			if !SameAddress(r, req.Target) {
 				return nil, invalid
 			}
 		}
-		if !policy.SameAddress(req.Target, req.Target) {
+		if !SameAddress(req.Target, req.Target) {
 			return nil, refusal("invalid_target") // one bare address, nothing else
 		}
 	}

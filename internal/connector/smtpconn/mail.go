@@ -1,4 +1,4 @@
-package policy
+package smtpconn
 
 import (
 	"bytes"
@@ -72,12 +72,15 @@ func ParseMail(payload json.RawMessage) (Mail, error) {
 	return m, nil
 }
 
-// CheckSendable refuses a payload this action type's connector could never send (SMTP:
-// see ParseMail). It runs when the effect is queued, before a gate opens.
-func (a *Action) CheckSendable(payload json.RawMessage) error {
-	if a.SMTP == nil {
-		return nil
+// SameAddress reports whether a and b are the same bare mail address (the domain
+// compared without case).
+func SameAddress(a, b string) bool {
+	pa, err1 := mail.ParseAddress(a)
+	pb, err2 := mail.ParseAddress(b)
+	if err1 != nil || err2 != nil || pa.Name != "" || pb.Name != "" {
+		return false
 	}
-	_, err := ParseMail(payload)
-	return err
+	la, da, _ := strings.Cut(pa.Address, "@")
+	lb, db, _ := strings.Cut(pb.Address, "@")
+	return la == lb && strings.EqualFold(da, db)
 }
