@@ -1,4 +1,4 @@
-package app_test
+package scale_test
 
 // TestScale is the benchmark of cost as data grows: the hot operations on PostgreSQL
 // holding generated history, beside the same operations on an empty database in the

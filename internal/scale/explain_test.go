@@ -1,8 +1,7 @@
-package app_test
+package scale_test
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
 	"regexp"
 	"slices"
@@ -14,10 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock/internal/apptest"
-	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/effects"
-	"github.com/airlockhq/airlock/internal/retention"
-	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/scale"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -42,16 +38,12 @@ func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 	defer r.mu.Unlock()
 	if r.on && !r.seen[d.SQL] {
 		r.seen[d.SQL] = true
-		r.stmts = append(r.stmts, recordedSQL{sql: d.SQL, args: d.Args, op: opName(ctx)})
+		r.stmts = append(r.stmts, recordedSQL{sql: d.SQL, args: d.Args, op: scale.OpName(ctx)})
 	}
 	return ctx
 }
 
 func (r *sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-type opKey struct{}
-
-func opName(ctx context.Context) string { s, _ := ctx.Value(opKey{}).(string); return s }
 
 // bigTables are those GenerateScale fills: a sequential scan of one is a cost that grows
 // with history.
@@ -86,11 +78,11 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 	rec.mu.Unlock()
 	op := func(name string, fn func(ctx context.Context) error) {
 		t.Helper()
-		if err := fn(context.WithValue(ctx, opKey{}, name)); err != nil {
+		if err := fn(context.WithValue(ctx, scale.OpKey{}, name)); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	hotOperations(e, st, op)
+	scale.HotOperations(e, st, op)
 	rec.mu.Lock()
 	rec.on = false
 	stmts := rec.stmts
@@ -116,85 +108,6 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 	}
 }
 
-// hotOperations runs every hot operation once through op (which names it and fails the
-// test on an error): TestHotQueriesUseIndexes EXPLAINs the statements they send, and
-// TestCitusPlan checks each against the scale-out plan.
-func hotOperations(e *apptest.EffectsEnv, st *postgres.Store, op func(name string, fn func(ctx context.Context) error)) {
-	var claimed store.Run
-	op("claim", func(ctx context.Context) error {
-		res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "hot-1", PayloadHash: "h", Actor: "test"})
-		claimed = res.Run
-		return err
-	})
-	op("duplicate claim", func(ctx context.Context) error {
-		_, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: "hot-1", PayloadHash: "h", Actor: "test"})
-		return err
-	})
-	op("heartbeat", func(ctx context.Context) error {
-		_, err := e.Runs.Heartbeat(ctx, runs.LeaseRequest{Key: "hot-1", Owner: claimed.LeaseOwner, Version: claimed.Version, Actor: "test"}, time.Minute)
-		return err
-	})
-	op("queue", func(ctx context.Context) error {
-		for _, action := range []string{"note", "task"} {
-			if _, _, _, err := e.Effects.Queue(ctx, effects.QueueRequest{Key: "hot-1", Owner: claimed.LeaseOwner, Version: claimed.Version,
-				ActionType: action, Target: "default", Payload: json.RawMessage(`{"n":1}`), Actor: "test"}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	op("dispatch", func(ctx context.Context) error { _, err := e.Dispatcher.Tick(ctx); return err })
-	op("worker claim", func(ctx context.Context) error {
-		_, _, err := e.Effects.WorkerClaim(ctx, []string{"task"}, time.Minute, "worker")
-		return err
-	})
-	op("get", func(ctx context.Context) error {
-		if _, err := e.Runs.Get(ctx, "hot-1"); err != nil {
-			return err
-		}
-		_, err := e.Effects.List(ctx, store.EffectListParams{RunKey: "hot-1", Limit: 100})
-		return err
-	})
-	a := audit.New(st, e.Clock.Now)
-	op("explain", func(ctx context.Context) error {
-		for _, key := range []string{"hot-1", "gen-77"} {
-			if _, err := a.Explain(ctx, key); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	op("report", func(ctx context.Context) error { _, err := a.ReportLast(ctx, 7*24*time.Hour); return err })
-	op("effect counts", func(ctx context.Context) error { _, err := st.EffectCountByState(ctx); return err })
-	op("purge", func(ctx context.Context) error {
-		for _, dry := range []bool{true, false} {
-			if _, err := retention.Purge(ctx, st, e.Policy, e.Clock.Now(), dry); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	op("runs list", func(ctx context.Context) error {
-		old := e.Clock.Now().Add(-24 * time.Hour)
-		for _, p := range []store.RunListParams{
-			{}, {State: store.StateCompleted}, {KeyPrefix: "gen-1"}, {OlderThan: &old}, {ActionType: "note"},
-			{State: store.StateAwaitingHuman, ActionType: "note", After: store.Cursor{At: old, ID: "gen-5"}},
-		} {
-			p.Limit = 50
-			if _, err := st.RunList(ctx, p); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	now := e.Clock.Now()
-	for _, l := range consoleLists(&now) {
-		op("console: "+l.name, func(ctx context.Context) error { _, err := l.run(ctx, st); return err })
-	}
-}
-
-var dml = regexp.MustCompile(`(?is)^\s*(select|insert|update|delete|with)\b`)
-
 var indexScan = regexp.MustCompile(`(?:Index|Index Only|Bitmap Index) Scan (?:Backward )?(?:using|on) (\w+)`)
 
 // explainNoSeqScan EXPLAINs each recorded query or data change with the arguments it was
@@ -206,7 +119,7 @@ func explainNoSeqScan(t testing.TB, st *postgres.Store, stmts []recordedSQL) (in
 	explained := 0
 	used := map[string]map[string]bool{}
 	for _, s := range stmts {
-		if !dml.MatchString(s.sql) {
+		if !scale.DML.MatchString(s.sql) {
 			continue
 		}
 		rows, err := st.Pool().Query(ctx, "EXPLAIN "+s.sql, s.args...)

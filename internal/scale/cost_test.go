@@ -1,4 +1,4 @@
-package app_test
+package scale_test
 
 // The cost suite (cost flat as data grows): counters that stay exact without counting,
 // and a purge that works in batches. Each test runs on every backend.
@@ -24,6 +24,8 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
+
+var ctx = context.Background()
 
 func TestEffectCountsExact(t *testing.T)        { apptest.EachEffects(t, testEffectCountsExact) }
 func TestEffectCountsReadNoEffect(t *testing.T) { apptest.EachEffects(t, testEffectCountsReadNoEffect) }
