@@ -8,15 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/scale"
-	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // sqlRecorder is a pgx tracer that keeps every statement the store sends while on.
@@ -57,22 +53,10 @@ var seqScan = regexp.MustCompile(`Seq Scan on (\w+)`)
 // statistics, records every statement the store sent, and EXPLAINs each with the
 // arguments it was sent with: none may read a big table sequentially.
 func TestHotQueriesUseIndexes(t *testing.T) {
-	cfg := storetest.NewPostgresSchema(t)
 	rec := &sqlRecorder{seen: map[string]bool{}}
-	cfg.ConnConfig.Tracer = rec
+	st := scale.OpenTraced(t, rec)
 	ctx := context.Background()
-	st, err := postgres.OpenConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
-	if err := storetest.GenerateScale(ctx, st.Pool(), storetest.Scale{Runs: 20000, Events: 100000, End: e.Clock.Now().Add(-8 * 24 * time.Hour)}, t.Logf); err != nil {
-		t.Fatal(err)
-	}
+	e := scale.WithHistory(t, st, 20000, 100000)
 	rec.mu.Lock()
 	rec.on = true
 	rec.mu.Unlock()

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/audit"
@@ -13,7 +16,39 @@ import (
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
+	"github.com/airlockhq/airlock/internal/store/storetest"
 )
+
+// OpenTraced opens a migrated PostgreSQL store on a fresh schema of the test server
+// (storetest.NewPostgresSchema) whose connections report every statement to tracer;
+// closed when t ends.
+func OpenTraced(t testing.TB, tracer pgx.QueryTracer) *postgres.Store {
+	t.Helper()
+	cfg := storetest.NewPostgresSchema(t)
+	cfg.ConnConfig.Tracer = tracer
+	ctx := context.Background()
+	st, err := postgres.OpenConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// WithHistory generates history in st (storetest.GenerateScale: runsN runs and eventsN
+// events, ending 8 days before the test clock's now) and returns the services over it.
+func WithHistory(t testing.TB, st *postgres.Store, runsN, eventsN int) *apptest.EffectsEnv {
+	t.Helper()
+	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
+	end := e.Clock.Now().Add(-8 * 24 * time.Hour)
+	if err := storetest.GenerateScale(context.Background(), st.Pool(), storetest.Scale{Runs: runsN, Events: eventsN, End: end}, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
 
 // OpKey is the context key under which an operation's name travels to a statement
 // tracer: context.WithValue(ctx, OpKey{}, name).
