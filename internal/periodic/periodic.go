@@ -1,5 +1,6 @@
 // Package periodic runs a background task on a ticker: serve's sweepers, the alert
-// relay's poll and the instance heartbeat share this one loop.
+// relay's poll, the instance heartbeat and the dispatcher's late outcomes share this one
+// loop.
 package periodic
 
 import (
