@@ -5,7 +5,7 @@
 # dispatch, explain, report, the /metrics effect counts and purge on PostgreSQL holding
 # generated history,
 # beside the same operations on an empty database, in one run (TestScale in
-# internal/app). Starts a throwaway PostgreSQL (scripts/with-postgres.sh)
+# internal/scale). Starts a throwaway PostgreSQL (scripts/with-postgres.sh)
 # unless AIRLOCK_TEST_DATABASE_URL is set; generating needs a superuser.
 #
 #   AIRLOCK_SCALE_RUNS        runs of history, each with one sent effect (default 10000000)
@@ -19,4 +19,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export AIRLOCK_SCALE_RUNS="${AIRLOCK_SCALE_RUNS:-10000000}"
 export AIRLOCK_SCALE_EVENTS="${AIRLOCK_SCALE_EVENTS:-50000000}"
-exec bash scripts/with-postgres.sh go test -count=1 -timeout 6h -run '^TestScale$' -v ./internal/app/
+exec bash scripts/with-postgres.sh go test -count=1 -timeout 6h -run '^TestScale$' -v ./internal/scale/

@@ -2,8 +2,9 @@
 # The Python and TypeScript clients (clients/) against a real airlock: builds the binary
 # once, runs the Python tests (unittest) and the TypeScript tests (tsc --noEmit, node
 # --test) on SQLite, and again inside scripts/with-postgres.sh on PostgreSQL (each suite
-# runs both stores when AIRLOCK_TEST_DATABASE_URL is set). Needs Go, python3 (3.9+), node
-# (20.3+) and npm (the TypeScript dev dependencies: typescript, @types/node; the OpenAI
+# runs both stores when AIRLOCK_TEST_DATABASE_URL is set; each starts its servers with
+# clients/testdata/serve.sh and clients/testdata/policy.yaml). Needs Go, curl, psql,
+# python3 (3.9+), node (20.3+) and npm (the TypeScript dev dependencies: typescript, @types/node; the OpenAI
 # Agents SDK example's dependencies). Last, the OpenAI Agents SDK example end to end
 # (scripts/test-openai-agents.sh, SQLite) with the same binary.
 #

@@ -8,7 +8,7 @@ export GOTOOLCHAIN=local
 scripts/lint.sh
 
 # -timeout: the default 10 m per package is too short for the suites run on both stores
-# (internal/effects, internal/app, internal/httpapi) under -race on a busy 2-core machine.
+# (internal/effects, internal/app, internal/scale, internal/httpapi) under -race on a busy 2-core machine.
 scripts/with-postgres.sh go test -race -count=1 -timeout 30m ./... "$@"
 
 # Citus (issue 36): a coordinator and two workers (scripts/with-citus.sh; Citus is built

@@ -22,11 +22,13 @@
 # run copies that tree into PostgreSQL's directories when citus.so is missing or differs.
 # The build dependencies are installed with apt-get when missing (needs root or sudo).
 # With CI=true every failure to build or start Citus is an error (exit 1), as it is anyway.
-# shellcheck disable=SC2317,SC2013 # cleanup/on_signal run from traps
+# The nodes' start and stop are scripts/lib/cluster.sh's, shared with with-postgres.sh.
+# shellcheck disable=SC2317 # cleanup runs from a trap
 set -euo pipefail
 
-log() { printf 'with-citus: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+LOG_NAME=with-citus
+# shellcheck source=scripts/lib/cluster.sh
+. "$(dirname "$0")/lib/cluster.sh"
 
 [ "$#" -gt 0 ] || die "usage: $0 CMD [ARGS...]"
 
@@ -119,38 +121,11 @@ if [ -n "${AIRLOCK_TEST_DATABASE_URL:-}" ]; then
 	exec "$@"
 fi
 
-# --- who runs the servers -----------------------------------------------------
-AS_ROOT=0
-if [ "$(id -u)" -eq 0 ]; then
-	AS_ROOT=1
-	id -u postgres >/dev/null 2>&1 || die "running as root, but there is no 'postgres' user to run the servers as"
-	command -v runuser >/dev/null 2>&1 || die "running as root, but runuser (util-linux) is missing"
-fi
+check_server_user
 
-TMP=""
-CHILD=""
 CLEANED=0
 NODES=(c w1 w2)
 declare -A PORTS=()
-
-pg() {
-	local bin=$1
-	shift
-	if [ "$AS_ROOT" -eq 1 ]; then
-		(cd "$TMP" && runuser -u postgres -- "$BINDIR/$bin" "$@")
-	else
-		(cd "$TMP" && "$BINDIR/$bin" "$@")
-	fi
-}
-
-stop_node() {
-	local n=$1 pid
-	[ -f "$TMP/$n/postmaster.pid" ] || return 0
-	if ! pg pg_ctl -D "$TMP/$n" -m fast -w -t 30 stop >/dev/null 2>&1; then
-		pid=$(head -n 1 "$TMP/$n/postmaster.pid" 2>/dev/null || true)
-		[ -z "$pid" ] || kill -KILL "$pid" 2>/dev/null || true
-	fi
-}
 
 cleanup() {
 	local rc=$?
@@ -160,61 +135,16 @@ cleanup() {
 	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
 		log "stopping the Citus nodes and removing $TMP"
 		local n
-		for n in "${NODES[@]}"; do stop_node "$n"; done
+		for n in "${NODES[@]}"; do stop_cluster "$TMP/$n"; done
 		rm -rf "$TMP"
 	fi
 	exit "$rc"
 }
+trap_signals cleanup
 
-descendants() {
-	local c
-	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
-		echo "$c"
-		descendants "$c"
-	done
-}
-
-on_signal() {
-	trap '' INT TERM HUP
-	if [ -n "$CHILD" ]; then
-		log "got SIG$1; stopping command"
-		local pids="" sig
-		for sig in INT TERM KILL; do
-			pids="$pids $CHILD $(descendants "$CHILD" | tr '\n' ' ')"
-			# shellcheck disable=SC2086
-			kill -s "$sig" $pids 2>/dev/null || true
-			for _ in $(seq 1 50); do
-				kill -0 "$CHILD" 2>/dev/null || break 2
-				sleep 0.1
-			done
-		done
-		# shellcheck disable=SC2086
-		kill -KILL $pids 2>/dev/null || true
-		wait "$CHILD" 2>/dev/null || true
-	fi
-	exit "$2"
-}
-
-trap cleanup EXIT
-trap 'on_signal INT 130' INT
-trap 'on_signal TERM 143' TERM
-trap 'on_signal HUP 129' HUP
-
-TMP=$(mktemp -d /tmp/airlock-citus.XXXXXX)
-[ "$AS_ROOT" -eq 0 ] || chown postgres: "$TMP"
-mkdir "$TMP/sock"
-[ "$AS_ROOT" -eq 0 ] || chown postgres: "$TMP/sock"
-
-LOCALE_ARG=--no-locale
-if locale -a 2>/dev/null | grep -qix 'c\.utf-\{0,1\}8'; then
-	LOCALE_ARG=--locale=C.UTF-8
-fi
-
+make_tmp airlock-citus
 log "creating a coordinator and two workers in $TMP"
-if ! pg initdb -D "$TMP/c" --auth=trust -U postgres -E UTF8 "$LOCALE_ARG" --no-sync >"$TMP/initdb.log" 2>&1; then
-	cat "$TMP/initdb.log" >&2
-	die "initdb failed"
-fi
+init_cluster "$TMP/c"
 # Citus: preloaded; prepared transactions for its two-phase commit across nodes.
 cat >>"$TMP/c/postgresql.conf" <<CONF
 shared_preload_libraries = 'citus'
@@ -228,37 +158,10 @@ for n in w1 w2; do
 	cp -a "$TMP/c" "$TMP/$n"
 done
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-pick_port() {
-	local p
-	for _ in $(seq 1 50); do
-		p=$((15000 + RANDOM % 17000))
-		if ! port_in_use "$p" && [[ " ${PORTS[*]} " != *" $p "* ]]; then
-			echo "$p"
-			return 0
-		fi
-	done
-	return 1
-}
-
 start_node() {
-	local n=$1 attempt
-	for attempt in 1 2 3 4 5; do
-		[ -n "${PORTS[$n]:-}" ] || PORTS[$n]=$(pick_port) || die "no free port on 127.0.0.1"
-		: >"$TMP/$n.log"
-		[ "$AS_ROOT" -eq 0 ] || chown postgres: "$TMP/$n.log"
-		if pg pg_ctl -D "$TMP/$n" -l "$TMP/$n.log" -w -t 60 -o "-p ${PORTS[$n]}" start >/dev/null 2>&1; then
-			return 0
-		fi
-		grep -qiE 'could not bind|address already in use|could not create any TCP/IP sockets' "$TMP/$n.log" || break
-		log "port ${PORTS[$n]} was taken; retrying (attempt $attempt)"
-		PORTS[$n]=""
-	done
-	saved=$(mktemp /tmp/airlock-citus-failed.XXXXXX.log)
-	cp "$TMP/$n.log" "$saved" 2>/dev/null || true
-	log "node $n did not start. Log kept at $saved; last lines:"
-	tail -n 40 "$saved" >&2 || true
-	exit 1
+	# shellcheck disable=SC2068 # the ports taken so far, one word each
+	start_cluster "$TMP/$1" "$TMP/$1.log" "" ${PORTS[@]} || exit 1
+	PORTS[$1]=$PORT
 }
 
 psql_on() {
@@ -300,12 +203,4 @@ chmod +x "$TMP/ctl.sh"
 export AIRLOCK_TEST_CITUS_CTL="$TMP/ctl.sh"
 log "Citus $(psql_on "${PORTS[c]}" -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'") ready: coordinator 127.0.0.1:${PORTS[c]}, workers ${PORTS[w1]} ${PORTS[w2]} (data in $TMP)"
 
-(
-	trap - INT QUIT TERM HUP
-	exec "$@"
-) <&0 &
-CHILD=$!
-rc=0
-wait "$CHILD" || rc=$?
-CHILD=""
-exit "$rc"
+run_command "$@"

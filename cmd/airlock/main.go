@@ -31,6 +31,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/fleet"
 	"github.com/airlockhq/airlock/internal/httpapi"
+	"github.com/airlockhq/airlock/internal/periodic"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -357,18 +358,7 @@ const writerPoll = time.Second
 
 // every runs fn each interval until ctx ends, logging failures.
 func every(ctx context.Context, interval time.Duration, fn func(context.Context) error, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := fn(ctx); err != nil && ctx.Err() == nil {
-				log.Error("background task failed", "err", err)
-			}
-		}
-	}
+	periodic.Every(ctx, interval, fn, func(err error) { log.Error("background task failed", "err", err) })
 }
 
 func migrateCmd() *cobra.Command {

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/periodic"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -112,18 +113,9 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = PollInterval
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := r.Drain(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("alert relay failed; the alerts stay in the outbox for the next attempt", "err", err)
-			}
-		}
-	}
+	periodic.Every(ctx, interval, func(ctx context.Context) error { _, err := r.Drain(ctx); return err }, func(err error) {
+		r.log.Warn("alert relay failed; the alerts stay in the outbox for the next attempt", "err", err)
+	})
 }
 
 // Drain raises the outbox's rows, a batch per transaction, until it finds none it can

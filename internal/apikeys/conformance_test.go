@@ -8,18 +8,13 @@ import (
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 var ctx = context.Background()
 
-// TestConformance: keys are created, found by their hash and revoked alike on every
+// TestAPIKeys: keys are created, found by their hash and revoked alike on every
 // backend.
-func TestConformance(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
-		t.Run("APIKeys", func(t *testing.T) { testAPIKeys(t, apptest.NewEnv(t, b, false)) })
-	})
-}
+func TestAPIKeys(t *testing.T) { apptest.EachEnv(t, testAPIKeys) }
 
 func testAPIKeys(t *testing.T, e *apptest.Env) {
 	k, raw, err := apikeys.Create(ctx, e.Store, "n8n", []string{apikeys.ScopeRuns}, e.Clock.Now())

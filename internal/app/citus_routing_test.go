@@ -9,14 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/airlockhq/airlock/internal/apptest"
-	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/scale"
 	"github.com/airlockhq/airlock/internal/store/postgres"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // citusHotOps are the operations of the request path whose every statement must be
@@ -63,18 +60,9 @@ func TestCitusRouting(t *testing.T) {
 		t.Skip("needs a Citus cluster: run under scripts/with-citus.sh")
 	}
 	plan := readCitusPlan(t, "../../docs/scaling.md")
-	cfg := storetest.NewPostgresSchema(t)
 	rec := &citusRecorder{open: map[*pgx.Conn]int{}}
-	cfg.ConnConfig.Tracer = rec
+	st := scale.OpenTraced(t, rec)
 	ctx := context.Background()
-	st, err := postgres.OpenConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	d, r, err := st.CitusPlacement(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -82,10 +70,7 @@ func TestCitusRouting(t *testing.T) {
 	if d != len(postgres.CitusDistributed) || r != len(postgres.CitusReference) {
 		t.Fatalf("after migrate: %d distributed and %d reference tables, want %d and %d", d, r, len(postgres.CitusDistributed), len(postgres.CitusReference))
 	}
-	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
-	if err := storetest.GenerateScale(ctx, st.Pool(), storetest.Scale{Runs: 200, Events: 1000, End: e.Clock.Now().Add(-8 * 24 * time.Hour)}, t.Logf); err != nil {
-		t.Fatal(err)
-	}
+	e := scale.WithHistory(t, st, 200, 1000)
 	rec.set(true)
 	failed := map[string]bool{}
 	op := func(name string, fn func(ctx context.Context) error) {

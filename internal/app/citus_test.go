@@ -26,9 +26,9 @@ import (
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/scale"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // citusShards is how many hash partitions stand for Citus's shards in TestCitusPlan.
@@ -62,26 +62,14 @@ func TestCitusPlan(t *testing.T) {
 		t.Skip("on Citus: TestCitusRouting checks the plan there")
 	}
 	plan := readCitusPlan(t, "../../docs/scaling.md")
-	cfg := storetest.NewPostgresSchema(t)
 	rec := &citusRecorder{open: map[*pgx.Conn]int{}}
-	cfg.ConnConfig.Tracer = rec
+	st := scale.OpenTraced(t, rec)
 	ctx := context.Background()
-	st, err := postgres.OpenConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	checkCitusSchema(t, st.Pool(), plan)
 	if t.Failed() {
 		return
 	}
-	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
-	if err := storetest.GenerateScale(ctx, st.Pool(), storetest.Scale{Runs: 400, Events: 2000, End: e.Clock.Now().Add(-8 * 24 * time.Hour)}, t.Logf); err != nil {
-		t.Fatal(err)
-	}
+	e := scale.WithHistory(t, st, 400, 2000)
 	parts, err := distributeByHash(ctx, st.Pool(), plan.distributed(), citusShards)
 	if err != nil {
 		t.Fatalf("distribute the plan's tables: %v", err)

@@ -13,27 +13,18 @@ import (
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 	"github.com/google/uuid"
 )
 
-// TestConsistencyConformance runs the part of the consistency suite that spans the
+// The part of the consistency suite that spans the
 // services: a resume after many heartbeats, verdicts of a large run, and retention that
 // keeps what may still be sent.
-func TestConsistencyConformance(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
-		tests := []struct {
-			name string
-			fn   func(t *testing.T, e *apptest.EffectsEnv)
-		}{
-			{"ResumeAfterManyHeartbeats", testResumeAfterManyHeartbeats},
-			{"LargeRunVerdicts", testLargeRunVerdicts},
-			{"RetentionKeepsResendablePayloads", testRetentionKeepsResendablePayloads},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-		}
-	})
+func TestResumeAfterManyHeartbeats(t *testing.T) {
+	apptest.EachEffects(t, testResumeAfterManyHeartbeats)
+}
+func TestLargeRunVerdicts(t *testing.T) { apptest.EachEffects(t, testLargeRunVerdicts) }
+func TestRetentionKeepsResendablePayloads(t *testing.T) {
+	apptest.EachEffects(t, testRetentionKeepsResendablePayloads)
 }
 
 // testResumeAfterManyHeartbeats: a run that heartbeat more than a page of times before

@@ -14,29 +14,16 @@ import (
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 var ctx = context.Background()
 
-// TestConsoleConformance runs the operator console's conformance suite on every backend: its keyset lists
+// The operator console's conformance suite, each test on every backend: its keyset lists
 // and the unpark operation.
-func TestConsoleConformance(t *testing.T) { storetest.Each(t, runConsole) }
-
-func runConsole(t *testing.T, b storetest.Backend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *apptest.EffectsEnv)
-	}{
-		{"UnparkUnknownCommit", testUnpark},
-		{"ParkedRunsPaged", testParkedPaged},
-		{"EffectsInStatePaged", testEffectsInStatePaged},
-		{"ApprovalsPendingPaged", testApprovalsPendingPaged},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-	}
-}
+func TestUnparkUnknownCommit(t *testing.T)   { apptest.EachEffects(t, testUnpark) }
+func TestParkedRunsPaged(t *testing.T)       { apptest.EachEffects(t, testParkedPaged) }
+func TestEffectsInStatePaged(t *testing.T)   { apptest.EachEffects(t, testEffectsInStatePaged) }
+func TestApprovalsPendingPaged(t *testing.T) { apptest.EachEffects(t, testApprovalsPendingPaged) }
 
 func park(t *testing.T, e *apptest.EffectsEnv, key string) store.Run {
 	t.Helper()

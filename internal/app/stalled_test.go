@@ -11,20 +11,15 @@ import (
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// TestStalledRuns is issue 34's stalled runs on every backend: a run left processing
+// TestStalled* are issue 34's stalled runs on every backend: a run left processing
 // after its lease lapsed is listed by the stalled filter, alerted once per stall however
 // many sweepers race, alerted again after a reclaim stalls it anew, and re-driven by an
 // operator only while it is stalled.
-func TestStalledRuns(t *testing.T) { storetest.Each(t, runStalled) }
-
-func runStalled(t *testing.T, b storetest.Backend) {
-	t.Run("ListedAlertedOnce", func(t *testing.T) { testStalledAlertedOnce(t, apptest.NewEffectsEnv(t, b, "")) })
-	t.Run("Redrive", func(t *testing.T) { testRedrive(t, apptest.NewEffectsEnv(t, b, "")) })
-	t.Run("EffectsWaiting", func(t *testing.T) { testEffectsWaiting(t, apptest.NewEffectsEnv(t, b, "")) })
-}
+func TestStalledListedAlertedOnce(t *testing.T) { apptest.EachEffects(t, testStalledAlertedOnce) }
+func TestStalledRedrive(t *testing.T)           { apptest.EachEffects(t, testRedrive) }
+func TestStalledEffectsWaiting(t *testing.T)    { apptest.EachEffects(t, testEffectsWaiting) }
 
 // stallAlerts counts the run_stalled alert events of key.
 func stallAlerts(t *testing.T, e *apptest.EffectsEnv, key string) int {

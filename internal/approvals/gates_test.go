@@ -20,33 +20,20 @@ import (
 	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 var ctx = context.Background()
 
-// TestGatesConformance runs the conformance suite of the gates' store work (migration 0008): keys that
+// The conformance suite of the gates' store work (migration 0008): keys that
 // name their person and types, approvals that keep every requester identity, evidence
-// recorded by evaluators, and the domain rules over them, on backend b.
-func TestGatesConformance(t *testing.T) { storetest.Each(t, runGates) }
-
-func runGates(t *testing.T, b storetest.Backend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *apptest.EffectsEnv)
-	}{
-		{"APIKeyOnBehalfOfAndTypes", testGateAPIKeyColumns},
-		{"ApprovalKeepsRequesters", testGateRequesters},
-		{"EvidenceRecordedNotRequested", testGateEvidence},
-		{"CancelOnlyWindowSettlesApproved", testGateCancel},
-		{"CancelPathsLockInOneOrder", testGateCancelLockOrder},
-		{"LedgerUnknownIsAPersons", testGateLedgerUnknown},
-		{"ReissueReplacesTheLink", testGateReissue},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-	}
-}
+// recorded by evaluators, and the domain rules over them, each test on every backend.
+func TestAPIKeyOnBehalfOfAndTypes(t *testing.T)        { apptest.EachEffects(t, testGateAPIKeyColumns) }
+func TestApprovalKeepsRequesters(t *testing.T)         { apptest.EachEffects(t, testGateRequesters) }
+func TestEvidenceRecordedNotRequested(t *testing.T)    { apptest.EachEffects(t, testGateEvidence) }
+func TestCancelOnlyWindowSettlesApproved(t *testing.T) { apptest.EachEffects(t, testGateCancel) }
+func TestCancelPathsLockInOneOrder(t *testing.T)       { apptest.EachEffects(t, testGateCancelLockOrder) }
+func TestLedgerUnknownIsAPersons(t *testing.T)         { apptest.EachEffects(t, testGateLedgerUnknown) }
+func TestReissueReplacesTheLink(t *testing.T)          { apptest.EachEffects(t, testGateReissue) }
 
 func testGateAPIKeyColumns(t *testing.T, e *apptest.EffectsEnv) {
 	_, raw, err := apikeys.CreateSpec(ctx, e.Store, apikeys.Spec{Name: "w", Scopes: []string{apikeys.ScopeWorker},

@@ -158,24 +158,19 @@ func (e *stuckEnv) sweep(t *testing.T) {
 	}
 }
 
-// TestStuckApprovals: approvals nobody can decide, expiry warnings and escalations, on
-// both stores.
-func TestStuckApprovals(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
-		for _, tt := range []struct {
-			name string
-			fn   func(t *testing.T, e *stuckEnv)
-		}{
-			{"UndecidableEpisodes", testUndecidableEpisodes},
-			{"UndecidableBySeparationOfDuties", testUndecidableBySoD},
-			{"SingleSignOnHolders", testSingleSignOnHolders},
-			{"UndecidableOncePerEpisodeAcrossInstances", testUndecidableRace},
-			{"ExpiryWarningOnceAcrossInstances", testWarningRace},
-			{"EscalationOnceAndMayHonoursIt", testEscalation},
-		} {
-			t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStuckEnv(t, b)) })
-		}
-	})
+// Approvals nobody can decide, expiry warnings and escalations, each test on both
+// stores.
+func TestUndecidableEpisodes(t *testing.T)                      { eachStuck(t, testUndecidableEpisodes) }
+func TestUndecidableBySeparationOfDuties(t *testing.T)          { eachStuck(t, testUndecidableBySoD) }
+func TestSingleSignOnHolders(t *testing.T)                      { eachStuck(t, testSingleSignOnHolders) }
+func TestUndecidableOncePerEpisodeAcrossInstances(t *testing.T) { eachStuck(t, testUndecidableRace) }
+func TestExpiryWarningOnceAcrossInstances(t *testing.T)         { eachStuck(t, testWarningRace) }
+func TestEscalationOnceAndMayHonoursIt(t *testing.T)            { eachStuck(t, testEscalation) }
+
+// eachStuck runs fn on every backend with a fresh stuckEnv.
+func eachStuck(t *testing.T, fn func(t *testing.T, e *stuckEnv)) {
+	t.Helper()
+	storetest.Each(t, func(t *testing.T, b storetest.Backend) { fn(t, newStuckEnv(t, b)) })
 }
 
 func testUndecidableEpisodes(t *testing.T, e *stuckEnv) {

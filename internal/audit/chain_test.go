@@ -16,19 +16,19 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// TestChainConformance is the event hash chain's conformance suite (0015_chain.sql): the
+// TestChain* are the event hash chain's conformance suite, each on every backend (0015_chain.sql): the
 // backend's SQL links every event as store.ChainHash says, two writers of one run never
 // fork the chain, and `airlock audit verify`'s check finds each way of tampering with
 // the rows.
-func TestChainConformance(t *testing.T) { storetest.Each(t, runChain) }
-
-func runChain(t *testing.T, b storetest.Backend) {
-	t.Run("EveryPathLinked", func(t *testing.T) { testChainPaths(t, apptest.NewEffectsEnv(t, b, "")) })
-	t.Run("Tampering", func(t *testing.T) { testChainTamper(t, b) })
-	t.Run("BeforeTheChain", func(t *testing.T) { testChainBefore(t, apptest.NewEnv(t, b, false)) })
-	t.Run("AfterRetention", func(t *testing.T) { testChainRetention(t, apptest.NewEnv(t, b, false)) })
-	t.Run("RacingWriters", func(t *testing.T) { testChainRace(t, apptest.NewEnv(t, b, true)) })
-	t.Run("RacingFirstEvents", func(t *testing.T) { testChainFirstRace(t, apptest.NewEnv(t, b, true)) })
+func TestChainEveryPathLinked(t *testing.T) { apptest.EachEffects(t, testChainPaths) }
+func TestChainTampering(t *testing.T)       { storetest.Each(t, testChainTamper) }
+func TestChainBeforeTheChain(t *testing.T)  { apptest.EachEnv(t, testChainBefore) }
+func TestChainAfterRetention(t *testing.T)  { apptest.EachEnv(t, testChainRetention) }
+func TestChainRacingWriters(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, b storetest.Backend) { testChainRace(t, apptest.NewEnv(t, b, true)) })
+}
+func TestChainRacingFirstEvents(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, b storetest.Backend) { testChainFirstRace(t, apptest.NewEnv(t, b, true)) })
 }
 
 // rawSQL adapts a PostgreSQL statement ($n parameters) to the backend: SQLite numbers

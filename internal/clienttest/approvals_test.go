@@ -6,12 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/accounts"
-	"github.com/airlockhq/airlock/internal/airlocktest"
-	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
@@ -31,20 +27,8 @@ func TestApprovalsList(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			st := b.Open(t, nil)
-			if err := accounts.CreateUser(ctx, st, "lead", "correct horse battery", []string{"team-lead"}); err != nil {
-				t.Fatal(err)
-			}
-			srv, err := airlocktest.Start(ctx, st, listPolicy, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Close)
-			_, opKey, err := apikeys.Create(ctx, st, "ops", []string{apikeys.ScopeOperator}, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, op := client.New(srv.URL, srv.APIKey), client.New(srv.URL, opKey)
+			srv := start(t, b, listPolicy, "team-lead")
+			c, op := srv.c, srv.op
 
 			var keys []string
 			links := map[string]string{}

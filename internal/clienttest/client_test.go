@@ -23,13 +23,7 @@ const gatedPolicy = airlocktest.AgentPolicy + `
 
 func serve(t *testing.T, b storetest.Backend, policy string) *client.Client {
 	t.Helper()
-	st := b.Open(t, nil)
-	srv, err := airlocktest.Start(context.Background(), st, policy, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	return client.New(srv.URL, srv.APIKey)
+	return start(t, b, policy).c
 }
 
 func claim(t *testing.T, c *client.Client, key string) client.Claim {

@@ -45,12 +45,7 @@ func TestRetriesReuseTheIdempotencyKey(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			st := b.Open(t, nil)
-			srv, err := airlocktest.Start(context.Background(), st, airlocktest.AgentPolicy, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Close)
+			srv := start(t, b, airlocktest.AgentPolicy)
 			up, _ := url.Parse(srv.URL)
 			d := &dropFirst{proxy: httputil.NewSingleHostReverseProxy(up), seen: map[string][]string{}}
 			front := httptest.NewServer(d)

@@ -19,28 +19,15 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/airlocktest"
-	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// stepsPolicy is the onboarding agent's: two ungated effects and a gated one.
-const stepsPolicy = `
-actions:
-  create_doc: {connector: worker, gate: none}
-  crm_note: {connector: worker, gate: none}
-  share_doc:
-    connector: worker
-    gate: approve_before_act
-    approvers: {roles: [support-lead]}
-  post_update:
-    connector: worker
-    gate: approve_before_act
-    approvers: {roles: [support-lead]}
-    approval: {on_reject: skip_effect}
-`
+// stepsPolicy is the client tests' one policy (clients/testdata/policy.yaml), which has the
+// onboarding agent's two ungated effects (create_doc, crm_note) and its gated one
+// (share_doc, for support-lead).
+var stepsPolicy = clientPolicy
 
 // TestMain lets the crash test run the onboarding agent in a child process (this test
 // binary again) that it can SIGKILL.
@@ -82,21 +69,8 @@ type stepsEnv struct {
 
 func startSteps(t *testing.T, b storetest.Backend) stepsEnv {
 	t.Helper()
-	ctx := context.Background()
-	st := b.Open(t, nil)
-	if err := accounts.CreateUser(ctx, st, "lead", "correct horse battery", []string{"support-lead"}); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := airlocktest.Start(ctx, st, stepsPolicy, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	_, opKey, err := apikeys.Create(ctx, st, "ops", []string{apikeys.ScopeOperator}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stepsEnv{srv: srv, c: client.New(srv.URL, srv.APIKey), op: client.New(srv.URL, opKey)}
+	srv := start(t, b, stepsPolicy, "support-lead")
+	return stepsEnv{srv: srv.Server, c: srv.c, op: srv.op}
 }
 
 // decide decides the approval behind an approve link as the lead would.

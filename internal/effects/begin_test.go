@@ -15,11 +15,9 @@ import (
 // TestBeginSendsConformance: the batch begin-mark (store.BeginSends) marks, on every
 // backend, only what the kill switch allows, under its owner's live lease, on a run that
 // is not failed_terminal, once; and it leaves updated_at as the lease set it.
-func TestBeginSendsConformance(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
-		t.Run("KillSwitchLeaseAndRun", func(t *testing.T) { testBeginSends(t, apptest.NewEffectsEnv(t, b, "")) })
-		t.Run("NoGlobalRowIsDisabled", func(t *testing.T) { testBeginSendsNoGlobal(t, apptest.NewEffectsEnv(t, b, "")) })
-	})
+func TestBeginSendsKillSwitchLeaseAndRun(t *testing.T) { apptest.EachEffects(t, testBeginSends) }
+func TestBeginSendsNoGlobalRowIsDisabled(t *testing.T) {
+	apptest.EachEffects(t, testBeginSendsNoGlobal)
 }
 
 func leaseAll(t *testing.T, e *apptest.EffectsEnv, owner string, lease time.Duration) []store.Effect {

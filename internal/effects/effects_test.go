@@ -23,31 +23,26 @@ import (
 
 var ctx = context.Background()
 
-// TestEffectsConformance runs the outbox's conformance suite on every backend.
-func TestEffectsConformance(t *testing.T) { storetest.Each(t, runEffects) }
+// The outbox's conformance suite, each test on every backend (apptest.EachEffects).
+func TestQueueUnderLease(t *testing.T) { apptest.EachEffects(t, testQueueUnderLease) }
+func TestCompletionWaitsForEffects(t *testing.T) {
+	apptest.EachEffects(t, testCompletionWaitsForEffects)
+}
+func TestDispatchOutcomes(t *testing.T)               { apptest.EachEffects(t, testDispatchOutcomes) }
+func TestRetryCapFails(t *testing.T)                  { apptest.EachEffects(t, testRetryCapFails) }
+func TestIdempotentProviderResent(t *testing.T)       { apptest.EachEffects(t, testIdempotentResent) }
+func TestExpiredSendLeaseIsUnknown(t *testing.T)      { apptest.EachEffects(t, testExpiredSendLease) }
+func TestKillSwitchHoldsQueuedAndLeased(t *testing.T) { apptest.EachEffects(t, testKillSwitch) }
+func TestReconcile(t *testing.T)                      { apptest.EachEffects(t, testReconcile) }
+func TestResolve(t *testing.T)                        { apptest.EachEffects(t, testResolve) }
+func TestExternalWorker(t *testing.T)                 { apptest.EachEffects(t, testExternalWorker) }
+func TestConcurrentDispatchersSendOnce(t *testing.T) {
+	apptest.EachEffects(t, testConcurrentDispatchers)
+}
+func TestSMTPDispatch(t *testing.T) { apptest.EachEffects(t, testSMTPDispatch) }
 
-func runEffects(t *testing.T, b storetest.Backend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *apptest.EffectsEnv)
-	}{
-		{"QueueUnderLease", testQueueUnderLease},
-		{"CompletionWaitsForEffects", testCompletionWaitsForEffects},
-		{"DispatchOutcomes", testDispatchOutcomes},
-		{"RetryCapFails", testRetryCapFails},
-		{"IdempotentProviderResent", testIdempotentResent},
-		{"ExpiredSendLeaseIsUnknown", testExpiredSendLease},
-		{"KillSwitchHoldsQueuedAndLeased", testKillSwitch},
-		{"Reconcile", testReconcile},
-		{"Resolve", testResolve},
-		{"ExternalWorker", testExternalWorker},
-		{"ConcurrentDispatchersSendOnce", testConcurrentDispatchers},
-		{"SMTPDispatch", testSMTPDispatch},
-	}
-	for _, tt := range append(append(tests, outboxTests...), poisonTests...) {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-	}
-	t.Run("EnvOverrideStopsSends", func(t *testing.T) {
+func TestEnvOverrideStopsSends(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
 		for _, v := range []string{"false", "0", "no", ""} {
 			e := apptest.NewEffectsEnv(t, b, v)
 			if v == "" { // unset: the database decides (enabled on a fresh install)

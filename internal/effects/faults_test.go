@@ -30,36 +30,36 @@ import (
 // puts an effect back into the queue or takes it out: each fails before it is made, or
 // after it committed (its reply lost). Whatever falls where, every outcome is recorded
 // exactly once, each event is written once, and nothing is sent twice.
-var faultTests = []struct {
-	name string
-	fn   func(t *testing.T, e *apptest.EffectsEnv)
-}{
-	{"GroupOutcomeFaultsRecordEachOutcomeOnce", testGroupOutcomeFaults},
-	{"BeginMarkReplyLostIsLookedUpNeverResent", testBeginMarkReplyLost},
-	{"BeginMarkFailedIsRequeued", testBeginMarkFailed},
-	{"BeginRestFailedStillSendsTheMarked", testBeginRestFailed},
-	{"ShutdownDuringTheBeginMarkStillSends", testShutdownDuringMark},
-	{"ReconcileStoreErrorLooksUpTheRest", testReconcileStoreError},
-	{"LeaseReplyLostIsRequeued", testLeaseReplyLost},
-	{"SweepReplyLostChangesTheEffectOnce", testSweepReplyLost},
-	{"ReconcileReplyLostAppliesOnce", testReconcileReplyLost},
-	{"ResolveReplyLostAppliesOnce", testResolveReplyLost},
-	{"KillSwitchHoldReplyLostHoldsOnce", testBlockReplyLost},
-	{"RequeueFailedReplyLostQueuesOnce", testRequeueFailedReplyLost},
-	{"ApprovalReplyLostQueuesOnce", testApprovalReplyLost},
-	{"QueueReplyLostQueuesOnce", testQueueReplyLost},
-	{"WorkerReplyLostNeverHandsOutTwice", testWorkerReplyLost},
-	{"FailedRunReplyLostCancelsOnce", testFailedRunReplyLost},
+//
+// The fault suite, each test on every backend.
+func TestGroupOutcomeFaultsRecordEachOutcomeOnce(t *testing.T) {
+	apptest.EachEffects(t, testGroupOutcomeFaults)
 }
-
-// TestOutboxFaults runs the fault suite on every backend.
-func TestOutboxFaults(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
-		for _, tt := range faultTests {
-			t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-		}
-	})
+func TestBeginMarkReplyLostIsLookedUpNeverResent(t *testing.T) {
+	apptest.EachEffects(t, testBeginMarkReplyLost)
 }
+func TestBeginMarkFailedIsRequeued(t *testing.T) { apptest.EachEffects(t, testBeginMarkFailed) }
+func TestBeginRestFailedStillSendsTheMarked(t *testing.T) {
+	apptest.EachEffects(t, testBeginRestFailed)
+}
+func TestShutdownDuringTheBeginMarkStillSends(t *testing.T) {
+	apptest.EachEffects(t, testShutdownDuringMark)
+}
+func TestReconcileStoreErrorLooksUpTheRest(t *testing.T) {
+	apptest.EachEffects(t, testReconcileStoreError)
+}
+func TestLeaseReplyLostIsRequeued(t *testing.T)           { apptest.EachEffects(t, testLeaseReplyLost) }
+func TestSweepReplyLostChangesTheEffectOnce(t *testing.T) { apptest.EachEffects(t, testSweepReplyLost) }
+func TestReconcileReplyLostAppliesOnce(t *testing.T)      { apptest.EachEffects(t, testReconcileReplyLost) }
+func TestResolveReplyLostAppliesOnce(t *testing.T)        { apptest.EachEffects(t, testResolveReplyLost) }
+func TestKillSwitchHoldReplyLostHoldsOnce(t *testing.T)   { apptest.EachEffects(t, testBlockReplyLost) }
+func TestRequeueFailedReplyLostQueuesOnce(t *testing.T) {
+	apptest.EachEffects(t, testRequeueFailedReplyLost)
+}
+func TestApprovalReplyLostQueuesOnce(t *testing.T)       { apptest.EachEffects(t, testApprovalReplyLost) }
+func TestQueueReplyLostQueuesOnce(t *testing.T)          { apptest.EachEffects(t, testQueueReplyLost) }
+func TestWorkerReplyLostNeverHandsOutTwice(t *testing.T) { apptest.EachEffects(t, testWorkerReplyLost) }
+func TestFailedRunReplyLostCancelsOnce(t *testing.T)     { apptest.EachEffects(t, testFailedRunReplyLost) }
 
 // rule fails the first call it matches, at when (with storetest.ErrInjected).
 type rule struct {

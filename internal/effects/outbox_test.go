@@ -21,23 +21,26 @@ import (
 
 // The outbox's promise under concurrency, crashes and faults: each test forces
 // an interleaving that broke an earlier version, with hooks between statements.
-var outboxTests = []struct {
-	name string
-	fn   func(t *testing.T, e *apptest.EffectsEnv)
-}{
-	{"SweeperCannotRequeueABegunSend", testSweeperVsBegin},
-	{"BeginNeedsALiveLease", testBeginNeedsLiveLease},
-	{"ApprovedRunSettlesWhenEffectsFinishTogether", testSettleWriteSkew},
-	{"CompleteAndQueueRace", testCompleteQueueRace},
-	{"ReconcileDoesNotStarve", testReconcileNoStarvation},
-	{"ShutdownDrainsInFlightSends", testShutdownDrains},
-	{"KillSwitchThatCommitsFirstWins", testKillSwitchCommitsFirst},
-	{"OutcomeRecordingIsRetried", testRecordRetried},
-	{"FailedTerminalRunSendsNothing", testFailedTerminalSendsNothing},
-	{"HangingProviderDoesNotDelayOtherTypes", testHangingProvider},
-	{"RateCapsLeases", testRateCap},
-	{"QueueWakesDispatcher", testQueueWakes},
+func TestSweeperCannotRequeueABegunSend(t *testing.T) { apptest.EachEffects(t, testSweeperVsBegin) }
+func TestBeginNeedsALiveLease(t *testing.T)           { apptest.EachEffects(t, testBeginNeedsLiveLease) }
+func TestApprovedRunSettlesWhenEffectsFinishTogether(t *testing.T) {
+	apptest.EachEffects(t, testSettleWriteSkew)
 }
+func TestCompleteAndQueueRace(t *testing.T)        { apptest.EachEffects(t, testCompleteQueueRace) }
+func TestReconcileDoesNotStarve(t *testing.T)      { apptest.EachEffects(t, testReconcileNoStarvation) }
+func TestShutdownDrainsInFlightSends(t *testing.T) { apptest.EachEffects(t, testShutdownDrains) }
+func TestKillSwitchThatCommitsFirstWins(t *testing.T) {
+	apptest.EachEffects(t, testKillSwitchCommitsFirst)
+}
+func TestOutcomeRecordingIsRetried(t *testing.T) { apptest.EachEffects(t, testRecordRetried) }
+func TestFailedTerminalRunSendsNothing(t *testing.T) {
+	apptest.EachEffects(t, testFailedTerminalSendsNothing)
+}
+func TestHangingProviderDoesNotDelayOtherTypes(t *testing.T) {
+	apptest.EachEffects(t, testHangingProvider)
+}
+func TestRateCapsLeases(t *testing.T)       { apptest.EachEffects(t, testRateCap) }
+func TestQueueWakesDispatcher(t *testing.T) { apptest.EachEffects(t, testQueueWakes) }
 
 // Instance B's sweeper lists an effect whose lease it sees expired (its clock runs ahead)
 // and not begun; instance A then begins and sends it; B's requeue must not apply.

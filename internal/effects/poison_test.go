@@ -23,16 +23,21 @@ import (
 // Poison answers: an answer the store cannot keep as it is, or a store
 // that refuses every write for longer than the lease, must never cost another outcome, nor
 // the outcome itself when it is known.
-var poisonTests = []struct {
-	name string
-	fn   func(t *testing.T, e *apptest.EffectsEnv)
-}{
-	{"RefusedValuesAreMarked", testRefusedValuesMarked},
-	{"UnstorableProviderIDsDoNotStallTheGroup", testUnstorableProviderIDs},
-	{"RefusedOutcomeIsIsolatedAtOnce", testRefusedOutcomeIsolated},
-	{"KnownOutcomeOutlivesAnUnwritableStore", testLateOutcomeApplied},
-	{"LateOutcomeNeverOverwritesALaterSend", testLateOutcomeStale},
-	{"LateOutcomesAreLoggedAtShutdown", testLateOutcomeShutdown},
+func TestRefusedValuesAreMarked(t *testing.T) { apptest.EachEffects(t, testRefusedValuesMarked) }
+func TestUnstorableProviderIDsDoNotStallTheGroup(t *testing.T) {
+	apptest.EachEffects(t, testUnstorableProviderIDs)
+}
+func TestRefusedOutcomeIsIsolatedAtOnce(t *testing.T) {
+	apptest.EachEffects(t, testRefusedOutcomeIsolated)
+}
+func TestKnownOutcomeOutlivesAnUnwritableStore(t *testing.T) {
+	apptest.EachEffects(t, testLateOutcomeApplied)
+}
+func TestLateOutcomeNeverOverwritesALaterSend(t *testing.T) {
+	apptest.EachEffects(t, testLateOutcomeStale)
+}
+func TestLateOutcomesAreLoggedAtShutdown(t *testing.T) {
+	apptest.EachEffects(t, testLateOutcomeShutdown)
 }
 
 // Each backend marks its refusal of a statement's values as store.ErrInvalidValue (the

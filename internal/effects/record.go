@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/connector"
+	"github.com/airlockhq/airlock/internal/periodic"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -502,16 +503,10 @@ func (d *Dispatcher) applyOneLate(ctx context.Context, l *lateOutcome) {
 // lateLoop applies late outcomes as they fall due until ctx ends. The applies themselves
 // are not cancelled by ctx: they may share a group commit with sends still draining.
 func (d *Dispatcher) lateLoop(ctx context.Context) {
-	t := time.NewTicker(min(d.Interval, time.Second))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			d.applyLate(context.WithoutCancel(ctx), false)
-		}
-	}
+	periodic.Every(ctx, min(d.Interval, time.Second), func(ctx context.Context) error {
+		d.applyLate(context.WithoutCancel(ctx), false)
+		return nil
+	}, nil)
 }
 
 // lateShutdownTry bounds the last try of the late outcomes when the dispatcher stops.

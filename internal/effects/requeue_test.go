@@ -14,36 +14,29 @@ import (
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 // Every path that makes an effect sendable again, each with a stale writer forced against
 // it. The census (census_test.go) finds every such path in the code and fails
-// when one has no entry here or in outboxTests: a new way back into the queue comes with
+// when one has no entry here or in outbox_test.go: a new way back into the queue comes with
 // the test that tries to break it.
-var requeueTests = []struct {
-	name string
-	fn   func(t *testing.T, e *apptest.EffectsEnv)
-}{
-	{"StaleReconcileAnswerLoses", testStaleReconcileAnswer},
-	{"TwoInstancesNeverLookUpTheSameEffect", testReconcileClaim},
-	{"LookupInFlightLosesToAnOperator", testLookupVsOperator},
-	{"OperatorDecisionOnAChangedEffectIsRefused", testResolveChangedVersion},
-	{"UnfencedRequeueIsRefused", testUnfencedRequeue},
-	{"CheckLaterLeavesAMovedEffect", testCheckLaterMoved},
-	{"StaleRetryOutcomeLoses", testStaleRetryOutcome},
-	{"AgentReconcileNeedsTheLease", testAgentReconcileStale},
-	{"ApprovalDecidedTwiceQueuesOnce", testApprovalDecidedTwice},
-	{"RequeueFailedOnlyTakesFailed", testRequeueFailedOnlyTakesFailed},
+func TestStaleReconcileAnswerLoses(t *testing.T) { apptest.EachEffects(t, testStaleReconcileAnswer) }
+func TestTwoInstancesNeverLookUpTheSameEffect(t *testing.T) {
+	apptest.EachEffects(t, testReconcileClaim)
 }
-
-// TestRequeueConformance runs the re-queue census's suite on every backend.
-func TestRequeueConformance(t *testing.T) { storetest.Each(t, runRequeue) }
-
-func runRequeue(t *testing.T, b storetest.Backend) {
-	for _, tt := range requeueTests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-	}
+func TestLookupInFlightLosesToAnOperator(t *testing.T) { apptest.EachEffects(t, testLookupVsOperator) }
+func TestOperatorDecisionOnAChangedEffectIsRefused(t *testing.T) {
+	apptest.EachEffects(t, testResolveChangedVersion)
+}
+func TestUnfencedRequeueIsRefused(t *testing.T)     { apptest.EachEffects(t, testUnfencedRequeue) }
+func TestCheckLaterLeavesAMovedEffect(t *testing.T) { apptest.EachEffects(t, testCheckLaterMoved) }
+func TestStaleRetryOutcomeLoses(t *testing.T)       { apptest.EachEffects(t, testStaleRetryOutcome) }
+func TestAgentReconcileNeedsTheLease(t *testing.T)  { apptest.EachEffects(t, testAgentReconcileStale) }
+func TestApprovalDecidedTwiceQueuesOnce(t *testing.T) {
+	apptest.EachEffects(t, testApprovalDecidedTwice)
+}
+func TestRequeueFailedOnlyTakesFailed(t *testing.T) {
+	apptest.EachEffects(t, testRequeueFailedOnlyTakesFailed)
 }
 
 // lossyAfterStore makes the provider lose the first send of each key and store every

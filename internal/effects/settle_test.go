@@ -15,25 +15,19 @@ import (
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-func TestSettleConformance(t *testing.T) { storetest.Each(t, runSettle) }
-
-func runSettle(t *testing.T, b storetest.Backend) {
-	for _, tt := range []struct {
-		name string
-		fn   func(t *testing.T, e *apptest.EffectsEnv)
-	}{
-		{"ProviderStillWorkingIsNotResent", testProviderStillWorking},
-		{"LaggingLookupIsNotResent", testLaggingLookup},
-		{"InProgressIsRetriedNotFailed", testInProgressRetried},
-		{"RefusalAfterAmbiguousIsUnknown", testRefusalAfterAmbiguous},
-		{"ConfirmedNoneQueuesAgainOnce", testConfirmedNone},
-		{"ResendIsRecheckedForASecondRecord", testRecheckAfterResend},
-	} {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-	}
+func TestProviderStillWorkingIsNotResent(t *testing.T) {
+	apptest.EachEffects(t, testProviderStillWorking)
+}
+func TestLaggingLookupIsNotResent(t *testing.T)     { apptest.EachEffects(t, testLaggingLookup) }
+func TestInProgressIsRetriedNotFailed(t *testing.T) { apptest.EachEffects(t, testInProgressRetried) }
+func TestRefusalAfterAmbiguousIsUnknown(t *testing.T) {
+	apptest.EachEffects(t, testRefusalAfterAmbiguous)
+}
+func TestConfirmedNoneQueuesAgainOnce(t *testing.T) { apptest.EachEffects(t, testConfirmedNone) }
+func TestResendIsRecheckedForASecondRecord(t *testing.T) {
+	apptest.EachEffects(t, testRecheckAfterResend)
 }
 
 // The outside probe's case: the provider takes longer than the connector's timeout and

@@ -14,36 +14,23 @@ import (
 	"github.com/airlockhq/airlock/internal/failures"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 var ctx = context.Background()
 
-// TestFailuresConformance runs the failure handling's conformance suite on every backend.
-func TestFailuresConformance(t *testing.T) { storetest.Each(t, runFailures) }
-
-func runFailures(t *testing.T, b storetest.Backend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *apptest.EffectsEnv)
-	}{
-		{"ValidateThenQueueValidatedValue", testValidateThenQueue},
-		{"RepairFencedAndProseWithinBound", testRepairBound},
-		{"InvalidOutputErrorsAndTerminal", testInvalidOutput},
-		{"TransportRetryCapReachedExactly", testTransportRetryCap},
-		{"RetryAfterHonoured", testRetryAfter},
-		{"BusinessRetryReleasesTheRun", testBusinessRetry},
-		{"TerminalAndUnknownCommit", testTerminalAndUnknownCommit},
-		{"PartialSuccessRetriesOnlyTheWrite", testPartialSuccess},
-		{"DeadlineStopsStackedRetries", testDeadline},
-		{"Budgets", testBudgets},
-		{"Replacement", testReplacement},
-		{"InputSchema", testInputSchema},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-	}
-}
+// The failure handling's conformance suite, each test on every backend.
+func TestValidateThenQueueValidatedValue(t *testing.T)   { apptest.EachEffects(t, testValidateThenQueue) }
+func TestRepairFencedAndProseWithinBound(t *testing.T)   { apptest.EachEffects(t, testRepairBound) }
+func TestInvalidOutputErrorsAndTerminal(t *testing.T)    { apptest.EachEffects(t, testInvalidOutput) }
+func TestTransportRetryCapReachedExactly(t *testing.T)   { apptest.EachEffects(t, testTransportRetryCap) }
+func TestRetryAfterHonoured(t *testing.T)                { apptest.EachEffects(t, testRetryAfter) }
+func TestBusinessRetryReleasesTheRun(t *testing.T)       { apptest.EachEffects(t, testBusinessRetry) }
+func TestTerminalAndUnknownCommit(t *testing.T)          { apptest.EachEffects(t, testTerminalAndUnknownCommit) }
+func TestPartialSuccessRetriesOnlyTheWrite(t *testing.T) { apptest.EachEffects(t, testPartialSuccess) }
+func TestDeadlineStopsStackedRetries(t *testing.T)       { apptest.EachEffects(t, testDeadline) }
+func TestBudgets(t *testing.T)                           { apptest.EachEffects(t, testBudgets) }
+func TestReplacement(t *testing.T)                       { apptest.EachEffects(t, testReplacement) }
+func TestInputSchema(t *testing.T)                       { apptest.EachEffects(t, testInputSchema) }
 
 func validate(t *testing.T, e *apptest.EffectsEnv, key, output string) failures.ValidateResult {
 	t.Helper()

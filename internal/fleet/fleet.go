@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/periodic"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/version"
 )
@@ -152,18 +153,9 @@ func (m *Member) Err() error {
 
 // Run heartbeats until ctx ends, logging failures.
 func (m *Member) Run(ctx context.Context) {
-	t := time.NewTicker(m.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := m.beat(ctx); err != nil && ctx.Err() == nil {
-				m.log.Warn("instance heartbeat failed", "instance", m.self.ID, "err", err)
-			}
-		}
-	}
+	periodic.Every(ctx, m.cfg.Interval, m.beat, func(err error) {
+		m.log.Warn("instance heartbeat failed", "instance", m.self.ID, "err", err)
+	})
 }
 
 // Leave removes the process's row (a clean exit).

@@ -17,33 +17,24 @@ import (
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
 var ctx = context.Background()
 
-// TestLedgerConformance runs the work ledger's conformance suite on every backend.
-func TestLedgerConformance(t *testing.T) { storetest.Each(t, runLedger) }
-
-func runLedger(t *testing.T, b storetest.Backend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *apptest.EffectsEnv)
-	}{
-		{"SaveIsCompareAndSet", testLedgerSave},
-		{"SchemaAndRules", testLedgerRules},
-		{"PlanConfirmNeverTwice", testPlanConfirm},
-		{"ReconcileNoneOneSeveral", testLedgerReconcile},
-		{"InputMismatchStops", testInputMismatch},
-		{"ResumeVerdicts", testResume},
-		{"GatedAgentEffect", testGatedAgentEffect},
-		{"KillSwitchRefusesPlan", testPlanKillSwitch},
-		{"ConfirmedResultAnsweredUntilPurged", testConfirmedResult},
-		{"NoneInsideTheSettleWindowClearsNothing", testReconcileSettle},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEffectsEnv(t, b, "")) })
-	}
+// The work ledger's conformance suite, each test on every backend.
+func TestSaveIsCompareAndSet(t *testing.T)     { apptest.EachEffects(t, testLedgerSave) }
+func TestSchemaAndRules(t *testing.T)          { apptest.EachEffects(t, testLedgerRules) }
+func TestPlanConfirmNeverTwice(t *testing.T)   { apptest.EachEffects(t, testPlanConfirm) }
+func TestReconcileNoneOneSeveral(t *testing.T) { apptest.EachEffects(t, testLedgerReconcile) }
+func TestInputMismatchStops(t *testing.T)      { apptest.EachEffects(t, testInputMismatch) }
+func TestResumeVerdicts(t *testing.T)          { apptest.EachEffects(t, testResume) }
+func TestGatedAgentEffect(t *testing.T)        { apptest.EachEffects(t, testGatedAgentEffect) }
+func TestKillSwitchRefusesPlan(t *testing.T)   { apptest.EachEffects(t, testPlanKillSwitch) }
+func TestConfirmedResultAnsweredUntilPurged(t *testing.T) {
+	apptest.EachEffects(t, testConfirmedResult)
+}
+func TestNoneInsideTheSettleWindowClearsNothing(t *testing.T) {
+	apptest.EachEffects(t, testReconcileSettle)
 }
 
 func testLedgerSave(t *testing.T, e *apptest.EffectsEnv) {

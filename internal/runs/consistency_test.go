@@ -8,25 +8,13 @@ import (
 
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// TestConsistencyConformance runs the part of the consistency suite that is the runs
+// The part of the consistency suite that is the runs
 // service's: a claim's deadlock is retried, counters saturate.
-func TestConsistencyConformance(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, b storetest.Backend) {
-		tests := []struct {
-			name string
-			fn   func(t *testing.T, e *apptest.Env)
-		}{
-			{"DeadlockRetried", testDeadlockRetried},
-			{"CountersSaturate", testCountersSaturate},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) { tt.fn(t, apptest.NewEnv(t, b, false)) })
-		}
-	})
-}
+// Consistency under racing transactions, each test on every backend.
+func TestDeadlockRetried(t *testing.T)  { apptest.EachEnv(t, testDeadlockRetried) }
+func TestCountersSaturate(t *testing.T) { apptest.EachEnv(t, testCountersSaturate) }
 
 // testDeadlockRetried: two transactions lock two runs in opposite orders. PostgreSQL
 // aborts one with a deadlock; Transact runs it again, so both commit, each change once.

@@ -14,44 +14,30 @@ import (
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// TestConformance runs the conformance suite: every behaviour of runs the API promises, on every backend.
-func TestConformance(t *testing.T) { storetest.Each(t, runConformance) }
-
-func runConformance(t *testing.T, b storetest.Backend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *apptest.Env)
-	}{
-		{"ClaimNewKey", testClaimNewKey},
-		{"DuplicateClaimCounted", testDuplicateClaim},
-		{"PayloadMismatch", testPayloadMismatch},
-		{"CompletedKeyReturnsResult", testCompletedKeyReturnsResult},
-		{"ExpiredLeaseReclaim", testExpiredLeaseReclaim},
-		{"FailedRetryableReclaim", testFailedRetryableReclaim},
-		{"TerminalNeverReclaimed", testTerminalNeverReclaimed},
-		{"ReclaimAlert", testReclaimAlert},
-		{"Heartbeat", testHeartbeat},
-		{"LeaseLifetimeCap", testLeaseLifetimeCap},
-		{"Transitions", testTransitions},
-		{"LeaseLength", testLeaseLength},
-		{"EventsAppendOnlyAndPaged", testEvents},
-		{"ClaimEventsExact", testClaimEventsExact},
-		{"MigrateIsIdempotent", testMigrateIdempotent},
-		{"ConcurrentClaimsOneKey", testConcurrentClaimsOneKey},
-		{"RefusalNeverReportsAClaimableRun", testRefusalNotClaimable},
-		{"ConcurrentClaimsManyKeys", testConcurrentClaimsManyKeys},
-		{"ConcurrentReclaimOfExpiredLease", testConcurrentReclaim},
-		{"WithinJoinsEveryStatement", testWithin},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tt.fn(t, apptest.NewEnv(t, b, false))
-		})
-	}
-}
+// The conformance suite of runs: every behaviour of runs the API promises, each test on
+// every backend (apptest.EachEnv: subtests sqlite and postgres).
+func TestClaimNewKey(t *testing.T)                      { apptest.EachEnv(t, testClaimNewKey) }
+func TestDuplicateClaimCounted(t *testing.T)            { apptest.EachEnv(t, testDuplicateClaim) }
+func TestPayloadMismatch(t *testing.T)                  { apptest.EachEnv(t, testPayloadMismatch) }
+func TestCompletedKeyReturnsResult(t *testing.T)        { apptest.EachEnv(t, testCompletedKeyReturnsResult) }
+func TestExpiredLeaseReclaim(t *testing.T)              { apptest.EachEnv(t, testExpiredLeaseReclaim) }
+func TestFailedRetryableReclaim(t *testing.T)           { apptest.EachEnv(t, testFailedRetryableReclaim) }
+func TestTerminalNeverReclaimed(t *testing.T)           { apptest.EachEnv(t, testTerminalNeverReclaimed) }
+func TestReclaimAlert(t *testing.T)                     { apptest.EachEnv(t, testReclaimAlert) }
+func TestHeartbeat(t *testing.T)                        { apptest.EachEnv(t, testHeartbeat) }
+func TestLeaseLifetimeCap(t *testing.T)                 { apptest.EachEnv(t, testLeaseLifetimeCap) }
+func TestTransitions(t *testing.T)                      { apptest.EachEnv(t, testTransitions) }
+func TestLeaseLength(t *testing.T)                      { apptest.EachEnv(t, testLeaseLength) }
+func TestEventsAppendOnlyAndPaged(t *testing.T)         { apptest.EachEnv(t, testEvents) }
+func TestClaimEventsExact(t *testing.T)                 { apptest.EachEnv(t, testClaimEventsExact) }
+func TestMigrateIsIdempotent(t *testing.T)              { apptest.EachEnv(t, testMigrateIdempotent) }
+func TestConcurrentClaimsOneKey(t *testing.T)           { apptest.EachEnv(t, testConcurrentClaimsOneKey) }
+func TestRefusalNeverReportsAClaimableRun(t *testing.T) { apptest.EachEnv(t, testRefusalNotClaimable) }
+func TestConcurrentClaimsManyKeys(t *testing.T)         { apptest.EachEnv(t, testConcurrentClaimsManyKeys) }
+func TestConcurrentReclaimOfExpiredLease(t *testing.T)  { apptest.EachEnv(t, testConcurrentReclaim) }
+func TestWithinJoinsEveryStatement(t *testing.T)        { apptest.EachEnv(t, testWithin) }
 
 var ctx = context.Background()
 

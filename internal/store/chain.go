@@ -26,7 +26,7 @@ import (
 // and its bytes ("-" for an absent meta or detail), in this order: prev, id, run key,
 // at (microseconds since the Unix epoch), kind, version, actor, meta, detail. meta and
 // detail are the stored text (PostgreSQL: jsonb's text form). The SQL of both backends
-// spells the same encoding; TestChainConformance proves they agree with this function.
+// spells the same encoding; TestChainEveryPathLinked proves they agree with this function.
 func ChainHash(prev string, e ChainEvent) string {
 	h := sha256.New()
 	field := func(s string) {

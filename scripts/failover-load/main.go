@@ -21,8 +21,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,6 +31,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/scripts/internal/approver"
 )
 
 func main() {
@@ -48,8 +48,9 @@ func main() {
 		settle   = flag.Duration("settle", 90*time.Second, "how long the outbox may take to settle after the load")
 	)
 	flag.Parse()
-	d := &drill{dir: *dir, urls: strings.Split(*urls, ","), key: *key, user: *user, password: *password,
+	d := &drill{dir: *dir, urls: strings.Split(*urls, ","), key: *key,
 		dsn: *dsn, records: map[string]int{}, statuses: map[string]map[int]int{}, replayed: map[string]int{}}
+	d.person = approver.New(*user, *password, func(route string, st int, start time.Time) { d.count(route, st, start, false, "-") })
 	ln, err := net.Listen("tcp", *provAddr)
 	if err != nil {
 		log.Fatal(err)
@@ -89,8 +90,9 @@ func main() {
 }
 
 type drill struct {
-	dir, key, user, password, dsn string
-	urls                          []string
+	dir, key, dsn string
+	urls          []string
+	person        *approver.Approver // the approver: signs in, decides
 
 	mu       sync.Mutex
 	records  map[string]int // provider: records stored per Idempotency-Key
@@ -289,11 +291,6 @@ func (d *drill) approveAll(ctx context.Context) {
 	}
 }
 
-var jar, _ = cookiejar.New(nil)
-var signedIn atomic.Bool
-var browser = &http.Client{Jar: jar, Timeout: 15 * time.Second,
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-
 // decideOpen tries each undecided approval once; it returns how many are still open.
 func (d *drill) decideOpen(ctx context.Context) int {
 	d.mu.Lock()
@@ -309,18 +306,10 @@ func (d *drill) decideOpen(ctx context.Context) int {
 		if ctx.Err() != nil {
 			return len(open) - n
 		}
-		base := d.urls[n%len(d.urls)]
-		if !signedIn.Load() {
-			st := d.form(base, "/login", url.Values{"username": {d.user}, "password": {d.password}}, "login")
-			if st != 303 && st != 200 {
-				left++
-				continue
-			}
-			signedIn.Store(true)
-		}
-		st := d.form(base, "/approve/"+g.token, url.Values{"decision": {g.decision}, "reason": {"drill"}}, "decide")
-		if st == 303 || st == 401 || st == 403 {
-			signedIn.Store(false)
+		st, tried := d.person.Decide(d.urls[n%len(d.urls)], g.token, g.decision, "drill")
+		if !tried {
+			left++
+			continue
 		}
 		if st == 200 {
 			d.mu.Lock()
@@ -345,22 +334,6 @@ func (d *drill) decideOpen(ctx context.Context) int {
 		left++
 	}
 	return left
-}
-
-func (d *drill) form(base, path string, v url.Values, route string) int {
-	req, _ := http.NewRequest("POST", base+path, strings.NewReader(v.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", base)
-	t0 := time.Now()
-	resp, err := browser.Do(req)
-	st := 0
-	if err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		st = resp.StatusCode
-	}
-	d.count(route, st, t0, false, "-")
-	return st
 }
 
 // watchListen scrapes each instance's /metrics every 100 ms and logs each change of its

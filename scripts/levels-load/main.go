@@ -24,14 +24,14 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlockhq/airlock/scripts/internal/approver"
 )
 
 type load struct {
@@ -44,10 +44,10 @@ type load struct {
 	sends    atomic.Int64
 	lookups  atomic.Int64
 
-	user, password string
-	gated          []*gate // gated effects acknowledged (202), with the decision the approver takes
-	lostReplies    int     // decisions whose answer was lost and whose retry found the link used
-	signIns        int
+	user        string             // the approver's account ("": no gated effects)
+	person      *approver.Approver // who signs in as user and decides
+	gated       []*gate            // gated effects acknowledged (202), with the decision the approver takes
+	lostReplies int                // decisions whose answer was lost and whose retry found the link used
 }
 
 type gate struct {
@@ -63,7 +63,7 @@ func main() {
 	user := flag.String("approver", "", "approver account name (gated effects need one)")
 	password := flag.String("password", "", "approver password")
 	flag.Parse()
-	l := &load{dir: *dir, user: *user, password: *password, records: map[string]int{}, byEffect: map[string]int{}, acked: map[string]bool{}, statuses: map[int]int{}}
+	l := &load{dir: *dir, user: *user, person: approver.New(*user, *password, nil), records: map[string]int{}, byEffect: map[string]int{}, acked: map[string]bool{}, statuses: map[int]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -243,14 +243,8 @@ func (l *load) missing() int {
 	return n
 }
 
-// The approver: the same sign-in and decision flow as scripts/failover-load (a local
-// account signs in through POST /login, decides through POST /approve/{token} with the
-// page's form fields), through whichever instances DIR/urls lists at the moment.
-
-var jar, _ = cookiejar.New(nil)
-var signedIn atomic.Bool
-var browser = &http.Client{Jar: jar, Timeout: 15 * time.Second,
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+// The approver (scripts/internal/approver, as scripts/failover-load's) decides through
+// whichever instances DIR/urls lists at the moment.
 
 // approver decides the open approvals while the load runs.
 func (l *load) approver(ctx context.Context) {
@@ -281,23 +275,9 @@ func (l *load) decideOpen() int {
 		if len(us) == 0 {
 			return len(open)
 		}
-		base := us[n%len(us)]
-		if !signedIn.Load() {
-			st := l.form(base, "/login", url.Values{"username": {l.user}, "password": {l.password}})
-			if st != 303 && st != 200 {
-				left++
-				continue
-			}
-			signedIn.Store(true)
-			l.mu.Lock()
-			l.signIns++
-			l.mu.Unlock()
-		}
-		st := l.form(base, "/approve/"+g.token, url.Values{"decision": {g.decision}, "reason": {"drill"}})
-		if st == 303 || st == 401 || st == 403 {
-			signedIn.Store(false)
-		}
+		st, tried := l.person.Decide(us[n%len(us)], g.token, g.decision, "drill")
 		switch {
+		case !tried: // the sign-in failed: again next round
 		case st == 200:
 			l.mu.Lock()
 			g.decided = true
@@ -317,19 +297,6 @@ func (l *load) decideOpen() int {
 		left++
 	}
 	return left
-}
-
-func (l *load) form(base, path string, v url.Values) int {
-	req, _ := http.NewRequest("POST", base+path, strings.NewReader(v.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", base)
-	resp, err := browser.Do(req)
-	if err != nil {
-		return 0
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 func (l *load) report() int {
@@ -370,7 +337,7 @@ func (l *load) report() int {
 		}
 	}
 	fmt.Printf("gated effects %d (sign-ins %d, decisions whose answer was lost %d): approved and sent once %d, approved but not sent %d, rejected and not sent %d, undecided %d, sent without an approval %d\n",
-		len(l.gated), l.signIns, l.lostReplies, approvedSent, approvedUnsent, rejected, undecided, without)
+		len(l.gated), l.person.SignIns(), l.lostReplies, approvedSent, approvedUnsent, rejected, undecided, without)
 	if twice > 0 || lost > 0 || approvedUnsent > 0 || without > 0 || undecided > 0 {
 		return 1
 	}

@@ -1,22 +1,20 @@
 """A real airlock for the client's tests: the binary built from this repository (or
-$AIRLOCK_BIN), migrated on a fresh database and served on a free port. Nothing of airlock
-is stubbed.
+$AIRLOCK_BIN), started by clients/testdata/serve.sh (the start-a-server helper the
+TypeScript tests share) with clients/testdata/policy.yaml. Nothing of airlock is stubbed.
 
 Backends: SQLite always; PostgreSQL when AIRLOCK_TEST_DATABASE_URL is set (by
-scripts/with-postgres.sh), each server on a fresh schema of that database (created with
-psql). Under CI=true a missing PostgreSQL fails the tests instead of skipping them.
+scripts/with-postgres.sh), each server on a fresh schema of that database. Under CI=true a
+missing PostgreSQL fails the tests instead of skipping them.
 """
 
 import http.cookiejar
+import json
 import os
 import secrets
-import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import urllib.parse
 import urllib.request
@@ -28,50 +26,8 @@ REPO = os.path.dirname(os.path.dirname(PYROOT))
 if PYROOT not in sys.path:
     sys.path.insert(0, PYROOT)
 
-POLICY = """
-actions:
-  create_doc:
-    connector: worker
-    gate: none
-  crm_note:
-    connector: worker
-    gate: none
-  fx_note:
-    connector: worker
-    gate: none
-  share_doc:
-    connector: worker
-    gate: approve_before_act
-    approvers: {roles: [support-lead]}
-  post_update:
-    connector: worker
-    gate: approve_before_act
-    approvers: {roles: [support-lead]}
-    approval: {on_reject: skip_effect}
-  legal_share:
-    connector: worker
-    gate: approve_before_act
-    approvers: {roles: [legal]}
-  digest:
-    connector: worker
-    gate: act_with_window
-    reversible: true
-    window: 1h
-    approvers: {roles: [support-lead]}
-  ticket_reply:
-    connector: worker
-    gate: none
-    schema:
-      type: object
-      required: [label, text]
-      additionalProperties: false
-      properties:
-        label: {enum: [refund, shipping, other]}
-        text: {type: string, maxLength: 2000}
-validation: {max_repairs: 2}
-retry:
-  server_error: {retry: business, max_attempts: 3, backoff: 1s, max_backoff: 2s}
-"""
+TESTDATA = os.path.join(REPO, "clients", "testdata")
+POLICY = os.path.join(TESTDATA, "policy.yaml")  # the client tests' one policy file
 
 APPROVER = ("lead", "correct horse battery staple")
 
@@ -112,69 +68,22 @@ def backends() -> List[str]:
     return out
 
 
-def postgres_schema() -> str:
-    """A fresh schema on the test database, and the URL that uses it."""
-    url = os.environ["AIRLOCK_TEST_DATABASE_URL"]
-    schema = "py_" + secrets.token_hex(6)
-    subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", url, "-c", f"CREATE SCHEMA {schema}"], check=True,
-                   stdout=subprocess.DEVNULL)
-    sep = "&" if "?" in url else "?"
-    return url + sep + "search_path=" + schema, schema
-
-
 class Server:
-    """One `airlock serve` with its keys and an approver account."""
+    """One `airlock serve` (clients/testdata/serve.sh) with its keys and an approver account."""
 
-    def __init__(self, backend: str = "sqlite", policy: str = POLICY, extra_env: Optional[Dict[str, str]] = None):
+    def __init__(self, backend: str = "sqlite", policy: str = POLICY):
         self.backend = backend
-        self.dir = tempfile.mkdtemp(prefix="airlock-py-")
-        self.schema = ""
-        if backend == "postgres":
-            db, self.schema = postgres_schema()
-        else:
-            db = os.path.join(self.dir, "airlock.db")
-        with open(os.path.join(self.dir, "airlock.yaml"), "w") as f:
-            f.write(policy)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-        self.env.update({"AIRLOCK_DATABASE_URL": db, "AIRLOCK_CONFIG": os.path.join(self.dir, "airlock.yaml"),
-                         "AIRLOCK_LOG_LEVEL": "error"})
-        self.env.update(extra_env or {})
-        self.run("migrate")
-        self.keys = {s: self.run("apikey", "create", "--name", "py-" + s, "--scope", s)
-                     for s in ("runs", "worker", "operator", "admin")}
-        self.run("user", "add", APPROVER[0], "--role", "support-lead", env={"AIRLOCK_USER_PASSWORD": APPROVER[1]})
-        self.proc: Optional[subprocess.Popen] = None
-        for _ in range(5):
-            port = free_port()
-            self.url = f"http://127.0.0.1:{port}"
-            self.log = open(os.path.join(self.dir, "serve.log"), "wb")
-            self.proc = subprocess.Popen([binary(), "serve"], env=dict(self.env, AIRLOCK_LISTEN=f"127.0.0.1:{port}"),
-                                         stdout=self.log, stderr=subprocess.STDOUT)
-            if self._ready():
-                return
-            self.proc.kill()
+        env = dict(os.environ, AIRLOCK_BIN=binary())
+        self.proc = subprocess.Popen([os.path.join(TESTDATA, "serve.sh"), backend, policy], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line:
             self.proc.wait()
-        self.close()
-        raise RuntimeError("airlock did not start: " + self.logs())
-
-    def _ready(self) -> bool:
-        for _ in range(400):
-            if self.proc.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.05)
-        return False
-
-    def run(self, *args: str, env: Optional[Dict[str, str]] = None) -> str:
-        p = subprocess.run([binary(), *args], env=dict(self.env, **(env or {})), capture_output=True, text=True)
-        if p.returncode != 0:
-            raise RuntimeError(f"airlock {' '.join(args)}: {p.stderr}")
-        return p.stdout.strip()
+            raise RuntimeError("airlock did not start (serve.sh's reason is on stderr)")
+        info = json.loads(line)
+        self.url: str = info["url"]
+        self.dir: str = info["dir"]
+        self.keys: Dict[str, str] = info["keys"]
 
     def logs(self) -> str:
         try:
@@ -200,20 +109,15 @@ class Server:
             return r.status
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """Stop the server: serve.sh stops airlock and removes its database when its stdin closes."""
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self.proc.terminate()
                 self.proc.wait()
-        if getattr(self, "log", None):
-            self.log.close()
-        if self.schema:
-            subprocess.run(["psql", "-q", os.environ["AIRLOCK_TEST_DATABASE_URL"], "-c",
-                            f"DROP SCHEMA {self.schema} CASCADE"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.proc.stdout.close()
 
 
 def unique(prefix: str) -> str:

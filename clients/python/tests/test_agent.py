@@ -15,10 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 import harness
 
 AGENT = os.path.join(harness.PYROOT, "examples", "weekly_report.py")
-POLICY = """
-actions:
-  create_internal_draft: {connector: worker, gate: none}
-"""
 LEASE = 1  # seconds: a restarted agent reclaims its run soon after a crash
 
 
@@ -37,7 +33,6 @@ def run_agent(server, run_id, docs, crash_at=""):
 
 class AgentBase:
     server: harness.Server
-    policy = POLICY
 
     def docs_of(self, docs, run_id):
         out = []

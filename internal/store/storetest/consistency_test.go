@@ -7,23 +7,11 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// TestConsistencyConformance is the store's part of the suite about concurrent writers:
+// The store's part of the suite about concurrent writers:
 // what readers see while transactions commit out of order (the rest is with the runs
 // service and internal/app).
-func TestConsistencyConformance(t *testing.T) {
-	Each(t, func(t *testing.T, b Backend) {
-		tests := []struct {
-			name string
-			fn   func(t *testing.T, e *env)
-		}{
-			{"EventPagesNeverSkip", testEventPagesNeverSkip},
-			{"EventsHeldBehindOlderWriter", testEventsHeldBehindOlderWriter},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) { tt.fn(t, newEnv(t, b)) })
-		}
-	})
-}
+func TestEventPagesNeverSkip(t *testing.T)         { each(t, testEventPagesNeverSkip) }
+func TestEventsHeldBehindOlderWriter(t *testing.T) { each(t, testEventsHeldBehindOlderWriter) }
 
 // testEventPagesNeverSkip: ids are taken at insert, not at commit. Writer A takes its
 // transaction id first (an event on another run), writer B then inserts the run's event

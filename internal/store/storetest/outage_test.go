@@ -14,26 +14,12 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// TestOutageConformance is the suite of a store that cannot serve (down, read-only, disk full): its
+// The suite of a store that cannot serve (down, read-only, disk full): its
 // failures are classified as store.ErrUnavailable, and readiness is proven by a committed write.
-func TestOutageConformance(t *testing.T) { Each(t, runOutage) }
-
-func runOutage(t *testing.T, b Backend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *env)
-	}{
-		{"ReadinessWriteCommits", testReadinessWriteCommits},
-		{"MigrationsByVersionNotByCount", testMigrationsByVersion},
-		{"RefusedWritesAreUnavailable", testRefusedWritesUnavailable},
-		{"LostConnectionsAreUnavailable", testLostConnectionsUnavailable},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tt.fn(t, newEnv(t, b))
-		})
-	}
-}
+func TestReadinessWriteCommits(t *testing.T)         { each(t, testReadinessWriteCommits) }
+func TestMigrationsByVersionNotByCount(t *testing.T) { each(t, testMigrationsByVersion) }
+func TestRefusedWritesAreUnavailable(t *testing.T)   { each(t, testRefusedWritesUnavailable) }
+func TestLostConnectionsAreUnavailable(t *testing.T) { each(t, testLostConnectionsUnavailable) }
 
 // exec runs one statement of the backend's dialect on the store's database.
 func exec(t *testing.T, st store.Store, sql string) {

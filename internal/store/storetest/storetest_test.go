@@ -9,13 +9,16 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// TestConformance is the store contract that no service above the store takes part in:
+// TestReplayRecords is the store contract that no service above the store takes part in:
 // replay records. (The behaviours of runs, effects, approvals, failures and the ledger
 // are tested beside those packages, on every backend, through Each.)
-func TestConformance(t *testing.T) {
-	Each(t, func(t *testing.T, b Backend) {
-		t.Run("ReplayRecords", func(t *testing.T) { testReplayRecords(t, newEnv(t, b)) })
-	})
+func TestReplayRecords(t *testing.T) { each(t, testReplayRecords) }
+
+// each runs fn on every backend (Each), each with a fresh env: a top-level test named for
+// its unit calls it, so `go test -run '^TestReplayRecords$'` runs that one case on each.
+func each(t *testing.T, fn func(t *testing.T, e *env)) {
+	t.Helper()
+	Each(t, func(t *testing.T, b Backend) { fn(t, newEnv(t, b)) })
 }
 
 var ctx = context.Background()

@@ -1,4 +1,4 @@
-package app_test
+package scale_test
 
 // TestScale is the benchmark of cost as data grows: the hot operations on PostgreSQL
 // holding generated history, beside the same operations on an empty database in the
@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/retention"
 	"github.com/airlockhq/airlock/internal/runs"
+	"github.com/airlockhq/airlock/internal/scale"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -100,18 +101,7 @@ func openScale(t testing.TB, runsN, eventsN int) *scaleEnv {
 // openScaleTraced is openScale with tracer (if not nil) seeing every statement sent.
 func openScaleTraced(t testing.TB, runsN, eventsN int, tracer pgx.QueryTracer) *scaleEnv {
 	ctx := context.Background()
-	cfg := storetest.NewPostgresSchema(t)
-	if tracer != nil {
-		cfg.ConnConfig.Tracer = tracer
-	}
-	st, err := postgres.OpenConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := scale.OpenTraced(t, tracer)
 	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
 	if runsN > 0 {
 		start := time.Now()

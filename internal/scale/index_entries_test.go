@@ -1,4 +1,4 @@
-package app_test
+package scale_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/airlockhq/airlock/internal/apptest"
+	"github.com/airlockhq/airlock/internal/scale"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
@@ -92,16 +92,8 @@ func (w walWrites) String() string {
 // version written into effects, workflow_runs or events is an entry in each of the
 // table's indexes whose predicate it satisfies, unless the update is HOT.
 func TestIndexEntriesPerOperation(t *testing.T) {
-	cfg := storetest.NewPostgresSchema(t)
 	ctx := context.Background()
-	st, err := postgres.OpenConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := scale.OpenTraced(t, nil)
 	pool := st.Pool()
 	var available bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_available_extensions WHERE name = 'pg_walinspect')`).Scan(&available); err != nil {

@@ -1,4 +1,4 @@
-package app_test
+package scale_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/scale"
 )
 
 // BenchmarkConsoleScale measures the console's three lists (a first page) on PostgreSQL
@@ -16,7 +16,7 @@ import (
 // them with their arguments: a sequential scan of a big table fails it. It runs only
 // when AIRLOCK_CONSOLE_SCALE_RUNS is set:
 //
-//	AIRLOCK_CONSOLE_SCALE_RUNS=1000000 bash scripts/with-postgres.sh go test ./internal/app -run '^$' -bench ConsoleScale -benchtime 200x
+//	AIRLOCK_CONSOLE_SCALE_RUNS=1000000 bash scripts/with-postgres.sh go test ./internal/scale -run '^$' -bench ConsoleScale -benchtime 200x
 func BenchmarkConsoleScale(b *testing.B) {
 	if os.Getenv("AIRLOCK_CONSOLE_SCALE_RUNS") == "" {
 		b.Skip("AIRLOCK_CONSOLE_SCALE_RUNS not set")
@@ -44,27 +44,27 @@ func BenchmarkConsoleScale(b *testing.B) {
 		}
 	}
 	now := time.Now()
-	for _, op := range consoleLists(&now) {
+	for _, op := range scale.ConsoleLists(&now) {
 		rec.mu.Lock()
 		rec.on, rec.stmts = true, nil
 		rec.mu.Unlock()
-		if n, err := op.run(context.WithValue(ctx, opKey{}, op.name), big.st); err != nil || n == 0 {
-			b.Fatalf("%s: %d rows, %v", op.name, n, err)
+		if n, err := op.Run(context.WithValue(ctx, scale.OpKey{}, op.Name), big.st); err != nil || n == 0 {
+			b.Fatalf("%s: %d rows, %v", op.Name, n, err)
 		}
 		rec.mu.Lock()
 		rec.on = false
 		stmts := rec.stmts
 		rec.mu.Unlock()
 		if n, _ := explainNoSeqScan(b, big.st, stmts); n == 0 {
-			b.Fatalf("%s: no statement recorded", op.name)
+			b.Fatalf("%s: no statement recorded", op.Name)
 		}
-		b.Run(op.name, func(b *testing.B) {
+		b.Run(op.Name, func(b *testing.B) {
 			var took [2]time.Duration
 			for range b.N {
 				for i, env := range []*scaleEnv{empty, big} {
 					start := time.Now()
-					if n, err := op.run(ctx, env.st); err != nil || n == 0 {
-						b.Fatalf("%s: %d rows, %v", op.name, n, err)
+					if n, err := op.Run(ctx, env.st); err != nil || n == 0 {
+						b.Fatalf("%s: %d rows, %v", op.Name, n, err)
 					}
 					took[i] += time.Since(start)
 				}
@@ -74,29 +74,5 @@ func BenchmarkConsoleScale(b *testing.B) {
 			b.ReportMetric(took[1].Seconds()*1000/float64(b.N), "history-ms/page")
 			b.ReportMetric(float64(took[1])/float64(took[0]), "history/empty")
 		})
-	}
-}
-
-// consoleList is one of the console's lists, read as its first page.
-type consoleList struct {
-	name string
-	run  func(ctx context.Context, st store.Store) (int, error)
-}
-
-// consoleLists are the console's three lists; pending approvals are those unexpired at now.
-func consoleLists(now *time.Time) []consoleList {
-	return []consoleList{
-		{"parked runs", func(ctx context.Context, st store.Store) (int, error) {
-			r, err := st.RunsParked(ctx, store.Cursor{}, 51)
-			return len(r), err
-		}},
-		{"unknown effects", func(ctx context.Context, st store.Store) (int, error) {
-			r, err := st.EffectsInState(ctx, store.EffectUnknown, store.Cursor{}, 51)
-			return len(r), err
-		}},
-		{"pending approvals", func(ctx context.Context, st store.Store) (int, error) {
-			r, err := st.ApprovalsPending(ctx, store.Cursor{}, now, 100)
-			return len(r), err
-		}},
 	}
 }

@@ -1,7 +1,7 @@
-package app_test
+package scale_test
 
 // The cost suite (cost flat as data grows): counters that stay exact without counting,
-// and a purge that works in batches. Run by TestCostConformance on every backend.
+// and a purge that works in batches. Each test runs on every backend.
 
 import (
 	"context"
@@ -25,16 +25,13 @@ import (
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// TestCostConformance runs the cost suite on every backend.
-func TestCostConformance(t *testing.T) { storetest.Each(t, runCost) }
+var ctx = context.Background()
 
-func runCost(t *testing.T, b storetest.Backend) {
-	t.Run("EffectCountsExact", func(t *testing.T) { testEffectCountsExact(t, apptest.NewEffectsEnv(t, b, "")) })
-	t.Run("EffectCountsReadNoEffect", func(t *testing.T) { testEffectCountsReadNoEffect(t, apptest.NewEffectsEnv(t, b, "")) })
-	t.Run("EffectCountsConcurrent", func(t *testing.T) { testEffectCountsConcurrent(t, apptest.NewEffectsEnv(t, b, "")) })
-	t.Run("PurgeBatches", func(t *testing.T) { testPurgeBatches(t, apptest.NewEffectsEnv(t, b, "")) })
-	t.Run("PurgeLetsClaimsThrough", func(t *testing.T) { testPurgeLetsClaimsThrough(t, apptest.NewEffectsEnv(t, b, "")) })
-}
+func TestEffectCountsExact(t *testing.T)        { apptest.EachEffects(t, testEffectCountsExact) }
+func TestEffectCountsReadNoEffect(t *testing.T) { apptest.EachEffects(t, testEffectCountsReadNoEffect) }
+func TestEffectCountsConcurrent(t *testing.T)   { apptest.EachEffects(t, testEffectCountsConcurrent) }
+func TestPurgeBatches(t *testing.T)             { apptest.EachEffects(t, testPurgeBatches) }
+func TestPurgeLetsClaimsThrough(t *testing.T)   { apptest.EachEffects(t, testPurgeLetsClaimsThrough) }
 
 // FullEffectCounts counts the effects table itself: the truth the counters must match.
 func FullEffectCounts(t testing.TB, st store.Store) map[store.EffectState]int {
