@@ -31,24 +31,16 @@ var citusTaskCount = regexp.MustCompile(`"Task Count": (\d+)`)
 // what would make them hold. TestCitusRouting fails when one of them passes (remove it
 // here and there) or another operation fails.
 var citusFailing = map[string]string{
-	"dispatch":              "EffectLease: Citus cannot push down the lateral FOR UPDATE SKIP LOCKED subquery across shards",
-	"dispatch four runs":    "EffectLease, as dispatch",
-	"worker claim":          "EffectLease, as dispatch",
-	"worker report":         "its worker claim is EffectLease, as dispatch",
-	"transition":            "the effect it waits for is never sent (EffectLease)",
 	"explain":               "EventList: pg_snapshot_xip returns a record Citus cannot plan; its horizon reads pg_locks of one node",
 	"report":                "AuditCount: GROUPING SETS across shards",
 	"purge":                 "Purge: ctid batches are per shard (a distributed UPDATE by ctid cannot be planned)",
-	"by-id paths":           "RunLockKeys: FOR UPDATE across shards (runs of several keys)",
 	"the rest of the store": "AlertOutboxTake: FOR UPDATE SKIP LOCKED across shards",
-	"sweepers":              "EffectClaimUnknown: FOR UPDATE SKIP LOCKED across shards",
 }
 
 // citusUnplannable are the store methods whose statements Citus refuses to plan (so
 // EXPLAIN fails): the causes of citusFailing.
 var citusUnplannable = map[string]bool{
-	"EffectLease": true, "EventList": true, "AuditCount": true, "Purge": true, "RunLockKeys": true,
-	"AlertOutboxTake": true, "EffectClaimUnknown": true,
+	"EventList": true, "AuditCount": true, "Purge": true, "AlertOutboxTake": true,
 }
 
 // TestCitusRouting runs the operations TestCitusPlan runs on a real Citus cluster (a

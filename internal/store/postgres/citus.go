@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // The Citus placement of docs/scaling.md's plan ("Where each table goes"): the tables
@@ -238,4 +244,204 @@ func (s *Store) CitusPlacement(ctx context.Context) (distributed, reference int,
 		FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid
 		WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`).Scan(&distributed, &reference)
 	return distributed, reference, err
+}
+
+// On Citus, Citus refuses FOR UPDATE on a statement that reaches several shards, and a
+// LIMIT inside a LATERAL probe over a function's rows (the lease's per-type caps): the
+// statements that take due rows of any run (EffectLease, EffectClaimUnknown,
+// EffectClaimRecheck) are then two steps. A multi-shard read without locks picks the
+// candidates (each shard reads its partial index up to the limit, the coordinator merges)
+// and names each one's shard; then, shard by shard in the candidates' order, one statement
+// routed to that shard takes those of them still due with FOR UPDATE SKIP LOCKED and
+// updates them — a compare-and-set, so two dispatchers that read the same candidates
+// never both take one: the second skips it, or finds it taken. The read takes twice the
+// caps, so candidates another dispatcher took leave room for the spares.
+
+// citusCandidate is a due row of effects read by the multi-shard step, with its shard.
+type citusCandidate struct {
+	id, key, actionType string
+	shard               int64
+}
+
+// citusTakeByShard groups cands (in the order read) by shard and calls take once per
+// shard, in the order each shard's first candidate was read, with the candidates that still
+// fit: per action type no more than caps allows (nil: no caps), in all no more than limit.
+// take returns what it took (fewer when another dispatcher was first); what is left of the
+// caps goes to the next shards' candidates.
+func citusTakeByShard(cands []citusCandidate, caps map[string]int, limit int, take func(keys, ids []string) ([]store.Effect, error)) ([]store.Effect, error) {
+	var order []int64
+	byShard := map[int64][]citusCandidate{}
+	for _, c := range cands {
+		if _, ok := byShard[c.shard]; !ok {
+			order = append(order, c.shard)
+		}
+		byShard[c.shard] = append(byShard[c.shard], c)
+	}
+	left := map[string]int{}
+	for t, n := range caps {
+		left[t] = n
+	}
+	var out []store.Effect
+	for _, sh := range order {
+		if len(out) >= limit {
+			break
+		}
+		var keys, ids []string
+		want := map[string]int{}
+		for _, c := range byShard[sh] {
+			if len(out)+len(ids) >= limit {
+				break
+			}
+			if caps != nil && want[c.actionType] >= left[c.actionType] {
+				continue
+			}
+			want[c.actionType]++
+			keys, ids = append(keys, c.key), append(ids, c.id)
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		got, err := take(keys, ids)
+		if err != nil {
+			return out, err
+		}
+		for _, e := range got {
+			left[e.ActionType]--
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+func collectCandidates(rows pgx.Rows, err error) ([]citusCandidate, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (citusCandidate, error) {
+		var c citusCandidate
+		err := r.Scan(&c.id, &c.key, &c.actionType, &c.shard)
+		return c, err
+	})
+}
+
+// citusCandidatesOf wraps a multi-shard read of (id, idempotency_key, action_type) with
+// each row's shard, computed on the coordinator from the merged rows.
+func citusCandidatesOf(read string) string {
+	return `SELECT c.id, c.idempotency_key, c.action_type,
+		  get_shard_id_for_distribution_column('effects', c.idempotency_key)
+		FROM (` + read + `) c`
+}
+
+// citusLeaseSQL is the lease's read on Citus for n action types: one branch per type up
+// to twice its cap (Citus plans each branch as a multi-shard read whose rows it merges on
+// the coordinator), then the oldest up to twice the limit. $1 executor, $2 now, $3 limit,
+// then each type's name and cap.
+func citusLeaseSQL(n int) string {
+	citusLeaseMu.Lock()
+	defer citusLeaseMu.Unlock()
+	if s, ok := citusLeaseCache[n]; ok {
+		return s
+	}
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		fmt.Fprintf(&b, `(SELECT id, idempotency_key, action_type, not_before FROM effects
+			WHERE state = 'pending' AND executor = $1 AND action_type = $%d
+			  AND not_before <= airlock_now($2::timestamptz)
+			ORDER BY not_before LIMIT 2 * $%d::int)`, 4+2*i, 5+2*i)
+	}
+	s := citusCandidatesOf(`SELECT * FROM (` + b.String() + `) u ORDER BY not_before LIMIT 2 * $3::int`)
+	citusLeaseCache[n] = s
+	return s
+}
+
+var (
+	citusLeaseMu    sync.Mutex
+	citusLeaseCache = map[int]string{}
+)
+
+// citusLeaseTakeSQL leases the candidates of one shard still due: $1 executor, $2 types,
+// $3 owner, $4 lease in microseconds, $5 now, $6 keys (all on that shard, which routes the
+// statement there), $7 ids.
+var citusLeaseTakeSQL onceString
+
+func (q queries) effectLeaseCitus(ctx context.Context, p store.EffectLeaseParams, types []string, caps []int32) ([]store.Effect, error) {
+	args := []any{p.Executor, p.Now, p.Limit}
+	capOf := make(map[string]int, len(types))
+	for i, t := range types {
+		args = append(args, t, caps[i])
+		capOf[t] = int(caps[i])
+	}
+	cands, err := collectCandidates(q.db.Query(ctx, citusLeaseSQL(len(types)), args...))
+	if err != nil {
+		return nil, fmt.Errorf("lease effects: read due effects: %w", err)
+	}
+	sql := citusLeaseTakeSQL.get(func() string {
+		return `
+			WITH due AS (
+			  SELECT id FROM effects
+			  WHERE idempotency_key = ANY($6) AND id = ANY($7)
+			    AND state = 'pending' AND executor = $1 AND action_type = ANY($2)
+			    AND not_before <= airlock_now($5::timestamptz)
+			  FOR UPDATE SKIP LOCKED
+			)
+			UPDATE effects e
+			SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
+			    lease_expires_at = airlock_now($5::timestamptz) + $4::bigint * interval '1 microsecond',
+			    updated_at = airlock_now($5::timestamptz)
+			FROM due WHERE e.idempotency_key = ANY($6) AND e.id = due.id
+			RETURNING ` + prefixed("e.", effectColumns)
+	})
+	return citusTakeByShard(cands, capOf, p.Limit, func(keys, ids []string) ([]store.Effect, error) {
+		return collectEffects(q.db.Query(ctx, sql, p.Executor, types, p.Owner, micros(p.Lease), p.Now, keys, ids))
+	})
+}
+
+// effectClaimCitus is EffectClaimUnknown's and EffectClaimRecheck's form on Citus: read
+// (a multi-shard read of id, idempotency_key, action_type in claim order, $1 types, $2
+// now, $3 limit), then claim shard by shard: the rows of $4 keys and $5 ids that still
+// match cond ($1 types, $2 now), pushed back by $3 microseconds.
+func (q queries) effectClaimCitus(ctx context.Context, read, cond string, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	cands, err := collectCandidates(q.db.Query(ctx, citusCandidatesOf(read), types, now, 2*limit))
+	if err != nil {
+		return nil, err
+	}
+	sql := `
+		WITH due AS (
+		  SELECT id FROM effects
+		  WHERE idempotency_key = ANY($4) AND id = ANY($5) AND executor = 'dispatcher' AND action_type = ANY($1)
+		    AND ` + cond + `
+		  FOR UPDATE SKIP LOCKED
+		)
+		UPDATE effects e SET next_check_at = airlock_now($2::timestamptz) + $3::bigint * interval '1 microsecond',
+		  version = e.version + 1
+		FROM due WHERE e.idempotency_key = ANY($4) AND e.id = due.id
+		RETURNING ` + prefixed("e.", effectColumns)
+	return citusTakeByShard(cands, nil, limit, func(keys, ids []string) ([]store.Effect, error) {
+		return collectEffects(q.db.Query(ctx, sql, types, now, micros(claim), keys, ids))
+	})
+}
+
+// runLockKeysCitus locks the runs one statement each, in key order: each is routed to its
+// run's shard (Citus refuses one FOR UPDATE across shards); the transaction then spans
+// their workers and commits with two-phase commit.
+func (q queries) runLockKeysCitus(ctx context.Context, keys []string) (map[string]store.Run, error) {
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	out := make(map[string]store.Run, len(sorted))
+	for _, k := range sorted {
+		r, err := scanRun(q.db.QueryRow(ctx, `SELECT `+runColumns+` FROM workflow_runs
+			WHERE idempotency_key = $1 FOR UPDATE`, k))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock runs: %w", err)
+		}
+		out[r.Key] = r
+	}
+	return out, nil
 }
