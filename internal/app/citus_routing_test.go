@@ -31,16 +31,14 @@ var citusTaskCount = regexp.MustCompile(`"Task Count": (\d+)`)
 // what would make them hold. TestCitusRouting fails when one of them passes (remove it
 // here and there) or another operation fails.
 var citusFailing = map[string]string{
-	"explain":               "EventList: pg_snapshot_xip returns a record Citus cannot plan; its horizon reads pg_locks of one node",
-	"report":                "AuditCount: GROUPING SETS across shards",
-	"purge":                 "Purge: ctid batches are per shard (a distributed UPDATE by ctid cannot be planned)",
-	"the rest of the store": "AlertOutboxTake: FOR UPDATE SKIP LOCKED across shards",
+	"report": "AuditCount: GROUPING SETS across shards",
+	"purge":  "Purge: ctid batches are per shard (a distributed UPDATE by ctid cannot be planned)",
 }
 
 // citusUnplannable are the store methods whose statements Citus refuses to plan (so
 // EXPLAIN fails): the causes of citusFailing.
 var citusUnplannable = map[string]bool{
-	"EventList": true, "AuditCount": true, "Purge": true, "AlertOutboxTake": true,
+	"AuditCount": true, "Purge": true,
 }
 
 // TestCitusRouting runs the operations TestCitusPlan runs on a real Citus cluster (a

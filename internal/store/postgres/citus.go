@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -444,4 +445,76 @@ func (q queries) runLockKeysCitus(ctx context.Context, keys []string) (map[strin
 		out[r.Key] = r
 	}
 	return out, nil
+}
+
+// alertOutboxTakeCitus is AlertOutboxTake on Citus, in the two steps of the lease: the
+// oldest rows of every shard (a multi-shard read without locks), then, shard by shard, a
+// statement routed there that locks those still present with SKIP LOCKED. The rows come
+// back oldest first, as on one PostgreSQL; a relay that read the same rows as another
+// gets those the other did not lock.
+func (q queries) alertOutboxTakeCitus(ctx context.Context, limit int) ([]store.Event, error) {
+	rows, err := q.db.Query(ctx, `SELECT c.event_id, c.run_key, get_shard_id_for_distribution_column('alert_outbox', c.run_key)
+		FROM (SELECT event_id, run_key FROM alert_outbox ORDER BY event_id LIMIT $1) c`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("take alert outbox: %w", err)
+	}
+	type cand struct {
+		id    int64
+		key   string
+		shard int64
+	}
+	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
+		var c cand
+		err := r.Scan(&c.id, &c.key, &c.shard)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take alert outbox: %w", err)
+	}
+	var order []int64
+	byShard := map[int64][]cand{}
+	for _, c := range cands {
+		if _, ok := byShard[c.shard]; !ok {
+			order = append(order, c.shard)
+		}
+		byShard[c.shard] = append(byShard[c.shard], c)
+	}
+	var out []store.Event
+	for _, sh := range order {
+		keys, ids := make([]string, 0, len(byShard[sh])), make([]int64, 0, len(byShard[sh]))
+		for _, c := range byShard[sh] {
+			keys, ids = append(keys, c.key), append(ids, c.id)
+		}
+		evs, err := collectAlerts(q.db.Query(ctx, `SELECT event_id, run_key, at, detail FROM alert_outbox
+			WHERE run_key = ANY($1) AND event_id = ANY($2) FOR UPDATE SKIP LOCKED`, keys, ids))
+		if err != nil {
+			return nil, fmt.Errorf("take alert outbox: %w", err)
+		}
+		out = append(out, evs...)
+	}
+	slices.SortFunc(out, func(a, b store.Event) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// eventListCitus is EventList's statement on Citus, in two: Citus cannot plan
+// pg_snapshot_xip in a statement routed to a worker, and the horizon belongs to the
+// coordinator anyway. An event's xid is the coordinator's transaction id (Citus evaluates
+// the column's default, pg_current_xact_id(), there before it routes the insert; checked by
+// TestCitusEventOrder), and every writing transaction holds its locks on the coordinator's
+// tables, so the horizon is read there first (a statement on no distributed table runs on
+// the coordinator), then the page, routed to the run's worker, below it. The page's
+// snapshot is later than the horizon's: a transaction below the horizon had ended before
+// the horizon was read, so its events are in the page's snapshot.
+//
+// What this cannot see: a transaction that wrote to several workers commits with two-phase
+// commit, the coordinator first, then COMMIT PREPARED on each worker; between the two its
+// events are below the horizon but not yet visible (docs/scaling.md, "What was tried").
+func (q queries) eventListCitus(ctx context.Context, key string, afterID int64, limit int) (pgx.Rows, error) {
+	var xmin string
+	if err := q.db.QueryRow(ctx, `SELECT xmin::text FROM (`+eventHorizonSQL+`) h`).Scan(&xmin); err != nil {
+		return nil, err
+	}
+	return q.db.Query(ctx, `
+		WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2),
+		horizon AS (SELECT $4::xid8 AS xmin),`+eventPageSQL, key, afterID, limit, xmin)
 }
