@@ -30,16 +30,11 @@ var citusTaskCount = regexp.MustCompile(`"Task Count": (\d+)`)
 // Citus 13.2 today, with why; docs/scaling.md ("What was tried") lists them with
 // what would make them hold. TestCitusRouting fails when one of them passes (remove it
 // here and there) or another operation fails.
-var citusFailing = map[string]string{
-	"report": "AuditCount: GROUPING SETS across shards",
-	"purge":  "Purge: ctid batches are per shard (a distributed UPDATE by ctid cannot be planned)",
-}
+var citusFailing = map[string]string{}
 
 // citusUnplannable are the store methods whose statements Citus refuses to plan (so
 // EXPLAIN fails): the causes of citusFailing.
-var citusUnplannable = map[string]bool{
-	"AuditCount": true, "Purge": true,
-}
+var citusUnplannable = map[string]bool{}
 
 // TestCitusRouting runs the operations TestCitusPlan runs on a real Citus cluster (a
 // coordinator and two workers: scripts/with-citus.sh) and EXPLAINs every statement the

@@ -518,3 +518,36 @@ func (q queries) eventListCitus(ctx context.Context, key string, afterID int64, 
 		WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2),
 		horizon AS (SELECT $4::xid8 AS xmin),`+eventPageSQL, key, afterID, limit, xmin)
 }
+
+// citusRowKey names a row of each table Purge batches that is not on the coordinator
+// alone (a distributed or reference table on Citus): its primary key, which a batch names
+// its rows by there instead of ctid.
+var citusRowKey = map[string]string{
+	"effects":       "(idempotency_key, id)",
+	"approvals":     "(idempotency_key, id)",
+	"validations":   "(idempotency_key, id)",
+	"workflow_runs": "idempotency_key",
+	"ledgers":       "idempotency_key",
+	"events":        "(run_key, id)",
+	"people_seen":   "subject",
+}
+
+// chainBasesCitus moves the purged runs' chain bases one statement each, in key order:
+// each is routed to its run's shard, and its row
+// lock taken in the order writers take them, where one statement over the runs would need
+// a FOR UPDATE across shards, which Citus refuses.
+func (q queries) chainBasesCitus(ctx context.Context, keys []string, seqs []int64, hashes []string, ats []int64, macKeys, macs []*string) error {
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	for _, i := range idx {
+		if _, err := q.db.Exec(ctx, `UPDATE event_chains SET base_seq = $2, base_hash = $3,
+			  base_at = timestamptz 'epoch' + $4::bigint * interval '1 microsecond', base_mac_key = $5, base_mac = $6
+			WHERE run_key = $1 AND base_seq < $2`, keys[i], seqs[i], hashes[i], ats[i], macKeys[i], macs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
