@@ -36,6 +36,16 @@ var citusFailing = map[string]string{}
 // EXPLAIN fails): the causes of citusFailing.
 var citusUnplannable = map[string]bool{}
 
+// citusShardByShard are the store methods that take rows of any run on Citus in two
+// steps (internal/store/postgres/citus.go): a multi-shard read without locks, then
+// statements that each lock or change the rows of one shard. TestCitusRouting fails when
+// one of their locking or changing statements runs more than one task.
+var citusShardByShard = map[string]bool{
+	"EffectLease": true, "EffectClaimUnknown": true, "EffectClaimRecheck": true, "AlertOutboxTake": true, "RunLockKeys": true,
+}
+
+var citusLocks = regexp.MustCompile(`(?is)\bFOR\s+UPDATE\b|^\s*(WITH\b.*\b)?(UPDATE|DELETE)\b`)
+
 // TestCitusRouting runs the operations TestCitusPlan runs on a real Citus cluster (a
 // coordinator and two workers: scripts/with-citus.sh) and EXPLAINs every statement the
 // store sent with its arguments: Citus's plan says how many tasks (shard queries) the
@@ -94,6 +104,7 @@ func TestCitusRouting(t *testing.T) {
 	ops := map[string]map[string]bool{} // store method → operations that sent it
 	explained := map[string]int{}
 	hotSeen := 0
+	byShardSeen := map[string]int{}
 	for _, s := range rec.stmts {
 		if s.method == "" || !dml.MatchString(s.sql) {
 			continue
@@ -126,9 +137,22 @@ func TestCitusRouting(t *testing.T) {
 		if tasks > 1 && plan.cross[s.method] == nil {
 			t.Errorf("%s (%s) runs %d tasks on Citus, and the plan's cross-shard table does not list it:\n%s", s.method, s.op, tasks, oneLine(s.sql))
 		}
+		if citusShardByShard[s.method] && citusLocks.MatchString(s.sql) {
+			byShardSeen[s.method]++
+			if tasks != 1 {
+				t.Errorf("%s (%s) locks or changes rows in a statement of %d tasks on Citus: it must take them shard by shard:\n%s", s.method, s.op, tasks, oneLine(s.sql))
+			}
+		}
 	}
 	if hotSeen == 0 {
 		t.Fatal("no statement of a hot operation was recorded")
+	}
+	// The claims of the reconciler find no candidate here (no effect is unknown): the
+	// effects suite on Citus runs them (docs/testing.md).
+	for _, m := range []string{"EffectLease", "AlertOutboxTake", "RunLockKeys"} {
+		if byShardSeen[m] == 0 {
+			t.Errorf("%s sent no statement that locks or changes rows: the operations no longer exercise it on Citus", m)
+		}
 	}
 	// The check must be able to fail: an approval link's lookup by token hash alone
 	// reaches every shard.
