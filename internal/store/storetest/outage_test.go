@@ -191,10 +191,10 @@ func testLostConnectionsUnavailable(t *testing.T, e *env) {
 			done <- err
 		}()
 		// On Citus the statement waits for the row on the worker, and the coordinator's
-		// backend waits for the worker's answer (an Extension wait: Citus's executor).
+		// backend, still active, waits for the worker's answer (seen as ClientRead).
 		waits := `wait_event_type = 'Lock'`
 		if os.Getenv("AIRLOCK_TEST_CITUS") == "1" {
-			waits = `(wait_event_type = 'Lock' OR (state = 'active' AND wait_event_type = 'Extension'))`
+			waits = `(wait_event_type = 'Lock' OR (state = 'active' AND wait_event = 'ClientRead'))`
 		}
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			var n int64
