@@ -147,6 +147,27 @@ func TestCitusRouting(t *testing.T) {
 	if hotSeen == 0 {
 		t.Fatal("no statement of a hot operation was recorded")
 	}
+	// The dispatcher records a group of outcomes run by run on Citus (store.RunSharded):
+	// no transaction locks the runs of two keys (it would commit with two-phase commit,
+	// whose window EventList's horizon cannot see).
+	runsLocked := map[int]map[string]bool{}
+	for _, s := range rec.stmts {
+		if s.method != "RunLockKeys" || s.txn < 0 || len(s.args) == 0 || !strings.HasPrefix(rec.txns[s.txn], "effects.") {
+			continue
+		}
+		if runsLocked[s.txn] == nil {
+			runsLocked[s.txn] = map[string]bool{}
+		}
+		runsLocked[s.txn][fmt.Sprint(s.args[0])] = true
+	}
+	if len(runsLocked) == 0 {
+		t.Error("no transaction of the dispatcher locked a run: the check above saw nothing")
+	}
+	for txn, keys := range runsLocked {
+		if len(keys) > 1 {
+			t.Errorf("a transaction begun by %s locked the runs of %d keys on Citus: record run by run", rec.txns[txn], len(keys))
+		}
+	}
 	// The claims of the reconciler find no candidate here (no effect is unknown): the
 	// effects suite on Citus runs them (docs/testing.md).
 	for _, m := range []string{"EffectLease", "AlertOutboxTake", "RunLockKeys"} {

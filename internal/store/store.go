@@ -175,6 +175,14 @@ type BatchQueries interface {
 	EffectUpdateManyLocked(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) (locked []string, applied []bool, err error)
 }
 
+// RunSharded is offered by a store whose runs' rows may live on different nodes (the
+// PostgreSQL store on a Citus coordinator): ShardedByRun then reports true, and callers
+// keep each transaction to one run where they can (a transaction over several runs there
+// commits with two-phase commit).
+type RunSharded interface {
+	ShardedByRun() bool
+}
+
 // ErrUnbatchable: EffectUpdateMany was given an update it does not apply in a batch.
 var ErrUnbatchable = errors.New("store: this effect update is not an outcome a batch applies")
 

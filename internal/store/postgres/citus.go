@@ -551,3 +551,6 @@ func (q queries) chainBasesCitus(ctx context.Context, keys []string, seqs []int6
 	}
 	return nil
 }
+
+// ShardedByRun reports whether the database is a Citus coordinator (store.RunSharded).
+func (s *Store) ShardedByRun() bool { return s.citus }
