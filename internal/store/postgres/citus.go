@@ -554,3 +554,60 @@ func (q queries) chainBasesCitus(ctx context.Context, keys []string, seqs []int6
 
 // ShardedByRun reports whether the database is a Citus coordinator (store.RunSharded).
 func (s *Store) ShardedByRun() bool { return s.citus }
+
+// CitusHealth is what `airlock verify` checks of a Citus cluster: whether the database is
+// a coordinator at all, its primary workers, the ones the coordinator cannot reach or has
+// marked inactive (a statement routed to one of their shards fails), and the two-phase
+// commits left unresolved. It first asks Citus to recover prepared transactions (what its
+// maintenance daemon does every citus.recover_2pc_interval: commit those whose
+// coordinator transaction committed, roll back the rest); pending counts those still
+// recorded after it, which a worker that cannot be reached keeps.
+func (s *Store) CitusHealth(ctx context.Context) (h CitusHealth, err error) {
+	if h.Citus, err = s.IsCitus(ctx); err != nil || !h.Citus {
+		return h, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT nodename || ':' || nodeport, isactive FROM pg_dist_node
+		WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeid`)
+	if err != nil {
+		return h, fmt.Errorf("citus: list workers: %w", err)
+	}
+	var inactive []string
+	var name string
+	var active bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &active}, func() error {
+		h.Workers = append(h.Workers, name)
+		if !active {
+			inactive = append(inactive, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return h, fmt.Errorf("citus: list workers: %w", err)
+	}
+	// Reachability, each worker probed from the coordinator with a short timeout.
+	for _, w := range h.Workers {
+		host, port, _ := strings.Cut(w, ":")
+		var ok bool
+		if err := s.pool.QueryRow(ctx, `SELECT citus_check_connection_to_node($1, $2::int)`, host, port).Scan(&ok); err != nil || !ok {
+			if !slices.Contains(inactive, w) {
+				inactive = append(inactive, w)
+			}
+		}
+	}
+	h.Unreachable = inactive
+	if _, err := s.pool.Exec(ctx, `SELECT recover_prepared_transactions()`); err != nil && len(h.Unreachable) == 0 {
+		return h, fmt.Errorf("citus: recover prepared transactions: %w", err)
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_dist_transaction`).Scan(&h.Pending2PC); err != nil {
+		return h, fmt.Errorf("citus: read pg_dist_transaction: %w", err)
+	}
+	return h, nil
+}
+
+// CitusHealth is CitusHealth's answer.
+type CitusHealth struct {
+	Citus       bool     // the database is a Citus coordinator
+	Workers     []string // host:port of each primary worker
+	Unreachable []string // workers the coordinator cannot reach or has marked inactive
+	Pending2PC  int64    // two-phase commits still recorded after recovery
+}
