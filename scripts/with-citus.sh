@@ -17,6 +17,10 @@
 #                citus-*-debian-pg15.patch beside the tarball when present (Debian's
 #                PostgreSQL 15.20 headers clash with Citus 13.2.2 on have_createdb_privilege)
 #   CITUS_CACHE  the cache directory; default ${XDG_CACHE_HOME:-$HOME/.cache}/airlock-citus
+#   CITUS_SHARD_COUNT  shards per distributed table (citus.shard_count); default 32, Citus's
+#                own. Every test migrates a schema of its own, whose placement creates
+#                12 × this many shards (internal/effects here: 1,185 s at 32, 418 s at 4,
+#                at similar loads).
 # The build (about 12 minutes on two busy cores) installs into a DESTDIR staging tree under
 # CITUS_CACHE, keyed by the tarball's and the patch's hashes and pg_config's version; a later
 # run copies that tree into PostgreSQL's directories when citus.so is missing or differs.
@@ -153,6 +157,7 @@ max_connections = 300
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$TMP/sock'
 fsync = off
+citus.shard_count = ${CITUS_SHARD_COUNT:-32}
 CONF
 for n in w1 w2; do
 	cp -a "$TMP/c" "$TMP/$n"

@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
 )
 
 // verifyOptions are the command's own flags.
@@ -179,6 +180,38 @@ type verifier interface {
 	Multiplexed(ctx context.Context) (bool, error)
 }
 
+// citusChecker is what the PostgreSQL store adds for verify on a Citus coordinator.
+type citusChecker interface {
+	CitusHealth(ctx context.Context) (postgres.CitusHealth, error)
+}
+
+// citus checks what only Citus can break: a worker the coordinator cannot reach (every
+// statement routed to its shards fails, with a retryable 503) and two-phase commits left
+// unresolved after Citus's recovery (a worker that went away between PREPARE and COMMIT
+// PREPARED keeps locks and rows no one sees until it is back).
+func (v *verifyRun) citus(ctx context.Context) verifyResult {
+	cc, ok := v.st.(citusChecker)
+	if !ok {
+		return skip("SQLite: not a Citus cluster")
+	}
+	h, err := cc.CitusHealth(ctx)
+	if err != nil {
+		return fail(fixDatabase, "%v", err)
+	}
+	if !h.Citus {
+		return skip("not a Citus coordinator (no citus extension)")
+	}
+	if len(h.Unreachable) > 0 {
+		return fail("start the worker, or fix the coordinator's connection to it (pg_dist_node, ~/.pgpass); its runs answer 503 until then",
+			"%d of %d workers unreachable from the coordinator: %s", len(h.Unreachable), len(h.Workers), strings.Join(h.Unreachable, ", "))
+	}
+	if h.Pending2PC > 0 {
+		return fail("run SELECT recover_prepared_transactions() on the coordinator once every worker is up; check the workers' pg_prepared_xacts",
+			"%d two-phase commits still unresolved after recovery (pg_dist_transaction)", h.Pending2PC)
+	}
+	return pass("Citus coordinator: %d workers reachable (%s); no two-phase commit left unresolved", len(h.Workers), strings.Join(h.Workers, ", "))
+}
+
 type verifyCleaner interface {
 	VerifyCleanup(ctx context.Context, prefix, scope string) error
 }
@@ -232,6 +265,7 @@ func runVerify(ctx context.Context, st store.Store, cfg config.Config, o verifyO
 		{"replication", v.replication},
 		{"synchronous-commit", v.synchronousCommit},
 		{"clock-skew", v.clockSkew},
+		{"citus", v.citus},
 		{"http-readiness", v.httpReadiness},
 		{"http-claims", v.httpClaims},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 
 // verifyChecks are the lines every verify run prints, in order.
 var verifyChecks = []string{"concurrent-claims", "stale-cas", "lease-expiry-clock", "kill-switch", "listen-notify",
-	"advisory-locks", "isolation-level", "pooler", "replication", "synchronous-commit", "clock-skew", "http-readiness",
+	"advisory-locks", "isolation-level", "pooler", "replication", "synchronous-commit", "clock-skew", "citus", "http-readiness",
 	"http-claims", "cleanup"}
 
 // verifyLines parses verify's output into check → status, failing on a line of another form.
@@ -58,7 +59,8 @@ func TestVerifyPasses(t *testing.T) {
 			}
 			got := verifyLines(t, out)
 			want := map[string]string{"concurrent-claims": "PASS", "stale-cas": "PASS", "lease-expiry-clock": "PASS",
-				"kill-switch": "PASS", "clock-skew": "PASS", "cleanup": "PASS", "http-readiness": "SKIP", "http-claims": "SKIP"}
+				"kill-switch": "PASS", "clock-skew": "PASS", "cleanup": "PASS", "http-readiness": "SKIP", "http-claims": "SKIP",
+				"citus": map[bool]string{false: "SKIP", true: "PASS"}[backend == "postgres" && os.Getenv("AIRLOCK_TEST_CITUS") == "1"]}
 			for _, c := range []string{"listen-notify", "advisory-locks", "isolation-level", "pooler", "replication", "synchronous-commit"} {
 				want[c] = map[string]string{"sqlite": "SKIP", "postgres": "PASS"}[backend]
 			}

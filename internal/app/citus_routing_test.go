@@ -27,26 +27,21 @@ var citusTaskCount = regexp.MustCompile(`"Task Count": (\d+)`)
 // Citus 13.2 today, with why; docs/scaling.md ("What was tried") lists them with
 // what would make them hold. TestCitusRouting fails when one of them passes (remove it
 // here and there) or another operation fails.
-var citusFailing = map[string]string{
-	"dispatch":              "EffectLease: Citus cannot push down the lateral FOR UPDATE SKIP LOCKED subquery across shards",
-	"dispatch four runs":    "EffectLease, as dispatch",
-	"worker claim":          "EffectLease, as dispatch",
-	"worker report":         "its worker claim is EffectLease, as dispatch",
-	"transition":            "the effect it waits for is never sent (EffectLease)",
-	"explain":               "EventList: pg_snapshot_xip returns a record Citus cannot plan; its horizon reads pg_locks of one node",
-	"report":                "AuditCount: GROUPING SETS across shards",
-	"purge":                 "Purge: ctid batches are per shard (a distributed UPDATE by ctid cannot be planned)",
-	"by-id paths":           "RunLockKeys: FOR UPDATE across shards (runs of several keys)",
-	"the rest of the store": "AlertOutboxTake: FOR UPDATE SKIP LOCKED across shards",
-	"sweepers":              "EffectClaimUnknown: FOR UPDATE SKIP LOCKED across shards",
-}
+var citusFailing = map[string]string{}
 
 // citusUnplannable are the store methods whose statements Citus refuses to plan (so
 // EXPLAIN fails): the causes of citusFailing.
-var citusUnplannable = map[string]bool{
-	"EffectLease": true, "EventList": true, "AuditCount": true, "Purge": true, "RunLockKeys": true,
-	"AlertOutboxTake": true, "EffectClaimUnknown": true,
+var citusUnplannable = map[string]bool{}
+
+// citusShardByShard are the store methods that take rows of any run on Citus in two
+// steps (internal/store/postgres/citus.go): a multi-shard read without locks, then
+// statements that each lock or change the rows of one shard. TestCitusRouting fails when
+// one of their locking or changing statements runs more than one task.
+var citusShardByShard = map[string]bool{
+	"EffectLease": true, "EffectClaimUnknown": true, "EffectClaimRecheck": true, "AlertOutboxTake": true, "RunLockKeys": true,
 }
+
+var citusLocks = regexp.MustCompile(`(?is)\bFOR\s+UPDATE\b|^\s*(WITH\b.*\b)?(UPDATE|DELETE)\b`)
 
 // TestCitusRouting runs the operations TestCitusPlan runs on a real Citus cluster (a
 // coordinator and two workers: scripts/with-citus.sh) and EXPLAINs every statement the
@@ -94,6 +89,7 @@ func TestCitusRouting(t *testing.T) {
 	ops := map[string]map[string]bool{} // store method → operations that sent it
 	explained := map[string]int{}
 	hotSeen := 0
+	byShardSeen := map[string]int{}
 	for _, s := range rec.stmts {
 		if s.method == "" || !dml.MatchString(s.sql) {
 			continue
@@ -126,9 +122,43 @@ func TestCitusRouting(t *testing.T) {
 		if tasks > 1 && plan.cross[s.method] == nil {
 			t.Errorf("%s (%s) runs %d tasks on Citus, and the plan's cross-shard table does not list it:\n%s", s.method, s.op, tasks, oneLine(s.sql))
 		}
+		if citusShardByShard[s.method] && citusLocks.MatchString(s.sql) {
+			byShardSeen[s.method]++
+			if tasks != 1 {
+				t.Errorf("%s (%s) locks or changes rows in a statement of %d tasks on Citus: it must take them shard by shard:\n%s", s.method, s.op, tasks, oneLine(s.sql))
+			}
+		}
 	}
 	if hotSeen == 0 {
 		t.Fatal("no statement of a hot operation was recorded")
+	}
+	// The dispatcher records a group of outcomes run by run on Citus (store.RunSharded):
+	// no transaction locks the runs of two keys (it would commit with two-phase commit,
+	// whose window EventList's horizon cannot see).
+	runsLocked := map[int]map[string]bool{}
+	for _, s := range rec.stmts {
+		if s.method != "RunLockKeys" || s.txn < 0 || len(s.args) == 0 || !strings.HasPrefix(rec.txns[s.txn], "effects.") {
+			continue
+		}
+		if runsLocked[s.txn] == nil {
+			runsLocked[s.txn] = map[string]bool{}
+		}
+		runsLocked[s.txn][fmt.Sprint(s.args[0])] = true
+	}
+	if len(runsLocked) == 0 {
+		t.Error("no transaction of the dispatcher locked a run: the check above saw nothing")
+	}
+	for txn, keys := range runsLocked {
+		if len(keys) > 1 {
+			t.Errorf("a transaction begun by %s locked the runs of %d keys on Citus: record run by run", rec.txns[txn], len(keys))
+		}
+	}
+	// The claims of the reconciler find no candidate here (no effect is unknown): the
+	// effects suite on Citus runs them (docs/testing.md).
+	for _, m := range []string{"EffectLease", "AlertOutboxTake", "RunLockKeys"} {
+		if byShardSeen[m] == 0 {
+			t.Errorf("%s sent no statement that locks or changes rows: the operations no longer exercise it on Citus", m)
+		}
 	}
 	// The check must be able to fail: an approval link's lookup by token hash alone
 	// reaches every shard.

@@ -461,6 +461,8 @@ var citusUnrun = map[string]string{
 	"RenameEffectsForTest": "DDL for one test",
 	"IsCitus":              "reads pg_extension (a catalog) at open and migrate",
 	"CitusPlacement":       "reads Citus's catalog after migrate",
+	"CitusHealth":          "airlock verify's citus line: Citus's catalog and node probes (TestVerifyCitusWorkerDown runs it on Citus)",
+	"ShardedByRun":         "sends nothing: whether the database is a Citus coordinator, known at open",
 }
 
 // citusRest runs the store's remaining statements the way their callers send them:

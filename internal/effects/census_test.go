@@ -27,13 +27,16 @@ import (
 // backend.
 var requeueCensus = map[string][]string{
 	// Queued: new rows only; a second queue of the same (run, effect id) returns the first.
-	"effects.queue":                {"QueueUnderLease", "QueueReplyLostQueuesOnce"},
-	"approvals.DecideBy":           {"ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
-	"ledger.planNew":               {"PlanConfirmNeverTwice"},
-	"postgres.EffectInsert":        {"QueueUnderLease"},
-	"sqlite.EffectInsert":          {"QueueUnderLease"},
-	"postgres.EffectLease":         {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
-	"sqlite.EffectLease":           {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
+	"effects.queue":         {"QueueUnderLease", "QueueReplyLostQueuesOnce"},
+	"approvals.DecideBy":    {"ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
+	"ledger.planNew":        {"PlanConfirmNeverTwice"},
+	"postgres.EffectInsert": {"QueueUnderLease"},
+	"sqlite.EffectInsert":   {"QueueUnderLease"},
+	"postgres.EffectLease":  {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
+	"sqlite.EffectLease":    {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
+	// EffectLease's form on a Citus coordinator (a compare-and-set per shard); these run
+	// on Citus under scripts/with-citus.sh (docs/testing.md).
+	"postgres.effectLeaseCitus":    {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
 	"postgres.EffectUpdate":        {"UnfencedRequeueIsRefused"},
 	"sqlite.EffectUpdate":          {"UnfencedRequeueIsRefused"},
 	"postgres.EffectRequeueFailed": {"RequeueFailedOnlyTakesFailed", "RequeueFailedReplyLostQueuesOnce"},

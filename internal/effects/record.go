@@ -81,12 +81,37 @@ func (r *recorder) record(ctx context.Context, e store.Effect, owner string, res
 // flush records a group in one transaction, runs locked in key order (so two groups never
 // deadlock). If that fails, the outcomes are isolated from each other (isolate); a lone
 // outcome that failed for a reason other than its values just reports the failure.
+//
+// On a store whose runs are spread over nodes (store.RunSharded: Citus), the group is
+// recorded run by run, each run's outcomes in a transaction of their own: one transaction
+// over several runs' nodes would commit with two-phase commit, whose window between the
+// coordinator's commit and the workers' is one EventList's horizon cannot see.
 func (r *recorder) flush(ctx context.Context, group []*record) {
 	defer func() {
 		for _, it := range group {
 			close(it.done)
 		}
 	}()
+	if s, ok := r.d.store.(store.RunSharded); ok && s.ShardedByRun() {
+		byRun := map[string][]*record{}
+		var keys []string
+		for _, it := range group {
+			if _, ok := byRun[it.e.RunKey]; !ok {
+				keys = append(keys, it.e.RunKey)
+			}
+			byRun[it.e.RunKey] = append(byRun[it.e.RunKey], it)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			r.flushGroup(ctx, byRun[k])
+		}
+		return
+	}
+	r.flushGroup(ctx, group)
+}
+
+// flushGroup records a group (flush) and answers each of its records.
+func (r *recorder) flushGroup(ctx context.Context, group []*record) {
 	d := r.d
 	rest := group
 	if bq, ok := d.store.(store.BatchQueries); ok {

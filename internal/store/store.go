@@ -169,8 +169,18 @@ type BatchQueries interface {
 	// the keys it locked (nil when no update applied: the caller cannot tell which it
 	// locked then, and records them again the usual way). On the Store, outside a
 	// transaction, it is one autocommit statement: a group's run locks, compare-and-sets
-	// and events commit together in one round trip.
+	// and events commit together in one round trip. On a Citus coordinator it applies
+	// nothing and returns no keys (its lock would be one FOR UPDATE across shards, which
+	// Citus refuses): the caller records the group the usual way.
 	EffectUpdateManyLocked(ctx context.Context, ps []EffectUpdateParams, events [][]EventInsertParams) (locked []string, applied []bool, err error)
+}
+
+// RunSharded is offered by a store whose runs' rows may live on different nodes (the
+// PostgreSQL store on a Citus coordinator): ShardedByRun then reports true, and callers
+// keep each transaction to one run where they can (a transaction over several runs there
+// commits with two-phase commit).
+type RunSharded interface {
+	ShardedByRun() bool
 }
 
 // ErrUnbatchable: EffectUpdateMany was given an update it does not apply in a batch.

@@ -10,12 +10,22 @@ import (
 )
 
 func (q queries) AlertOutboxTake(ctx context.Context, limit int) ([]store.Event, error) {
-	rows, err := q.db.Query(ctx, `SELECT event_id, run_key, at, detail FROM alert_outbox
-		ORDER BY event_id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	if q.citus {
+		return q.alertOutboxTakeCitus(ctx, limit)
+	}
+	evs, err := collectAlerts(q.db.Query(ctx, `SELECT event_id, run_key, at, detail FROM alert_outbox
+		ORDER BY event_id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit))
 	if err != nil {
 		return nil, fmt.Errorf("take alert outbox: %w", err)
 	}
-	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Event, error) {
+	return evs, nil
+}
+
+func collectAlerts(rows pgx.Rows, err error) ([]store.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Event, error) {
 		e := store.Event{Kind: string(store.EventAlert)}
 		var detail []byte
 		if err := row.Scan(&e.ID, &e.RunKey, &e.At, &detail); err != nil {
@@ -24,10 +34,6 @@ func (q queries) AlertOutboxTake(ctx context.Context, limit int) ([]store.Event,
 		e.Detail = detail
 		return e, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("take alert outbox: %w", err)
-	}
-	return evs, nil
 }
 
 func (q queries) AlertOutboxDelete(ctx context.Context, eventIDs []int64) error {

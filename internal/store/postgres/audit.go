@@ -14,9 +14,19 @@ import (
 // events_at (index-only: it carries kind and run_key); the grouping set () is the total.
 func (q queries) AuditCount(ctx context.Context, since time.Time) (store.AuditCounts, error) {
 	out := store.AuditCounts{ByKind: map[string]int64{}}
-	rows, err := q.db.Query(ctx, `
+	sql := `
 		SELECT coalesce(kind, ''), GROUPING(kind) = 1, count(*), count(DISTINCT run_key) FILTER (WHERE run_key <> '')
-		FROM events WHERE at >= $1 GROUP BY GROUPING SETS ((kind), ())`, since)
+		FROM events WHERE at >= $1 GROUP BY GROUPING SETS ((kind), ())`
+	if q.citus {
+		// Citus cannot run GROUPING SETS across shards: the two groupings as two
+		// aggregates, each run by every shard and summed on the coordinator (the runs are
+		// counted by the distribution column, so each shard's distinct count adds up).
+		sql = `
+		SELECT kind, false, count(*), 0::bigint FROM events WHERE at >= $1 GROUP BY kind
+		UNION ALL
+		SELECT '', true, 0::bigint, count(DISTINCT run_key) FILTER (WHERE run_key <> '') FROM events WHERE at >= $1`
+	}
+	rows, err := q.db.Query(ctx, sql, since)
 	if err != nil {
 		return store.AuditCounts{}, fmt.Errorf("count events: %w", err)
 	}

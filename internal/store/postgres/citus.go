@@ -1,11 +1,18 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // The Citus placement of docs/scaling.md's plan ("Where each table goes"): the tables
@@ -238,4 +245,369 @@ func (s *Store) CitusPlacement(ctx context.Context) (distributed, reference int,
 		FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid
 		WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`).Scan(&distributed, &reference)
 	return distributed, reference, err
+}
+
+// On Citus, Citus refuses FOR UPDATE on a statement that reaches several shards, and a
+// LIMIT inside a LATERAL probe over a function's rows (the lease's per-type caps): the
+// statements that take due rows of any run (EffectLease, EffectClaimUnknown,
+// EffectClaimRecheck) are then two steps. A multi-shard read without locks picks the
+// candidates (each shard reads its partial index up to the limit, the coordinator merges)
+// and names each one's shard; then, shard by shard in the candidates' order, one statement
+// routed to that shard takes those of them still due with FOR UPDATE SKIP LOCKED and
+// updates them — a compare-and-set, so two dispatchers that read the same candidates
+// never both take one: the second skips it, or finds it taken. The read takes twice the
+// caps, so candidates another dispatcher took leave room for the spares.
+
+// citusCandidate is a due row of effects read by the multi-shard step, with its shard.
+type citusCandidate struct {
+	id, key, actionType string
+	shard               int64
+}
+
+// citusTakeByShard groups cands (in the order read) by shard and calls take once per
+// shard, in the order each shard's first candidate was read, with the candidates that still
+// fit: per action type no more than caps allows (nil: no caps), in all no more than limit.
+// take returns what it took (fewer when another dispatcher was first); what is left of the
+// caps goes to the next shards' candidates.
+func citusTakeByShard(cands []citusCandidate, caps map[string]int, limit int, take func(keys, ids []string) ([]store.Effect, error)) ([]store.Effect, error) {
+	var order []int64
+	byShard := map[int64][]citusCandidate{}
+	for _, c := range cands {
+		if _, ok := byShard[c.shard]; !ok {
+			order = append(order, c.shard)
+		}
+		byShard[c.shard] = append(byShard[c.shard], c)
+	}
+	left := map[string]int{}
+	for t, n := range caps {
+		left[t] = n
+	}
+	var out []store.Effect
+	for _, sh := range order {
+		if len(out) >= limit {
+			break
+		}
+		var keys, ids []string
+		want := map[string]int{}
+		for _, c := range byShard[sh] {
+			if len(out)+len(ids) >= limit {
+				break
+			}
+			if caps != nil && want[c.actionType] >= left[c.actionType] {
+				continue
+			}
+			want[c.actionType]++
+			keys, ids = append(keys, c.key), append(ids, c.id)
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		got, err := take(keys, ids)
+		if err != nil {
+			return out, err
+		}
+		for _, e := range got {
+			left[e.ActionType]--
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+func collectCandidates(rows pgx.Rows, err error) ([]citusCandidate, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (citusCandidate, error) {
+		var c citusCandidate
+		err := r.Scan(&c.id, &c.key, &c.actionType, &c.shard)
+		return c, err
+	})
+}
+
+// citusCandidatesOf wraps a multi-shard read of (id, idempotency_key, action_type) with
+// each row's shard, computed on the coordinator from the merged rows.
+func citusCandidatesOf(read string) string {
+	return `SELECT c.id, c.idempotency_key, c.action_type,
+		  get_shard_id_for_distribution_column('effects', c.idempotency_key)
+		FROM (` + read + `) c`
+}
+
+// citusLeaseSQL is the lease's read on Citus for n action types: one branch per type up
+// to twice its cap (Citus plans each branch as a multi-shard read whose rows it merges on
+// the coordinator), then the oldest up to twice the limit. $1 executor, $2 now, $3 limit,
+// then each type's name and cap.
+func citusLeaseSQL(n int) string {
+	citusLeaseMu.Lock()
+	defer citusLeaseMu.Unlock()
+	if s, ok := citusLeaseCache[n]; ok {
+		return s
+	}
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		fmt.Fprintf(&b, `(SELECT id, idempotency_key, action_type, not_before FROM effects
+			WHERE state = 'pending' AND executor = $1 AND action_type = $%d
+			  AND not_before <= airlock_now($2::timestamptz)
+			ORDER BY not_before LIMIT 2 * $%d::int)`, 4+2*i, 5+2*i)
+	}
+	s := citusCandidatesOf(`SELECT * FROM (` + b.String() + `) u ORDER BY not_before LIMIT 2 * $3::int`)
+	citusLeaseCache[n] = s
+	return s
+}
+
+var (
+	citusLeaseMu    sync.Mutex
+	citusLeaseCache = map[int]string{}
+)
+
+// citusLeaseTakeSQL leases the candidates of one shard still due: $1 executor, $2 types,
+// $3 owner, $4 lease in microseconds, $5 now, $6 keys (all on that shard, which routes the
+// statement there), $7 ids.
+var citusLeaseTakeSQL onceString
+
+func (q queries) effectLeaseCitus(ctx context.Context, p store.EffectLeaseParams, types []string, caps []int32) ([]store.Effect, error) {
+	args := []any{p.Executor, p.Now, p.Limit}
+	capOf := make(map[string]int, len(types))
+	for i, t := range types {
+		args = append(args, t, caps[i])
+		capOf[t] = int(caps[i])
+	}
+	cands, err := collectCandidates(q.db.Query(ctx, citusLeaseSQL(len(types)), args...))
+	if err != nil {
+		return nil, fmt.Errorf("lease effects: read due effects: %w", err)
+	}
+	sql := citusLeaseTakeSQL.get(func() string {
+		return `
+			WITH due AS (
+			  SELECT id FROM effects
+			  WHERE idempotency_key = ANY($6) AND id = ANY($7)
+			    AND state = 'pending' AND executor = $1 AND action_type = ANY($2)
+			    AND not_before <= airlock_now($5::timestamptz)
+			  FOR UPDATE SKIP LOCKED
+			)
+			UPDATE effects e
+			SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
+			    lease_expires_at = airlock_now($5::timestamptz) + $4::bigint * interval '1 microsecond',
+			    updated_at = airlock_now($5::timestamptz)
+			FROM due WHERE e.idempotency_key = ANY($6) AND e.id = due.id
+			RETURNING ` + prefixed("e.", effectColumns)
+	})
+	return citusTakeByShard(cands, capOf, p.Limit, func(keys, ids []string) ([]store.Effect, error) {
+		return collectEffects(q.db.Query(ctx, sql, p.Executor, types, p.Owner, micros(p.Lease), p.Now, keys, ids))
+	})
+}
+
+// effectClaimCitus is EffectClaimUnknown's and EffectClaimRecheck's form on Citus: read
+// (a multi-shard read of id, idempotency_key, action_type in claim order, $1 types, $2
+// now, $3 limit), then claim shard by shard: the rows of $4 keys and $5 ids that still
+// match cond ($1 types, $2 now), pushed back by $3 microseconds.
+func (q queries) effectClaimCitus(ctx context.Context, read, cond string, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	cands, err := collectCandidates(q.db.Query(ctx, citusCandidatesOf(read), types, now, 2*limit))
+	if err != nil {
+		return nil, err
+	}
+	sql := `
+		WITH due AS (
+		  SELECT id FROM effects
+		  WHERE idempotency_key = ANY($4) AND id = ANY($5) AND executor = 'dispatcher' AND action_type = ANY($1)
+		    AND ` + cond + `
+		  FOR UPDATE SKIP LOCKED
+		)
+		UPDATE effects e SET next_check_at = airlock_now($2::timestamptz) + $3::bigint * interval '1 microsecond',
+		  version = e.version + 1
+		FROM due WHERE e.idempotency_key = ANY($4) AND e.id = due.id
+		RETURNING ` + prefixed("e.", effectColumns)
+	return citusTakeByShard(cands, nil, limit, func(keys, ids []string) ([]store.Effect, error) {
+		return collectEffects(q.db.Query(ctx, sql, types, now, micros(claim), keys, ids))
+	})
+}
+
+// runLockKeysCitus locks the runs one statement each, in key order: each is routed to its
+// run's shard (Citus refuses one FOR UPDATE across shards); the transaction then spans
+// their workers and commits with two-phase commit.
+func (q queries) runLockKeysCitus(ctx context.Context, keys []string) (map[string]store.Run, error) {
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	out := make(map[string]store.Run, len(sorted))
+	for _, k := range sorted {
+		r, err := scanRun(q.db.QueryRow(ctx, `SELECT `+runColumns+` FROM workflow_runs
+			WHERE idempotency_key = $1 FOR UPDATE`, k))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock runs: %w", err)
+		}
+		out[r.Key] = r
+	}
+	return out, nil
+}
+
+// alertOutboxTakeCitus is AlertOutboxTake on Citus, in the two steps of the lease: the
+// oldest rows of every shard (a multi-shard read without locks), then, shard by shard, a
+// statement routed there that locks those still present with SKIP LOCKED. The rows come
+// back oldest first, as on one PostgreSQL; a relay that read the same rows as another
+// gets those the other did not lock.
+func (q queries) alertOutboxTakeCitus(ctx context.Context, limit int) ([]store.Event, error) {
+	rows, err := q.db.Query(ctx, `SELECT c.event_id, c.run_key, get_shard_id_for_distribution_column('alert_outbox', c.run_key)
+		FROM (SELECT event_id, run_key FROM alert_outbox ORDER BY event_id LIMIT $1) c`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("take alert outbox: %w", err)
+	}
+	type cand struct {
+		id    int64
+		key   string
+		shard int64
+	}
+	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
+		var c cand
+		err := r.Scan(&c.id, &c.key, &c.shard)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take alert outbox: %w", err)
+	}
+	var order []int64
+	byShard := map[int64][]cand{}
+	for _, c := range cands {
+		if _, ok := byShard[c.shard]; !ok {
+			order = append(order, c.shard)
+		}
+		byShard[c.shard] = append(byShard[c.shard], c)
+	}
+	var out []store.Event
+	for _, sh := range order {
+		keys, ids := make([]string, 0, len(byShard[sh])), make([]int64, 0, len(byShard[sh]))
+		for _, c := range byShard[sh] {
+			keys, ids = append(keys, c.key), append(ids, c.id)
+		}
+		evs, err := collectAlerts(q.db.Query(ctx, `SELECT event_id, run_key, at, detail FROM alert_outbox
+			WHERE run_key = ANY($1) AND event_id = ANY($2) FOR UPDATE SKIP LOCKED`, keys, ids))
+		if err != nil {
+			return nil, fmt.Errorf("take alert outbox: %w", err)
+		}
+		out = append(out, evs...)
+	}
+	slices.SortFunc(out, func(a, b store.Event) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// eventListCitus is EventList's statement on Citus, in two: Citus cannot plan
+// pg_snapshot_xip in a statement routed to a worker, and the horizon belongs to the
+// coordinator anyway. An event's xid is the coordinator's transaction id (Citus evaluates
+// the column's default, pg_current_xact_id(), there before it routes the insert; checked by
+// TestCitusEventOrder), and every writing transaction holds its locks on the coordinator's
+// tables, so the horizon is read there first (a statement on no distributed table runs on
+// the coordinator), then the page, routed to the run's worker, below it. The page's
+// snapshot is later than the horizon's: a transaction below the horizon had ended before
+// the horizon was read, so its events are in the page's snapshot.
+//
+// What this cannot see: a transaction that wrote to several workers commits with two-phase
+// commit, the coordinator first, then COMMIT PREPARED on each worker; between the two its
+// events are below the horizon but not yet visible (docs/scaling.md, "What was tried").
+func (q queries) eventListCitus(ctx context.Context, key string, afterID int64, limit int) (pgx.Rows, error) {
+	var xmin string
+	if err := q.db.QueryRow(ctx, `SELECT xmin::text FROM (`+eventHorizonSQL+`) h`).Scan(&xmin); err != nil {
+		return nil, err
+	}
+	return q.db.Query(ctx, `
+		WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2),
+		horizon AS (SELECT $4::xid8 AS xmin),`+eventPageSQL, key, afterID, limit, xmin)
+}
+
+// citusRowKey names a row of each table Purge batches that is not on the coordinator
+// alone (a distributed or reference table on Citus): its primary key, which a batch names
+// its rows by there instead of ctid.
+var citusRowKey = map[string]string{
+	"effects":       "(idempotency_key, id)",
+	"approvals":     "(idempotency_key, id)",
+	"validations":   "(idempotency_key, id)",
+	"workflow_runs": "idempotency_key",
+	"ledgers":       "idempotency_key",
+	"events":        "(run_key, id)",
+	"people_seen":   "subject",
+}
+
+// chainBasesCitus moves the purged runs' chain bases one statement each, in key order:
+// each is routed to its run's shard, and its row
+// lock taken in the order writers take them, where one statement over the runs would need
+// a FOR UPDATE across shards, which Citus refuses.
+func (q queries) chainBasesCitus(ctx context.Context, keys []string, seqs []int64, hashes []string, ats []int64, macKeys, macs []*string) error {
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	for _, i := range idx {
+		if _, err := q.db.Exec(ctx, `UPDATE event_chains SET base_seq = $2, base_hash = $3,
+			  base_at = timestamptz 'epoch' + $4::bigint * interval '1 microsecond', base_mac_key = $5, base_mac = $6
+			WHERE run_key = $1 AND base_seq < $2`, keys[i], seqs[i], hashes[i], ats[i], macKeys[i], macs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ShardedByRun reports whether the database is a Citus coordinator (store.RunSharded).
+func (s *Store) ShardedByRun() bool { return s.citus }
+
+// CitusHealth is what `airlock verify` checks of a Citus cluster: whether the database is
+// a coordinator at all, its primary workers, the ones the coordinator cannot reach or has
+// marked inactive (a statement routed to one of their shards fails), and the two-phase
+// commits left unresolved. It first asks Citus to recover prepared transactions (what its
+// maintenance daemon does every citus.recover_2pc_interval: commit those whose
+// coordinator transaction committed, roll back the rest); pending counts those still
+// recorded after it, which a worker that cannot be reached keeps.
+func (s *Store) CitusHealth(ctx context.Context) (h CitusHealth, err error) {
+	if h.Citus, err = s.IsCitus(ctx); err != nil || !h.Citus {
+		return h, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT nodename || ':' || nodeport, isactive FROM pg_dist_node
+		WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeid`)
+	if err != nil {
+		return h, fmt.Errorf("citus: list workers: %w", err)
+	}
+	var inactive []string
+	var name string
+	var active bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &active}, func() error {
+		h.Workers = append(h.Workers, name)
+		if !active {
+			inactive = append(inactive, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return h, fmt.Errorf("citus: list workers: %w", err)
+	}
+	// Reachability, each worker probed from the coordinator with a short timeout.
+	for _, w := range h.Workers {
+		host, port, _ := strings.Cut(w, ":")
+		var ok bool
+		if err := s.pool.QueryRow(ctx, `SELECT citus_check_connection_to_node($1, $2::int)`, host, port).Scan(&ok); err != nil || !ok {
+			if !slices.Contains(inactive, w) {
+				inactive = append(inactive, w)
+			}
+		}
+	}
+	h.Unreachable = inactive
+	if _, err := s.pool.Exec(ctx, `SELECT recover_prepared_transactions()`); err != nil && len(h.Unreachable) == 0 {
+		return h, fmt.Errorf("citus: recover prepared transactions: %w", err)
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_dist_transaction`).Scan(&h.Pending2PC); err != nil {
+		return h, fmt.Errorf("citus: read pg_dist_transaction: %w", err)
+	}
+	return h, nil
+}
+
+// CitusHealth is CitusHealth's answer.
+type CitusHealth struct {
+	Citus       bool     // the database is a Citus coordinator
+	Workers     []string // host:port of each primary worker
+	Unreachable []string // workers the coordinator cannot reach or has marked inactive
+	Pending2PC  int64    // two-phase commits still recorded after recovery
 }

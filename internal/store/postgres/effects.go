@@ -109,6 +109,9 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 	if len(types) == 0 || p.Limit < 1 {
 		return nil, nil
 	}
+	if q.citus {
+		return q.effectLeaseCitus(ctx, p, types, caps)
+	}
 	// Each type up to its own cap (one LATERAL probe of the due index per type), then the
 	// oldest of those up to the limit. Rows locked but not taken stay pending.
 	sql := effectLeaseSQL.get(func() string {
@@ -209,6 +212,14 @@ func (s *Store) BeginSends(ctx context.Context, owner string, ids []string, now 
 }
 
 func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	if q.citus {
+		return q.effectClaimCitus(ctx, `SELECT id, idempotency_key, action_type FROM effects
+			WHERE state = 'unknown' AND executor = 'dispatcher' AND action_type = ANY($1)
+			  AND (next_check_at IS NULL OR next_check_at <= airlock_now($2::timestamptz))
+			ORDER BY next_check_at NULLS FIRST, updated_at LIMIT $3`,
+			`state = 'unknown' AND (next_check_at IS NULL OR next_check_at <= airlock_now($2::timestamptz))`,
+			types, now, claim, limit)
+	}
 	// SKIP LOCKED: an instance claiming at the same moment takes the next ones instead.
 	return collectEffects(q.db.Query(ctx, `
 		WITH due AS (
@@ -225,6 +236,14 @@ func (q queries) EffectClaimUnknown(ctx context.Context, types []string, now *ti
 }
 
 func (q queries) EffectClaimRecheck(ctx context.Context, types []string, now *time.Time, claim time.Duration, limit int) ([]store.Effect, error) {
+	if q.citus {
+		return q.effectClaimCitus(ctx, `SELECT id, idempotency_key, action_type FROM effects
+			WHERE state = 'completed' AND next_check_at IS NOT NULL AND next_check_at <= airlock_now($2::timestamptz)
+			  AND executor = 'dispatcher' AND action_type = ANY($1)
+			ORDER BY next_check_at LIMIT $3`,
+			`state = 'completed' AND next_check_at IS NOT NULL AND next_check_at <= airlock_now($2::timestamptz)`,
+			types, now, claim, limit)
+	}
 	return collectEffects(q.db.Query(ctx, `
 		WITH due AS (
 		  SELECT id FROM effects
@@ -285,6 +304,9 @@ func (q queries) KillSwitchGuard(ctx context.Context, exclusive bool) error {
 }
 
 func (q queries) RunLockKeys(ctx context.Context, keys []string) (map[string]store.Run, error) {
+	if q.citus {
+		return q.runLockKeysCitus(ctx, keys)
+	}
 	rows, err := q.db.Query(ctx, `SELECT `+runColumns+` FROM workflow_runs
 		WHERE idempotency_key = ANY($1) ORDER BY idempotency_key FOR UPDATE`, keys)
 	if err != nil {
@@ -522,7 +544,14 @@ func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 // statement: an InitPlan locks, in key order and before any effect row is touched, the
 // runs of the updates that are not approved (FOR UPDATE re-reads a run that changes
 // meanwhile and drops it if it became approved), and only those runs' updates apply.
+//
+// On Citus it locks nothing and applies nothing (the caller then records the group in a
+// transaction that locks the runs one by one, RunLockKeys): the lock is a FOR UPDATE over
+// the runs of several shards in one statement, which Citus refuses.
 func (q queries) EffectUpdateManyLocked(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams) ([]string, []bool, error) {
+	if q.citus {
+		return nil, make([]bool, len(ps)), nil
+	}
 	return q.effectUpdateMany(ctx, ps, events, true)
 }
 

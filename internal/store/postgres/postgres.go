@@ -679,7 +679,13 @@ func (q queries) EventExistsExcept(ctx context.Context, key string, kinds []stri
 func (q queries) EventList(ctx context.Context, key string, afterID int64, limit int) ([]store.Event, error) {
 	_, pooled := q.db.(*pgxpool.Pool) // inside a transaction, waiting could wait on itself
 	for wait := 4 * time.Millisecond; ; wait *= 2 {
-		rows, err := q.db.Query(ctx, eventListSQL, key, afterID, limit)
+		var rows pgx.Rows
+		var err error
+		if q.citus {
+			rows, err = q.eventListCitus(ctx, key, afterID, limit)
+		} else {
+			rows, err = q.db.Query(ctx, eventListSQL, key, afterID, limit)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
@@ -726,12 +732,16 @@ const eventsAfter = `run_key = $1
 // committed events past the cursor wait behind an older transaction still in flight.
 const eventListSQL = `
 	WITH cursor AS (SELECT xid FROM events WHERE run_key = $1 AND id = $2),
-	-- The oldest transaction still in flight that has written to airlock's tables (it
-	-- holds a lock on one of this schema's relations): it may still add an event below
-	-- any later one. Transactions of other schemas or databases on the server (other
-	-- tenants, other tests) do not hold readers back; one that has not written yet has no
-	-- id, and gets a higher one when it does.
-	horizon AS (
+	horizon AS (` + eventHorizonSQL + `),` + eventPageSQL
+
+// eventHorizonSQL is the oldest transaction in flight that has written to this schema
+// (xmin), on the node that runs it.
+const eventHorizonSQL = `
+	  -- The oldest transaction still in flight that has written to airlock's tables (it
+	  -- holds a lock on one of this schema's relations): it may still add an event below
+	  -- any later one. Transactions of other schemas or databases on the server (other
+	  -- tenants, other tests) do not hold readers back; one that has not written yet has no
+	  -- id, and gets a higher one when it does.
 	  SELECT coalesce(min(x), pg_snapshot_xmax(pg_current_snapshot())) AS xmin
 	  FROM pg_snapshot_xip(pg_current_snapshot()) AS x
 	  WHERE (x::text::bigint % 4294967296)::text IN (
@@ -740,7 +750,10 @@ const eventListSQL = `
 	    JOIN pg_class c ON c.oid = r.relation
 	    WHERE t.locktype = 'transactionid'
 	      AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	      AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'events'::regclass))),
+	      AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'events'::regclass))`
+
+// eventPageSQL is EventList's page and flag below the horizon (a CTE named horizon).
+const eventPageSQL = `
 	page AS (
 	  SELECT ` + eventColumns + `, xid FROM events
 	  WHERE ` + eventsAfter + ` AND xid < (SELECT xmin FROM horizon)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,12 +43,18 @@ func purgeWhere(where string) string {
 // statement: without it, "LIMIT n of a third of the table" looks cheapest as a sequential
 // scan, which reads all history before reaching the old rows at its end. The outer WHERE
 // checks each row again, so a row changed since it was found is left as it is.
-func purgeBatchSQL(table, set, where, order string) string {
+//
+// On Citus (citus) a batch names its rows by their key (citusRowKey) instead: a ctid is
+// per shard, and Citus cannot plan a distributed change by ctid.
+func purgeBatchSQL(table, set, where, order string, citus bool) string {
 	from, returning, last := "", "NULL::timestamptz", "NULL::timestamptz"
 	if order != "" {
 		from, returning, last = ` AND `+order+` >= $5 ORDER BY `+order, order, `max(o)`
 	}
 	batch := `ctid = ANY(ARRAY(SELECT ctid FROM ` + table + ` WHERE ` + where + from + ` LIMIT $4)) AND ` + where
+	if k := citusRowKey[table]; citus && k != "" {
+		batch = k + ` IN (SELECT ` + strings.Trim(k, "()") + ` FROM ` + table + ` WHERE ` + where + from + ` LIMIT $4) AND ` + where
+	}
 	change := `DELETE FROM ` + table + ` WHERE ` + batch
 	if set != "" {
 		change = `UPDATE ` + table + ` SET ` + set + ` WHERE ` + batch
@@ -69,23 +76,25 @@ func (q queries) purgeEventsBatch(ctx context.Context, batch string, args ...any
 	err = q.atomically(ctx, func(ctx context.Context) error {
 		n, last = 0, nil
 		rows, err := q.db.Query(ctx, `DELETE FROM events WHERE `+batch+`
-			RETURNING at, run_key, chain_seq, chain_hash, (extract(epoch FROM at) * 1000000)::bigint`, args...)
+			RETURNING at, run_key, chain_seq, chain_hash`, args...)
 		if err != nil {
 			return err
 		}
 		var links []store.PurgedLink
 		var at time.Time
 		var key string
-		var seq, micros *int64
+		var seq *int64
 		var hash *string
-		_, err = pgx.ForEachRow(rows, []any{&at, &key, &seq, &hash, &micros}, func() error {
+		// The link's time in microseconds is taken from at here, not computed in RETURNING:
+		// Citus refuses extract() there (it is not IMMUTABLE).
+		_, err = pgx.ForEachRow(rows, []any{&at, &key, &seq, &hash}, func() error {
 			n++
 			if last == nil || at.After(*last) {
 				t := at
 				last = &t
 			}
-			if seq != nil && hash != nil && micros != nil {
-				links = append(links, store.PurgedLink{RunKey: key, Seq: *seq, Hash: *hash, AtMicros: *micros})
+			if seq != nil && hash != nil {
+				links = append(links, store.PurgedLink{RunKey: key, Seq: *seq, Hash: *hash, AtMicros: at.UnixMicro()})
 			}
 			return nil
 		})
@@ -100,6 +109,9 @@ func (q queries) purgeEventsBatch(ctx context.Context, batch string, args ...any
 		macKeys, macs := make([]*string, len(bases)), make([]*string, len(bases))
 		for i, b := range bases {
 			keys[i], seqs[i], hashes[i], ats[i], macKeys[i], macs[i] = b.RunKey, b.Seq, b.Hash, b.AtMicros, b.MACKey, b.MAC
+		}
+		if q.citus {
+			return q.chainBasesCitus(ctx, keys, seqs, hashes, ats, macKeys, macs)
 		}
 		_, err = q.db.Exec(ctx, `WITH l AS (SELECT c.run_key FROM event_chains c WHERE c.run_key = ANY($1::text[])
 		      ORDER BY c.run_key FOR UPDATE)
@@ -135,7 +147,7 @@ func (q queries) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeCou
 			out[st.kind] = n
 			continue
 		}
-		sql := purgeBatchSQL(st.table, st.set, where, st.order)
+		sql := purgeBatchSQL(st.table, st.set, where, st.order, q.citus)
 		out[st.kind] = 0
 		from := time.Time{} // before every stored time
 		for {

@@ -74,7 +74,7 @@ func (q queries) RunsStalledUnmarked(ctx context.Context, now *time.Time, limit 
 func (q queries) RunStallMark(ctx context.Context, key string, version int64, now *time.Time) (bool, error) {
 	tag, err := q.db.Exec(ctx, `UPDATE workflow_runs SET stall_alerted_version = version
 		WHERE idempotency_key = $1 AND version = $2 AND state = 'processing'
-		  AND lease_expires_at <= coalesce($3::timestamptz, now())
+		  AND lease_expires_at <= airlock_now($3::timestamptz)
 		  AND stall_alerted_version IS DISTINCT FROM version`, key, version, now)
 	if err != nil {
 		return false, fmt.Errorf("mark the stall of %q: %w", key, err)

@@ -47,13 +47,23 @@ func (q queries) UserUpdate(ctx context.Context, p store.UserUpdateParams) (stor
 		roles = &r
 	}
 	// $4: NULL leaves disabled_at; true sets it (to $5 or now) unless already set; false clears it.
+	// The database's now is read first: Citus refuses a function that is not IMMUTABLE
+	// inside the CASE of an UPDATE (users is a reference table there).
+	disabledAt := p.DisabledAt
+	if p.Disabled != nil && *p.Disabled && disabledAt == nil {
+		var now time.Time
+		if err := q.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return store.User{}, err
+		}
+		disabledAt = &now
+	}
 	u, err := scanUser(q.db.QueryRow(ctx, `
 		UPDATE users SET roles = coalesce($2, roles), password_hash = coalesce($3, password_hash),
 		  disabled_at = CASE WHEN $4::boolean IS NULL THEN disabled_at
-		                     WHEN $4 THEN coalesce(disabled_at, $5::timestamptz, now())
+		                     WHEN $4 THEN coalesce(disabled_at, $5::timestamptz)
 		                     ELSE NULL END
 		WHERE name = $1
-		RETURNING `+userColumns, p.Name, roles, p.PasswordHash, p.Disabled, p.DisabledAt))
+		RETURNING `+userColumns, p.Name, roles, p.PasswordHash, p.Disabled, disabledAt))
 	if err != nil {
 		return store.User{}, err
 	}

@@ -40,7 +40,7 @@ func unavailable(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return strings.HasPrefix(pgErr.Code, "08") || unavailableCodes[pgErr.Code]
+		return strings.HasPrefix(pgErr.Code, "08") || unavailableCodes[pgErr.Code] || citusConnectionLost(pgErr)
 	}
 	var ne net.Error
 	switch {
@@ -107,4 +107,13 @@ func (r classifiedRows) Scan(dest ...any) error { return classify(r.Rows.Scan(de
 func (r classifiedRows) Values() ([]any, error) {
 	v, err := r.Rows.Values()
 	return v, classify(err)
+}
+
+// citusConnectionLost reports a Citus coordinator's internal error (XX000) for a worker
+// connection that failed mid-transaction — a worker stopped or unreachable: the same
+// request succeeds once it is back. Citus reports a refused connection as 08006 (class 08
+// above); these it reports with its own messages only.
+func citusConnectionLost(e *pgconn.PgError) bool {
+	return e.Code == "XX000" && (strings.HasPrefix(e.Message, "failure on connection marked as essential") ||
+		strings.HasPrefix(e.Message, "connection to the remote node"))
 }

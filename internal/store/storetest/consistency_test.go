@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,14 @@ func testEventPagesNeverSkip(t *testing.T, e *env) {
 	}
 	aStarted, aGo, aDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	bInserted, bGo, bDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	// A page that fails ends the test while B waits for bGo: its transaction, left open
+	// holding the run's chain head, would hang the schema's cleanup (as EventList's error on
+	// Citus once did). Release both writers whatever happens.
+	var release sync.Once
+	releaseAll := func() { release.Do(func() { close(bGo) }) }
+	defer releaseAll()
+	var releaseA sync.Once
+	defer releaseA.Do(func() { close(aGo) })
 	go func() {
 		aDone <- e.Store.Transact(ctx, func(q store.Queries) error {
 			insert(q, "other", "xid_taken")
@@ -75,9 +84,9 @@ func testEventPagesNeverSkip(t *testing.T, e *env) {
 	// A's event of the run waits for B's transaction, which holds the run's chain head
 	// (0015_chain.sql): one run's events are written one transaction at a time, so A
 	// commits after B whatever the ids.
-	close(aGo)
+	releaseA.Do(func() { close(aGo) })
 	page() // B is still open: its event, and A's after it, may not be passed yet
-	close(bGo)
+	releaseAll()
 	if err := wait(t, bDone); err != nil {
 		t.Fatal(err)
 	}
