@@ -171,8 +171,9 @@ func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Metrics is the services' observer (runs.Observer): it counts the domain's countable
-// moments after they commit.
+// Claim, Attempt, Decision, Validation and RetryCap make Metrics the services' observer
+// (runs.Observer, app.New's Base): they count the domain's countable moments after they
+// commit.
 
 // Claim counts a claim's outcome.
 func (m *Metrics) Claim(outcome string) { m.Claims.WithLabelValues(outcome).Inc() }
