@@ -59,8 +59,12 @@ func withEffects(cmd *cobra.Command, fn func(svc *effects.Service) error) error 
 	}
 	return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
 		log := operatorLog()
-		return fn(effects.NewService(effects.Options{Store: st, Policy: pol, Log: log,
-			Alerts: alerts.Polled{}, AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true}))
+		svc, err := effects.New(runs.Base{Store: st, Policy: pol, Log: log, Alerts: alerts.Polled{}},
+			effects.Config{AIActionsEnabled: cfg.AIActionsEnabled, AIActionsEnabledSet: true})
+		if err != nil {
+			return err
+		}
+		return fn(svc)
 	})
 }
 
@@ -233,7 +237,10 @@ own state. Your name and reason are recorded on the old run.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
-				svc := failures.NewService(st, pol, alerts.Polled{}, nil)
+				svc, err := failures.New(runs.Base{Store: st, Policy: pol, Alerts: alerts.Polled{}})
+				if err != nil {
+					return err
+				}
 				r, err := svc.Replace(cmd.Context(), args[0], newKey, reason, cliActor())
 				if err != nil {
 					return err
@@ -259,7 +266,10 @@ API's POST /v1/runs/{key}/unpark and the console do the same.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPolicy(cmd, func(st store.Store, pol *policy.Policy) error {
-				svc := failures.NewService(st, pol, alerts.Polled{}, nil)
+				svc, err := failures.New(runs.Base{Store: st, Policy: pol, Alerts: alerts.Polled{}})
+				if err != nil {
+					return err
+				}
 				r, err := svc.Unpark(cmd.Context(), args[0], store.State(to), unparkReason, cliActor())
 				if err != nil {
 					return err

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/internal/accounts"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -187,7 +188,10 @@ console's Link Slack page gives a one-time code for /airlock link CODE in Slack.
 				case !errors.Is(err, store.ErrNotFound):
 					return err
 				}
-				s := &slack.Service{Store: st}
+				s, err := slack.New(runs.Base{Store: st}, slack.Config{})
+				if err != nil {
+					return err
+				}
 				if err := s.Link(cmd.Context(), team, user, args[0], account, cliActor()); err != nil {
 					return err
 				}
@@ -215,7 +219,11 @@ func unlinkSlackCmd() *cobra.Command {
 				return err
 			}
 			return withStore(cmd, func(st store.Store) error {
-				err := (&slack.Service{Store: st}).Unlink(cmd.Context(), team, user, cliActor())
+				s, err := slack.New(runs.Base{Store: st}, slack.Config{})
+				if err != nil {
+					return err
+				}
+				err = s.Unlink(cmd.Context(), team, user, cliActor())
 				if errors.Is(err, store.ErrNotFound) {
 					return fmt.Errorf("slack:%s/%s is not linked", team, user)
 				}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 )
@@ -421,7 +422,10 @@ func clockName(st store.Store) string {
 }
 
 func (v *verifyRun) killSwitch(ctx context.Context) verifyResult {
-	svc := effects.NewService(effects.Options{Store: v.st, AIActionsEnabled: v.cfg.AIActionsEnabled, AIActionsEnabledSet: true})
+	svc, err := effects.New(runs.Base{Store: v.st}, effects.Config{AIActionsEnabled: v.cfg.AIActionsEnabled, AIActionsEnabledSet: true})
+	if err != nil {
+		return fail(fixDatabase, "build the outbox: %v", err)
+	}
 	scope := effects.ActionScope(v.atype)
 	set := func(enabled bool) error {
 		return v.st.Transact(ctx, func(q store.Queries) error {

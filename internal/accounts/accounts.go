@@ -111,7 +111,7 @@ func (a Accounts) update(ctx context.Context, p store.UserUpdateParams, change s
 		if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, nil, "", store.EventUserChanged, 0, a.Actor, nil, map[string]any{"user": u.Name, "change": change})
+		return runs.Event(ctx, q, nil, runs.Entry{Kind: store.EventUserChanged, Actor: a.Actor, Detail: map[string]any{"user": u.Name, "change": change}})
 	})
 	return u, err
 }
@@ -156,6 +156,6 @@ func (a Accounts) Remove(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, nil, "", store.EventUserChanged, 0, a.Actor, nil, map[string]any{"user": name, "change": "removed"})
+		return runs.Event(ctx, q, nil, runs.Entry{Kind: store.EventUserChanged, Actor: a.Actor, Detail: map[string]any{"user": name, "change": "removed"}})
 	})
 }

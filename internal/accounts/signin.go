@@ -158,7 +158,7 @@ func (s SignIn) count(ctx context.Context, keys []throttleKey, user string) erro
 				if k.scope == "account" && user != "" {
 					detail["user"] = user
 				}
-				if err := runs.Event(ctx, q, s.At(), "", store.EventSigninThrottled, 0, "airlock", nil, detail); err != nil {
+				if err := runs.Event(ctx, q, s.At(), runs.Entry{Kind: store.EventSigninThrottled, Actor: "airlock", Detail: detail}); err != nil {
 					return err
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -47,13 +48,25 @@ type Relay struct {
 	again   bool          // woken while that drain ran
 }
 
-// NewRelay returns a relay of st's outbox into sink; log (nil: discarded) gets the
-// relay's own failures.
-func NewRelay(st store.Store, sink runs.Alerter, log *slog.Logger) *Relay {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// Config is what the relay needs beside its Base.
+type Config struct {
+	// Alerter raises each committed alert (metrics.Alerter: the log line and the counter)
+	// (required).
+	Alerter runs.Alerter
+}
+
+// New returns a relay of b.Store's alert outbox into cfg.Alerter; b.Log gets the relay's
+// own failures. The relay is what the other services' Base.Alerts wakes, so its own Base
+// needs none.
+func New(b runs.Base, cfg Config) (*Relay, error) {
+	b, err := b.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	return &Relay{store: st, sink: sink, log: log}
+	if cfg.Alerter == nil {
+		return nil, errors.New("alerts: Config.Alerter is required")
+	}
+	return &Relay{store: b.Store, sink: cfg.Alerter, log: b.Log}, nil
 }
 
 // Wake raises the outbox's alerts in the background, now: called after a commit that

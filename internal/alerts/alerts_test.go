@@ -46,8 +46,7 @@ func TestAlertRelay(t *testing.T) {
 			eff := e.Queue(t, "lost", "invoice", "default", `{"n":1}`)
 
 			f := &storetest.Faults{}
-			svc := effects.NewService(effects.Options{Store: f.Wrap(e.Store), Policy: e.Policy, Connectors: e.Conns,
-				Alerts: e.Alerts, Now: e.Clock.Now, Budgets: e.Failures.Budget})
+			svc := e.NewService(f.Wrap(e.Store), e.Clock.Now)
 			var armed, fired atomic.Bool
 			svc.Hook = apptest.HookOn("sent", func() { armed.Store(true) })
 			// The first commit after the send is the outcome's: it commits, its reply is lost.
@@ -95,7 +94,10 @@ func TestAlertRelay(t *testing.T) {
 		t.Run("CrashBetweenCommitAndRaise", func(t *testing.T) {
 			e := apptest.NewEffectsEnv(t, b, "")
 			r := e.ClaimRun(t, "crash")
-			crashed := failures.NewService(e.Store, e.Policy, alerts.Polled{}, e.Clock.Now)
+			crashed, err := failures.New(runs.Base{Store: e.Store, Policy: e.Policy, Clock: runs.Clock{Now: e.Clock.Now}, Alerts: alerts.Polled{}})
+			if err != nil {
+				t.Fatal(err)
+			}
 			for range 3 { // max_attempts 3: the third reaches the cap, a retry_cap alert
 				if _, err := crashed.Failure(ctx, failures.FailureRequest{LeaseRequest: apptest.Lease(r), Class: "transport_timeout"}); err != nil {
 					t.Fatal(err)
@@ -129,14 +131,20 @@ func TestAlertRelay(t *testing.T) {
 			for i := range n {
 				key := fmt.Sprintf("two-%02d", i)
 				if err := e.Store.Transact(ctx, func(q store.Queries) error {
-					return runs.Alert(ctx, q, nil, key, 0, "effect_unknown", map[string]any{"effect_id": "e"})
+					return runs.Alert(ctx, q, nil, runs.Raised{Key: key, Kind: "effect_unknown", Fields: map[string]any{"effect_id": "e"}})
 				}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			sinks := []*idAlerter{{}, {}}
-			relays := []*alerts.Relay{alerts.NewRelay(e.Store, sinks[0], nil),
-				alerts.NewRelay(storetest.Reopen(t, e.Store, e.Clock), sinks[1], nil)}
+			var relays []*alerts.Relay
+			for i, st := range []store.Store{e.Store, storetest.Reopen(t, e.Store, e.Clock)} {
+				r, err := alerts.New(runs.Base{Store: st}, alerts.Config{Alerter: sinks[i]})
+				if err != nil {
+					t.Fatal(err)
+				}
+				relays = append(relays, r)
+			}
 			var wg sync.WaitGroup
 			for _, r := range relays {
 				wg.Add(1)

@@ -117,33 +117,60 @@ func New(o Options) (*App, error) {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 1 << 20
 	}
-	st, pol, m := o.Store, o.Policy, o.Metrics
-	a := &App{Metrics: m, Alerts: alerts.NewRelay(st, o.Alerts, o.Log)}
-	a.Failures = failures.NewService(st, pol, a.Alerts, o.Now)
-	a.Failures.Observer = m
-	a.Effects = effects.NewService(effects.Options{Store: st, Policy: pol, Connectors: o.Connectors, Log: o.Log,
-		Alerts: a.Alerts, Now: o.Now, Budgets: a.Failures.Budget,
-		AIActionsEnabled: o.AIActionsEnabled, AIActionsEnabledSet: o.AIActionsEnabledSet})
-	a.Effects.Observe = func(outcome string, d time.Duration) { m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds()) }
-	m.Registry.MustRegister(gauges(st, a.Effects, runs.Clock{Now: o.Now}))
-	a.Approvals = approvals.NewService(st, pol, a.Alerts, o.PublicURL, o.Now)
-	a.Approvals.Observer = m
-	a.Approvals.Log = o.Log
-	a.Approvals.Settle = a.Effects.Settle
-	a.Approvals.Queued = a.Effects.Wake
-	if o.Checkpoints != nil {
-		a.Approvals.Decided = o.Checkpoints.Wake
+	a, err := services(o)
+	if err != nil {
+		return nil, err
 	}
-	a.Ledger = ledger.NewService(st, pol, a.Effects, a.Approvals, a.Alerts, a.Failures.Budget, o.Now)
-	a.Runs = runs.NewService(st, o.Runs, a.Alerts, o.Now)
-	a.Runs.Outcomes = func(outcome string) { m.Claims.WithLabelValues(outcome).Inc() }
-	a.Runs.Budgets = a.Failures.Budget
+	st, m := o.Store, o.Metrics
+	m.Registry.MustRegister(gauges(st, a.Effects, runs.Clock{Now: o.Now}))
 	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)
-	a.Slack = &slack.Service{Store: st, Approvals: a.Approvals, Policy: pol, Log: o.Log, Clock: runs.Clock{Now: o.Now}}
 	a.Deps = httpapi.Deps{Slack: a.Slack, Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
 		Ledger: a.Ledger, Web: a.Web, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
 		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance, RequestTimeout: o.RequestTimeout, Writers: o.Writers}
 	a.Handler = httpapi.New(a.Deps)
+	return a, nil
+}
+
+// services builds the domain services, each once, over one runs.Base (store, policy,
+// clock, alert relay, log, metrics), in dependency order: the outbox's funnel before
+// approvals (a decision queues through it), approvals before the outbox service and the
+// ledger (the gates ask a person through it). Nothing is set on a service after.
+func services(o Options) (*App, error) {
+	relay, err := alerts.New(runs.Base{Store: o.Store, Log: o.Log}, alerts.Config{Alerter: o.Alerts})
+	if err != nil {
+		return nil, err
+	}
+	base := runs.Base{Store: o.Store, Policy: o.Policy, Clock: runs.Clock{Now: o.Now}, Alerts: relay, Log: o.Log, Observer: o.Metrics}
+	a := &App{Metrics: o.Metrics, Alerts: relay}
+	if a.Runs, err = runs.New(base, o.Runs); err != nil {
+		return nil, err
+	}
+	if a.Failures, err = failures.New(base); err != nil {
+		return nil, err
+	}
+	outbox, err := effects.NewOutbox(base)
+	if err != nil {
+		return nil, err
+	}
+	var decided func()
+	if o.Checkpoints != nil {
+		decided = o.Checkpoints.Wake
+	}
+	a.Approvals, err = approvals.New(base, approvals.Config{Outbox: outbox, PublicURL: o.PublicURL, Decided: decided})
+	if err != nil {
+		return nil, err
+	}
+	a.Effects, err = effects.New(base, effects.Config{Outbox: outbox, Approvals: a.Approvals, Connectors: o.Connectors,
+		AIActionsEnabled: o.AIActionsEnabled, AIActionsEnabledSet: o.AIActionsEnabledSet})
+	if err != nil {
+		return nil, err
+	}
+	if a.Ledger, err = ledger.New(base, ledger.Config{Effects: a.Effects, Approvals: a.Approvals}); err != nil {
+		return nil, err
+	}
+	if a.Slack, err = slack.New(base, slack.Config{Approvals: a.Approvals}); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 

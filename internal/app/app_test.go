@@ -8,30 +8,33 @@ import (
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
 
-// TestNewWiresEveryCallback: the callbacks the copies of the wiring used to set by hand,
-// and disagree on, are all set by New; the outbox's gauges are registered once; the
+// TestNewBuildsEveryServiceOnOneBase: every service shares the one Base New builds (nothing
+// is set on a service after construction); the outbox's gauges are registered once; the
 // handler serves.
-func TestNewWiresEveryCallback(t *testing.T) {
+func TestNewBuildsEveryServiceOnOneBase(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			a, err := app.New(app.Options{Store: b.Open(t, nil), Policy: policy.Empty(), Runs: apptest.LeaseConfig})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for name, set := range map[string]bool{
-				"approvals.Settle":   a.Approvals.Settle != nil,
-				"approvals.Queued":   a.Approvals.Queued != nil,
-				"approvals.Observer": a.Approvals.Observer != nil,
-				"failures.Observer":  a.Failures.Observer != nil,
-				"effects.Observe":    a.Effects.Observe != nil,
-				"runs.Outcomes":      a.Runs.Outcomes != nil,
-				"runs.Budgets":       a.Runs.Budgets != nil,
-			} {
-				if !set {
-					t.Errorf("%s is not wired", name)
+			// Every service is built on one Base: the metrics count what each does, the
+			// relay raises what each commits. (An approval's effect entering the outbox is
+			// TestApprovedEffectEntersOutboxAsQueuedOne's.)
+			for name, b := range map[string]runs.Base{"runs": a.Runs.Base, "failures": a.Failures.Base,
+				"effects": a.Effects.Base, "approvals": a.Approvals.Base, "ledger": a.Ledger.Base, "slack": a.Slack.Base} {
+				if b.Observer != runs.Observer(a.Metrics) {
+					t.Errorf("%s does not count into the app's metrics", name)
+				}
+				if b.Alerts != runs.AlertWaker(a.Alerts) {
+					t.Errorf("%s does not wake the app's alert relay", name)
+				}
+				if b.Store == nil || b.Policy == nil || b.Log == nil {
+					t.Errorf("%s lacks its store, policy or log: %+v", name, b)
 				}
 			}
 			families, err := a.Metrics.Registry.Gather()

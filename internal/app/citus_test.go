@@ -273,7 +273,7 @@ func citusOperations(t *testing.T, e *apptest.EffectsEnv, st *postgres.Store, op
 			return err
 		}
 		sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version,
-			ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
+			ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"})
 		if err != nil {
 			return err
 		}

@@ -88,7 +88,7 @@ func testLargeRunVerdicts(t *testing.T, e *apptest.EffectsEnv) {
 	w := e.ClaimRun(t, "big-window")
 	bulkEffects(t, e, "big-window", 1000)
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: w.Key, Owner: w.LeaseOwner, Version: w.Version,
-		ActionType: "digest", Target: "default", Payload: json.RawMessage(`{"week":48}`), Actor: "test"}, e.Approvals)
+		ActionType: "digest", Target: "default", Payload: json.RawMessage(`{"week":48}`), Actor: "test"})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("queue in a window: %+v, %v", sub, err)
 	}

@@ -88,45 +88,65 @@ type Person struct {
 
 // Service creates and decides approvals.
 type Service struct {
-	store     store.Store
-	policy    *policy.Policy
-	alerts    runs.AlertWaker
+	runs.Base
 	publicURL string
-	runs.Clock
-	// Observer, when set, counts decisions and gate waits.
-	Observer interface {
-		Decision(mode, decision string, wait time.Duration)
-	}
-	// Settle, when set, settles an approved run whose effect a cancel link withdrew
-	// (the outbox's rule, inside the decision's transaction).
-	Settle func(ctx context.Context, q store.Queries, key string, effect store.EffectState) error
-	// Queued, when set, is told after an approval put an effect into the outbox (this
-	// instance's dispatcher wakes at once).
-	Queued func()
-	// Decided, when set, is told after a decision committed (serve writes an audit
-	// checkpoint, so the decision is covered by one at once).
-	Decided func()
+	outbox    Outbox
+	decided   func()
 	// WebhookBackoff is the first wait before a chat webhook is posted again (default
 	// 1s, doubled each time); WebhookClient posts them (default http.DefaultClient).
 	WebhookBackoff time.Duration
 	WebhookClient  *http.Client
 	webhooks       sync.WaitGroup
-	// Log receives the sweep's notification failures (default slog.Default()).
-	Log *slog.Logger
 	// Hook, when set, is called at named points between statements (approval_consumed,
 	// approval_steps_listed, undecidable_listed):
 	// tests force interleavings with it. Never set in production.
 	Hook func(point string)
 }
 
+// Outbox is where a decision puts or withdraws the effect its approval holds, inside the
+// decision's transaction (effects.Outbox: the one way into the outbox; this package
+// cannot import it).
+type Outbox interface {
+	// Approved puts the effect a held into the outbox; run is as the decision left it.
+	Approved(ctx context.Context, q store.Queries, a store.Approval, run store.Run, actor string) error
+	// Withdraw is a cancel link's decision d: the act_with_window effect a names is
+	// cancelled if no sender has taken it (ErrTooLate otherwise), and its run settled.
+	Withdraw(ctx context.Context, q store.Queries, a store.Approval, d Decision) error
+	// Wake tells this instance's dispatcher, after the commit, that an effect is due.
+	Wake()
+}
+
+// Config is what the approvals service needs beside its Base.
+type Config struct {
+	// Outbox queues an approved effect in the decision's transaction (required).
+	Outbox Outbox
+	// PublicURL is where approval links point ("https://airlock.example.com").
+	PublicURL string
+	// Decided, when set, is told after a decision committed (serve writes an audit
+	// checkpoint, so the decision is covered by one at once).
+	Decided func()
+}
+
+// New builds the approvals service over b.
+func New(b runs.Base, cfg Config) (*Service, error) {
+	b, err := b.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	if cfg.Outbox == nil {
+		return nil, errors.New("approvals: Config.Outbox is required: an approved effect enters the outbox through it")
+	}
+	decided := cfg.Decided
+	if decided == nil {
+		decided = func() {}
+	}
+	return &Service{Base: b, publicURL: strings.TrimRight(cfg.PublicURL, "/"), outbox: cfg.Outbox, decided: decided}, nil
+}
+
 func (s *Service) hook(point string) {
 	if s.Hook != nil {
 		s.Hook(point)
 	}
-}
-
-func NewService(st store.Store, p *policy.Policy, alerts runs.AlertWaker, publicURL string, now func() time.Time) *Service {
-	return &Service{store: st, policy: p, alerts: alerts, publicURL: strings.TrimRight(publicURL, "/"), Clock: runs.Clock{Now: now}}
 }
 
 // Proposed is the effect an approval holds until it is decided.
@@ -178,9 +198,20 @@ type Requested struct {
 	Reissued bool
 }
 
-// Request opens an approval inside the caller's transaction, in which run is held under
-// its lease: the run moves to awaiting_human and nothing enters the outbox.
-func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, p Proposed, by Requester, actor string, meta *runs.Meta) (Requested, error) {
+// Ask is who asks for a person's decision, and under which action type's policy: the
+// action type (with the gate the request asked for), the requester, the actor its events
+// name and the request's meta.
+type Ask struct {
+	Action *policy.Action
+	By     Requester
+	Actor  string
+	Meta   *runs.Meta
+}
+
+// Request opens an approval of p inside the caller's transaction, in which run is held
+// under its lease: the run moves to awaiting_human and nothing enters the outbox.
+func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, p Proposed, ask Ask) (Requested, error) {
+	a, by, actor, meta := ask.Action, ask.By, ask.Actor, ask.Meta
 	raw, hash, err := NewToken()
 	if err != nil {
 		return Requested{}, err
@@ -206,11 +237,12 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 	if err := q.ApprovalInsert(ctx, ap); err != nil {
 		return Requested{}, err
 	}
-	if err := runs.Event(ctx, q, s.At(), run.Key, store.EventApprovalRequested, moved.Version, actor, meta, map[string]any{
-		"approval_id": ap.ID, "mode": ap.Mode, "action_type": p.ActionType, "target": p.Target, "effect_id": p.EffectID,
-		"payload_hash": p.PayloadHash, "payload_fields": a.Redact(p.Payload), "requested_by": by.Display, "requesters": by.IDs, "expires_at": ap.ExpiresAt,
-		"approver_roles": ap.ApproverRoles, "approver_subjects": ap.ApproverSubjects,
-	}); err != nil {
+	if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventApprovalRequested, Version: moved.Version, Actor: actor, Meta: meta,
+		Detail: map[string]any{
+			"approval_id": ap.ID, "mode": ap.Mode, "action_type": p.ActionType, "target": p.Target, "effect_id": p.EffectID,
+			"payload_hash": p.PayloadHash, "payload_fields": a.Redact(p.Payload), "requested_by": by.Display, "requesters": by.IDs, "expires_at": ap.ExpiresAt,
+			"approver_roles": ap.ApproverRoles, "approver_subjects": ap.ApproverSubjects,
+		}}); err != nil {
 		return Requested{}, err
 	}
 	if ap.UndecidableSince != nil {
@@ -224,7 +256,7 @@ func (s *Service) Request(ctx context.Context, q store.Queries, run store.Run, a
 // Recipients are the envelope recipients of a mail approval (nil for other connectors):
 // the card shows exactly where the mail will go.
 func (s *Service) Recipients(a store.Approval) []string {
-	if act := s.policy.Action(a.ActionType); act != nil {
+	if act := s.Policy.Action(a.ActionType); act != nil {
 		return act.Recipients(a.Target)
 	}
 	return nil
@@ -233,27 +265,29 @@ func (s *Service) Recipients(a store.Approval) []string {
 // Lookup finds an open approval by its token's hash, with its run, for the confirmation
 // page. Unknown, expired and used tokens are all ErrNotFound.
 func (s *Service) Lookup(ctx context.Context, tokenHash string) (store.Approval, store.Run, error) {
-	a, err := s.store.ApprovalByTokenHash(ctx, tokenHash)
+	a, err := s.Store.ApprovalByTokenHash(ctx, tokenHash)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Approval{}, store.Run{}, ErrNotFound
 	}
 	if err != nil {
 		return store.Approval{}, store.Run{}, err
 	}
-	now, err := s.Read(ctx, s.store)
+	now, err := s.Read(ctx, s.Store)
 	if err != nil {
 		return store.Approval{}, store.Run{}, err
 	}
 	if a.ConsumedAt != nil || !a.ExpiresAt.After(now) {
 		return store.Approval{}, store.Run{}, ErrNotFound
 	}
-	run, err := s.store.RunGet(ctx, a.RunKey)
+	run, err := s.Store.RunGet(ctx, a.RunKey)
 	return a, run, err
 }
 
 // Window opens the cancel link of an act_with_window effect, queued in the same
-// transaction: approvers may withdraw it until the dispatcher takes it.
-func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a *policy.Action, e store.Effect, by Requester, actor string) (Requested, error) {
+// transaction: approvers may withdraw it until the dispatcher takes it (ask's Meta is not
+// recorded).
+func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, e store.Effect, ask Ask) (Requested, error) {
+	a, by, actor := ask.Action, ask.By, ask.Actor
 	raw, hash, err := NewToken()
 	if err != nil {
 		return Requested{}, err
@@ -266,9 +300,10 @@ func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a 
 	if err := q.ApprovalInsert(ctx, ap); err != nil {
 		return Requested{}, err
 	}
-	if err := runs.Event(ctx, q, s.At(), run.Key, store.EventCancelWindowOpened, run.Version, actor, nil, map[string]any{
-		"approval_id": ap.ID, "effect_id": e.EffectID, "not_before": e.NotBefore,
-	}); err != nil {
+	if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventCancelWindowOpened, Version: run.Version, Actor: actor,
+		Detail: map[string]any{
+			"approval_id": ap.ID, "effect_id": e.EffectID, "not_before": e.NotBefore,
+		}}); err != nil {
 		return Requested{}, err
 	}
 	return Requested{Approval: ap, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: run}, nil
@@ -278,7 +313,7 @@ func (s *Service) Window(ctx context.Context, q store.Queries, run store.Run, a 
 // transaction: see ReissueIn.
 func (s *Service) Reissue(ctx context.Context, id, actor string) (Requested, error) {
 	var out Requested
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		var err error
 		out, err = s.ReissueIn(ctx, q, id, actor)
 		return err
@@ -320,9 +355,10 @@ func (s *Service) ReissueIn(ctx context.Context, q store.Queries, id, actor stri
 	if err != nil {
 		return Requested{}, err
 	}
-	if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalLinkReissued, run.Version, actor, nil, map[string]any{
-		"approval_id": a.ID, "mode": a.Mode, "effect_id": a.EffectID, "expires_at": a.ExpiresAt,
-	}); err != nil {
+	if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventApprovalLinkReissued, Version: run.Version, Actor: actor,
+		Detail: map[string]any{
+			"approval_id": a.ID, "mode": a.Mode, "effect_id": a.EffectID, "expires_at": a.ExpiresAt,
+		}}); err != nil {
 		return Requested{}, err
 	}
 	return Requested{Approval: a, Token: raw, URL: s.publicURL + "/approve/" + raw, Run: run, Reissued: true}, nil
@@ -405,7 +441,7 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 	}
 	var out store.Approval
 	var queued bool
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		queued = false
 		a, err := q.ApprovalByTokenHash(ctx, tokenHash)
 		if errors.Is(err, store.ErrNotFound) {
@@ -418,7 +454,7 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 			return err
 		}
 		if d.Place != "" && d.Place != policy.DecideInPage {
-			if act := s.policy.Action(a.ActionType); act == nil || !act.DecidesIn(d.Place) {
+			if act := s.Policy.Action(a.ActionType); act == nil || !act.DecidesIn(d.Place) {
 				return ErrNotDecidedHere
 			}
 		}
@@ -443,7 +479,7 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 		}
 		s.hook("approval_consumed")
 		if decision == Cancel {
-			return s.cancel(ctx, q, a, who, actor, reason)
+			return s.outbox.Withdraw(ctx, q, a, d)
 		}
 		to, result := store.StateApproved, json.RawMessage(nil)
 		if a.Executor == store.ExecutorAgent {
@@ -453,7 +489,7 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 		}
 		if decision == Reject {
 			to = store.StateRejected
-			if act := s.policy.Action(a.ActionType); a.Executor == store.ExecutorAgent && act != nil && act.Approval.OnReject == policy.OnRejectSkipEffect {
+			if act := s.Policy.Action(a.ActionType); a.Executor == store.ExecutorAgent && act != nil && act.Approval.OnReject == policy.OnRejectSkipEffect {
 				// Only this effect is refused (its next plan answers effect_rejected with
 				// who and why); the agent goes on with the rest of its task.
 				to = store.StateProcessing
@@ -474,83 +510,37 @@ func (s *Service) DecideBy(ctx context.Context, d Decision) (store.Approval, err
 		if err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalDecided, run.Version, actor, nil, map[string]any{
-			"approval_id": a.ID, "decision": decision, "approver": who.Subject, "reason": reason, "to": to,
-			"payload_hash": a.PayloadHash,
-		}); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventApprovalDecided, Version: run.Version, Actor: actor,
+			Detail: map[string]any{
+				"approval_id": a.ID, "decision": decision, "approver": who.Subject, "reason": reason, "to": to,
+				"payload_hash": a.PayloadHash,
+			}}); err != nil {
 			return err
 		}
 		if decision == Reject || a.Executor == store.ExecutorAgent {
 			return nil
 		}
-		e, created, err := q.EffectInsert(ctx, store.Effect{ID: uuid.NewString(), RunKey: a.RunKey, EffectID: a.EffectID,
-			ActionType: a.ActionType, Target: a.Target, Executor: a.Executor, Payload: a.Payload, PayloadHash: a.PayloadHash,
-			State: store.EffectPending, NotBefore: s.AtOrZero(), CreatedAt: s.AtOrZero()})
-		if err != nil {
-			return err
-		}
-		if !created {
-			return fmt.Errorf("approve: effect %s of run %s is already in the outbox", a.EffectID, a.RunKey)
-		}
 		queued = true
-		if err := q.EffectNotify(ctx); err != nil { // every instance's dispatcher, at commit
-			return err
-		}
-		return runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectQueued, run.Version, actor, nil, map[string]any{
-			"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target, "executor": e.Executor,
-			"payload_hash": e.PayloadHash, "approval_id": a.ID,
-		})
+		return s.outbox.Approved(ctx, q, a, run, actor) // effects owns "approved → queued"
 	})
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("decide approval: %w", err)
 	}
-	if queued && s.Queued != nil {
-		s.Queued()
+	if queued {
+		s.outbox.Wake()
 	}
-	if s.Observer != nil && out.ConsumedAt != nil {
+	if out.ConsumedAt != nil {
 		s.Observer.Decision(out.Mode, decision, out.ConsumedAt.Sub(out.CreatedAt))
 	}
-	if s.Decided != nil {
-		s.Decided()
-	}
+	s.decided()
 	return out, nil
-}
-
-// cancel withdraws an act_with_window effect that is still pending and unleased; once the
-// dispatcher has it, it is too late and nothing changes. The caller holds the run's lock
-// (taken before the approval's), which the outbox's rule against write skew also needs
-// before its effects change openness.
-func (s *Service) cancel(ctx context.Context, q store.Queries, a store.Approval, who Person, actor, reason string) error {
-	e, err := q.EffectByRunEffectID(ctx, a.RunKey, a.EffectID)
-	if errors.Is(err, store.ErrNotFound) {
-		return ErrTooLate
-	}
-	if err != nil {
-		return err
-	}
-	class := "cancelled_in_window"
-	if _, err := q.EffectUpdate(ctx, store.EffectUpdateParams{ID: e.ID, From: []store.EffectState{store.EffectPending},
-		To: store.EffectCancelled, ErrorClass: &class, Now: s.At()}); errors.Is(err, store.ErrNoMatch) {
-		return ErrTooLate
-	} else if err != nil {
-		return err
-	}
-	if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventEffectCancelled, 0, actor, nil, map[string]any{
-		"effect_id": e.EffectID, "approval_id": a.ID, "by": who.Subject, "reason": reason,
-	}); err != nil {
-		return err
-	}
-	if s.Settle != nil {
-		return s.Settle(ctx, q, a.RunKey, store.EffectCancelled)
-	}
-	return nil
 }
 
 // ExpireDue expires approvals whose time has passed: the run becomes failed_terminal
 // (reason approval_expired), with an event and an alert. Each approval changes in its own
 // transaction; several instances may run it at once.
 func (s *Service) ExpireDue(ctx context.Context) error {
-	due, err := s.store.ApprovalsExpired(ctx, s.At(), 100)
+	due, err := s.Store.ApprovalsExpired(ctx, s.At(), 100)
 	if err != nil {
 		return fmt.Errorf("find expired approvals: %w", err)
 	}
@@ -562,21 +552,21 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 			if a.Mode == ModeReview {
 				kind, detail = store.EventAutoApprovalReviewExpired, map[string]any{"review_id": a.ID, "effect_id": a.EffectID}
 			}
-			err := s.store.Transact(ctx, func(q store.Queries) error {
+			err := s.Store.Transact(ctx, func(q store.Queries) error {
 				if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
 					return err
 				}
 				if _, err := q.ApprovalExpire(ctx, a.ID, s.At()); err != nil {
 					return err
 				}
-				return runs.Event(ctx, q, s.At(), a.RunKey, kind, 0, "airlock", nil, detail)
+				return runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: kind, Actor: "airlock", Detail: detail})
 			})
 			if err != nil && !errors.Is(err, store.ErrNoMatch) {
 				return fmt.Errorf("close %s %s: %w", a.Mode, a.ID, err)
 			}
 			continue
 		}
-		err := s.store.Transact(ctx, func(q store.Queries) error {
+		err := s.Store.Transact(ctx, func(q store.Queries) error {
 			if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
 				return err
 			}
@@ -589,13 +579,14 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventTransition, run.Version, "airlock", nil, map[string]any{
-				"from": store.StateAwaitingHuman, "to": store.StateFailedTerminal, "reason": "approval_expired", "approval_id": a.ID,
-			}); err != nil {
+			if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventTransition, Version: run.Version, Actor: "airlock",
+				Detail: map[string]any{
+					"from": store.StateAwaitingHuman, "to": store.StateFailedTerminal, "reason": "approval_expired", "approval_id": a.ID,
+				}}); err != nil {
 				return err
 			}
-			return runs.Event(ctx, q, s.At(), a.RunKey, store.EventAlert, run.Version, "airlock", nil,
-				map[string]any{"alert": "approval_expired", "approval_id": a.ID})
+			return runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventAlert, Version: run.Version, Actor: "airlock",
+				Detail: map[string]any{"alert": "approval_expired", "approval_id": a.ID}})
 		})
 		if errors.Is(err, store.ErrNoMatch) {
 			continue // decided or expired by another instance meanwhile
@@ -603,10 +594,8 @@ func (s *Service) ExpireDue(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("expire approval %s: %w", a.ID, err)
 		}
-		s.alerts.Wake()
-		if s.Observer != nil {
-			s.Observer.Decision(a.Mode, "expired", 0)
-		}
+		s.Alerts.Wake()
+		s.Observer.Decision(a.Mode, "expired", 0)
 	}
 	return nil
 }
@@ -640,7 +629,7 @@ func RecordedEvidence(ctx context.Context, q store.Queries, key string) ([]Evide
 // name, never a value the workflow chose.
 func (s *Service) RecordEvidence(ctx context.Context, key, source, name string, value json.RawMessage, actor string) (store.Evidence, error) {
 	var out store.Evidence
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		run, err := q.RunGet(ctx, key)
 		if errors.Is(err, store.ErrNotFound) {
 			return runs.ErrNotFound
@@ -662,7 +651,7 @@ func (s *Service) RecordEvidence(ctx context.Context, key, source, name string, 
 			sum := sha256.Sum256(value) // anything else may carry content: only its hash
 			detail["value_sha256"] = hex.EncodeToString(sum[:])
 		}
-		return runs.Event(ctx, q, s.At(), key, store.EventEvidenceRecorded, run.Version, actor, nil, detail)
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: key, Kind: store.EventEvidenceRecorded, Version: run.Version, Actor: actor, Detail: detail})
 	})
 	if err != nil {
 		return store.Evidence{}, fmt.Errorf("record evidence on %q: %w", key, err)
@@ -739,12 +728,12 @@ func (s *Service) Sample(ctx context.Context, q store.Queries, run store.Run, a 
 
 // Reviews lists the sampled auto-approvals waiting for review.
 func (s *Service) Reviews(ctx context.Context) ([]store.Approval, error) {
-	return s.store.ApprovalsOpen(ctx, ModeReview, 500)
+	return s.Store.ApprovalsOpen(ctx, ModeReview, 500)
 }
 
 // Review records a person's verdict on a sampled auto-approval; a flag alerts.
 func (s *Service) Review(ctx context.Context, id, decision, note string, who Person) (store.Approval, error) {
-	a, err := s.store.ApprovalByID(ctx, id)
+	a, err := s.Store.ApprovalByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && a.Mode != ModeReview) {
 		return store.Approval{}, ErrNotFound
 	}
@@ -755,7 +744,7 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 		return store.Approval{}, ErrDecisionNotAllowed
 	}
 	var out store.Approval
-	err = s.store.Transact(ctx, func(q store.Queries) error {
+	err = s.Store.Transact(ctx, func(q store.Queries) error {
 		if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
 			return err
 		}
@@ -768,20 +757,20 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 		if err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventAutoApprovalReviewed, 0, who.Subject, nil,
-			map[string]any{"review_id": a.ID, "effect_id": a.EffectID, "decision": decision, "note": note}); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventAutoApprovalReviewed, Actor: who.Subject,
+			Detail: map[string]any{"review_id": a.ID, "effect_id": a.EffectID, "decision": decision, "note": note}}); err != nil {
 			return err
 		}
 		if decision != Flag {
 			return nil
 		}
-		return runs.Alert(ctx, q, s.At(), a.RunKey, 0, "auto_approval_flagged", map[string]any{"review_id": a.ID})
+		return runs.Alert(ctx, q, s.At(), runs.Raised{Key: a.RunKey, Kind: "auto_approval_flagged", Fields: map[string]any{"review_id": a.ID}})
 	})
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("review %s: %w", id, err)
 	}
 	if decision == Flag {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	return out, nil
 }
@@ -791,11 +780,11 @@ func (s *Service) Review(ctx context.Context, id, decision, note string, who Per
 // when the workflow gave one, and the link. It runs after the commit; a failure is
 // logged (without the URL) and changes nothing.
 func (s *Service) Notify(ctx context.Context, r Requested, log *slog.Logger) {
-	hook := s.policy.Notify.WebhookURL
-	a := s.policy.Action(r.Approval.ActionType)
+	hook := s.Policy.Notify.WebhookURL
+	a := s.Policy.Action(r.Approval.ActionType)
 	if r.Approval.UndecidableSince != nil && !r.Reissued {
 		// Marked, with its event, in the transaction that opened it.
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	if a == nil || (hook == "" && len(a.Notify) == 0) {
 		return

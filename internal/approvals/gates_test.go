@@ -61,7 +61,7 @@ func testGateRequesters(t *testing.T, e *apptest.EffectsEnv) {
 	r := e.ClaimRun(t, "sod")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "sod", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
 		Target: "default", Payload: json.RawMessage(`{"text":"hi"}`), Actor: "apikey:Assistant", OnBehalfOf: "Ana",
-		Meta: &runs.Meta{RequestedBy: " ＢＯＢ "}}, e.Approvals)
+		Meta: &runs.Meta{RequestedBy: " ＢＯＢ "}})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("submit: %+v %v", sub, err)
 	}
@@ -90,7 +90,7 @@ func testGateEvidence(t *testing.T, e *apptest.EffectsEnv) {
 			t.Fatal(err)
 		}
 		sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: key, Owner: r.LeaseOwner, Version: r.Version, ActionType: "triage",
-			Target: "default", Actor: "apikey:n8n"}, e.Approvals)
+			Target: "default", Actor: "apikey:n8n"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func testGateEvidence(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatal(err)
 	}
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "ev-1", Owner: r.LeaseOwner, Version: r.Version, ActionType: "triage",
-		Target: "default", Actor: "apikey:n8n"}, e.Approvals)
+		Target: "default", Actor: "apikey:n8n"})
 	if err != nil || sub.Approval != nil || !sub.Created {
 		t.Fatalf("with the classifier's recorded evidence: %+v %v", sub, err)
 	}
@@ -133,7 +133,7 @@ func testGateCancel(t *testing.T, e *apptest.EffectsEnv) {
 	// A window effect: not by a stale lease owner; by the holder.
 	r := e.ClaimRun(t, "c-2")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "c-2", Owner: r.LeaseOwner, Version: r.Version, ActionType: "digest",
-		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"}, e.Approvals)
+		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func testGateCancel(t *testing.T, e *apptest.EffectsEnv) {
 	e.Provider.Reply = func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(http.StatusInternalServerError) }
 	r = e.ClaimRun(t, "c-3")
 	sub, err = e.Effects.Submit(ctx, effects.QueueRequest{Key: "c-3", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
-		Target: "default", Payload: json.RawMessage(`{"text":"x"}`), Actor: "apikey:n8n"}, e.Approvals)
+		Target: "default", Payload: json.RawMessage(`{"text":"x"}`), Actor: "apikey:n8n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,10 +178,10 @@ func testGateLedgerUnknown(t *testing.T, e *apptest.EffectsEnv) {
 		Target: "docs", InputHash: "h"}); err != nil || !res.Execute {
 		t.Fatalf("plan: %+v %v", res, err)
 	}
-	if st, err := e.Ledger.Reconcile(ctx, "ag", "d1", r.LeaseOwner, nil, true, "agent"); err != nil || st != "unknown" {
+	if st, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "ag", EffectID: "d1", Owner: r.LeaseOwner, Undetermined: true, Actor: "agent"}); err != nil || st != "unknown" {
 		t.Fatalf("undetermined: %s %v", st, err)
 	}
-	if _, err := e.Ledger.Reconcile(ctx, "ag", "d1", r.LeaseOwner, []string{}, false, "agent"); !errors.Is(err, ledger.ErrNotPlanned) {
+	if _, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "ag", EffectID: "d1", Owner: r.LeaseOwner, Found: []string{}, Actor: "agent"}); !errors.Is(err, ledger.ErrNotPlanned) {
 		t.Fatalf("the agent cleared an unknown effect: %v", err)
 	}
 	eff, _ := e.Store.EffectByRunEffectID(ctx, "ag", "d1")
@@ -193,7 +193,7 @@ func testGateLedgerUnknown(t *testing.T, e *apptest.EffectsEnv) {
 func testGateReissue(t *testing.T, e *apptest.EffectsEnv) {
 	r := e.ClaimRun(t, "re")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "re", Owner: r.LeaseOwner, Version: r.Version, ActionType: "email",
-		Target: "default", Payload: json.RawMessage(`{"text":"hi"}`), Actor: "apikey:n8n"}, e.Approvals)
+		Target: "default", Payload: json.RawMessage(`{"text":"hi"}`), Actor: "apikey:n8n"})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("submit: %+v %v", sub, err)
 	}
@@ -250,7 +250,7 @@ func testGateReissue(t *testing.T, e *apptest.EffectsEnv) {
 func testGateCancelLockOrder(t *testing.T, e *apptest.EffectsEnv) {
 	r := e.ClaimRun(t, "w-1")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "w-1", Owner: r.LeaseOwner, Version: r.Version, ActionType: "digest",
-		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"}, e.Approvals)
+		Target: "default", Payload: json.RawMessage(`{"w":1}`), Actor: "apikey:n8n"})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("queue in a window: %+v %v", sub, err)
 	}

@@ -120,9 +120,9 @@ func SlackOutcome(c Card, a store.Approval) ([]byte, error) {
 // CardOf is the summary of approval a, as its notifications show it; false when its
 // action type is no longer in the policy.
 func (s *Service) CardOf(ctx context.Context, a store.Approval) (Card, bool) {
-	act := s.policy.Action(a.ActionType)
+	act := s.Policy.Action(a.ActionType)
 	if act == nil {
 		return Card{}, false
 	}
-	return s.cardOf(ctx, a, act, s.logger()), true
+	return s.cardOf(ctx, a, act, s.Log), true
 }

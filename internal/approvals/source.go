@@ -54,7 +54,7 @@ const sourceWait = 30 * time.Second
 // sourceUpTo walks a's run's events up to a's request event; found says it was reached.
 func (s *Service) sourceUpTo(ctx context.Context, a store.Approval) (src string, found bool, err error) {
 	for after := int64(0); ; {
-		evs, err := s.store.EventList(ctx, a.RunKey, after, 1000)
+		evs, err := s.Store.EventList(ctx, a.RunKey, after, 1000)
 		if err != nil {
 			return "", false, fmt.Errorf("events of %q: %w", a.RunKey, err)
 		}

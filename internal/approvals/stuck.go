@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"slices"
 	"time"
@@ -89,11 +88,12 @@ func (s *Service) undecidableAtRequest(ctx context.Context, q store.Queries, ap 
 func (s *Service) undecidableEvents(ctx context.Context, q store.Queries, a store.Approval, version int64) error {
 	detail := map[string]any{"approval_id": a.ID, "action_type": a.ActionType,
 		"approver_roles": a.ApproverRoles, "approver_subjects": a.ApproverSubjects, "requested_by": a.RequestedBy}
-	if err := runs.Event(ctx, q, s.At(), a.RunKey, store.EventApprovalUndecidable, version, "airlock", nil, detail); err != nil {
+	if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventApprovalUndecidable, Version: version, Actor: "airlock",
+		Detail: detail}); err != nil {
 		return err
 	}
-	return runs.Event(ctx, q, s.At(), a.RunKey, store.EventAlert, version, "airlock", nil,
-		map[string]any{"alert": AlertUndecidable, "approval_id": a.ID})
+	return runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventAlert, Version: version, Actor: "airlock",
+		Detail: map[string]any{"alert": AlertUndecidable, "approval_id": a.ID}})
 }
 
 // Alert kinds of stuck approvals (metrics.AlertKinds).
@@ -130,14 +130,14 @@ func (s *Service) EscalateDue(ctx context.Context) error {
 }
 
 func (s *Service) stepDue(ctx context.Context, step store.ApprovalStep, kind store.EventKind, detail func(store.Approval) map[string]any) error {
-	due, err := s.store.ApprovalsDue(ctx, step, s.At(), 100)
+	due, err := s.Store.ApprovalsDue(ctx, step, s.At(), 100)
 	if err != nil {
 		return err
 	}
 	s.hook("approval_steps_listed")
 	for _, a := range due {
 		var claimed store.Approval
-		err := s.store.Transact(ctx, func(q store.Queries) error {
+		err := s.Store.Transact(ctx, func(q store.Queries) error {
 			if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
 				return err
 			}
@@ -145,14 +145,14 @@ func (s *Service) stepDue(ctx context.Context, step store.ApprovalStep, kind sto
 			if claimed, err = q.ApprovalClaimStep(ctx, a.ID, step, s.At()); err != nil {
 				return err
 			}
-			if err := runs.Event(ctx, q, s.At(), a.RunKey, kind, 0, "airlock", nil, detail(claimed)); err != nil {
+			if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: kind, Actor: "airlock", Detail: detail(claimed)}); err != nil {
 				return err
 			}
 			if step != store.StepWarn {
 				return nil
 			}
-			return runs.Event(ctx, q, s.At(), a.RunKey, store.EventAlert, 0, "airlock", nil,
-				map[string]any{"alert": AlertExpiryWarning, "approval_id": a.ID})
+			return runs.Event(ctx, q, s.At(), runs.Entry{Key: a.RunKey, Kind: store.EventAlert, Actor: "airlock",
+				Detail: map[string]any{"alert": AlertExpiryWarning, "approval_id": a.ID}})
 		})
 		if errors.Is(err, store.ErrNoMatch) {
 			continue // taken by another instance, or decided meanwhile
@@ -162,7 +162,7 @@ func (s *Service) stepDue(ctx context.Context, step store.ApprovalStep, kind sto
 		}
 		title := "Approval expires soon: " + claimed.ActionType
 		if step == store.StepWarn {
-			s.alerts.Wake()
+			s.Alerts.Wake()
 		} else {
 			title = "Approval escalated: " + claimed.ActionType
 		}
@@ -174,30 +174,23 @@ func (s *Service) stepDue(ctx context.Context, step store.ApprovalStep, kind sto
 // announce posts a card about a (a warning, an escalation) to its type's webhooks and
 // the legacy notify.webhook_url. It links to the approval's console page, never a token.
 func (s *Service) announce(ctx context.Context, a store.Approval, title string) {
-	act := s.policy.Action(a.ActionType)
+	act := s.Policy.Action(a.ActionType)
 	if act == nil {
 		return
 	}
-	c := s.cardOf(ctx, a, act, s.logger())
+	c := s.cardOf(ctx, a, act, s.Log)
 	c.Title = title
-	s.notifyWebhooks(ctx, c, a, act, s.logger())
-	if hook := s.policy.Notify.WebhookURL; hook != "" {
+	s.notifyWebhooks(ctx, c, a, act, s.Log)
+	if hook := s.Policy.Notify.WebhookURL; hook != "" {
 		s.webhooks.Add(1)
 		go func() {
 			defer s.webhooks.Done()
 			body, _ := SlackPayload(c)
 			if status, _ := s.postOnce(context.WithoutCancel(ctx), hook, body); status/100 != 2 {
-				s.logger().Warn("approval notification not sent", "key", a.RunKey, "status", status)
+				s.Log.Warn("approval notification not sent", "key", a.RunKey, "status", status)
 			}
 		}()
 	}
-}
-
-func (s *Service) logger() *slog.Logger {
-	if s.Log != nil {
-		return s.Log
-	}
-	return slog.Default()
 }
 
 // CheckUndecidable looks at every pending approval a person owes and starts or ends its
@@ -205,17 +198,17 @@ func (s *Service) logger() *slog.Logger {
 // decide it, whichever instance sees it first; the mark is cleared when someone may
 // again (an account added or given the role, a sign-in, an escalation).
 func (s *Service) CheckUndecidable(ctx context.Context) error {
-	now, err := s.Read(ctx, s.store)
+	now, err := s.Read(ctx, s.Store)
 	if err != nil {
 		return err
 	}
-	people, err := Holders(ctx, s.store, now)
+	people, err := Holders(ctx, s.Store, now)
 	if err != nil {
 		return err
 	}
 	var after store.Cursor
 	for {
-		page, err := s.store.ApprovalsPending(ctx, after, s.At(), 500)
+		page, err := s.Store.ApprovalsPending(ctx, after, s.At(), 500)
 		if err != nil {
 			return err
 		}
@@ -230,10 +223,10 @@ func (s *Service) CheckUndecidable(ctx context.Context) error {
 					return err
 				}
 			case can && a.UndecidableSince != nil:
-				if _, err := s.store.ApprovalSetUndecidable(ctx, a.ID, false, s.At()); err != nil && !errors.Is(err, store.ErrNoMatch) {
+				if _, err := s.Store.ApprovalSetUndecidable(ctx, a.ID, false, s.At()); err != nil && !errors.Is(err, store.ErrNoMatch) {
 					return err
 				}
-				s.logger().Info("approval decidable again", "key", a.RunKey, "approval_id", a.ID)
+				s.Log.Info("approval decidable again", "key", a.RunKey, "approval_id", a.ID)
 			}
 		}
 		if len(page) < 500 {
@@ -245,7 +238,7 @@ func (s *Service) CheckUndecidable(ctx context.Context) error {
 }
 
 func (s *Service) markUndecidable(ctx context.Context, a store.Approval) error {
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		if _, err := q.RunLockKeys(ctx, []string{a.RunKey}); err != nil { // runs first
 			return err
 		}
@@ -261,13 +254,13 @@ func (s *Service) markUndecidable(ctx context.Context, a store.Approval) error {
 	if err != nil {
 		return fmt.Errorf("mark approval %s undecidable: %w", a.ID, err)
 	}
-	s.alerts.Wake()
+	s.Alerts.Wake()
 	return nil
 }
 
 // Undecidable lists the pending approvals nobody known can decide, newest first.
 func (s *Service) Undecidable(ctx context.Context, after store.Cursor, limit int) ([]store.Approval, error) {
-	return s.store.ApprovalsUndecidable(ctx, after, s.At(), limit)
+	return s.Store.ApprovalsUndecidable(ctx, after, s.At(), limit)
 }
 
 // ConsoleURL is the console page of an approval (no token: the person signs in).

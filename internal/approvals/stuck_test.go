@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/apptest"
+	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -95,8 +96,20 @@ func newStuckEnv(t *testing.T, b storetest.Backend) *stuckEnv {
 		t.Fatal(err)
 	}
 	e.pol = pol
-	e.svc = approvals.NewService(e.Store, pol, e.Alerts, "http://airlock.test", e.Clock.Now)
-	e.svc2 = approvals.NewService(storetest.Reopen(t, e.Store, e.Clock), pol, e.Alerts, "http://airlock.test", e.Clock.Now)
+	for _, svc := range []**approvals.Service{&e.svc, &e.svc2} {
+		st := e.Store
+		if svc == &e.svc2 {
+			st = storetest.Reopen(t, e.Store, e.Clock)
+		}
+		base := runs.Base{Store: st, Policy: pol, Clock: runs.Clock{Now: e.Clock.Now}, Alerts: e.Alerts}
+		outbox, err := effects.NewOutbox(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *svc, err = approvals.New(base, approvals.Config{Outbox: outbox, PublicURL: "http://airlock.test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(func() { e.svc.WaitNotifications(); e.svc2.WaitNotifications() })
 	return e
 }
@@ -108,9 +121,10 @@ func (e *stuckEnv) request(t *testing.T, key, requester string) approvals.Reques
 	var out approvals.Requested
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
 		var err error
-		out, err = e.svc.Request(ctx, q, r, e.pol.Action("refund"), approvals.Proposed{ActionType: "refund", Target: "default",
+		out, err = e.svc.Request(ctx, q, r, approvals.Proposed{ActionType: "refund", Target: "default",
 			EffectID: "refund-1", Executor: store.ExecutorWorker, Payload: json.RawMessage(`{"amount":12}`), PayloadHash: "h"},
-			approvals.NewRequester("apikey:n8n", "", requester), "apikey:n8n", &runs.Meta{RequestedBy: requester})
+			approvals.Ask{Action: e.pol.Action("refund"), By: approvals.NewRequester("apikey:n8n", "", requester), Actor: "apikey:n8n",
+				Meta: &runs.Meta{RequestedBy: requester}})
 		return err
 	})
 	if err != nil {

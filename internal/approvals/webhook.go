@@ -234,7 +234,7 @@ func TeamsEscape(s string) string {
 // goroutine (retries wait; the request that opened the approval does not).
 func (s *Service) notifyWebhooks(ctx context.Context, c Card, ap store.Approval, a *policy.Action, log *slog.Logger) {
 	for _, name := range a.Notify {
-		w := s.policy.Notify.Webhooks[name]
+		w := s.Policy.Notify.Webhooks[name]
 		if w == nil || w.URL == "" {
 			continue
 		}

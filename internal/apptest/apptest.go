@@ -64,8 +64,14 @@ func NewEnv(t testing.TB, b storetest.Backend, realClock bool) *Env {
 		now = e.Clock.Now
 	}
 	e.Store = b.Open(t, e.Clock)
-	e.Alerts.Relay = alerts.NewRelay(e.Store, e.Alerts, nil)
-	e.Runs = runs.NewService(e.Store, LeaseConfig, e.Alerts, now)
+	relay, err := alerts.New(runs.Base{Store: e.Store}, alerts.Config{Alerter: e.Alerts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Alerts.Relay = relay
+	if e.Runs, err = runs.New(runs.Base{Store: e.Store, Clock: runs.Clock{Now: now}, Alerts: e.Alerts}, LeaseConfig); err != nil {
+		t.Fatal(err)
+	}
 	// Whatever a test did through airlock's own paths, every run's chain still verifies.
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -342,11 +348,40 @@ type EffectsEnv struct {
 	envOverride string
 }
 
-// NewService is another outbox service over st (a second instance, or a store with faults
-// injected), with its own clock.
+// Base is the services' Base over st (a second instance, or a store with faults
+// injected) on the clock now, waking this environment's alert recorder.
+func (e *EffectsEnv) Base(st store.Store, now func() time.Time) runs.Base {
+	return runs.Base{Store: st, Policy: e.Policy, Clock: runs.Clock{Now: now}, Alerts: e.Alerts}
+}
+
+// NewService is another outbox service over st, with its own clock (and no approvals:
+// gated types are refused).
 func (e *EffectsEnv) NewService(st store.Store, now func() time.Time) *effects.Service {
-	return effects.NewService(effects.Options{Store: st, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
-		Now: now, AIActionsEnabled: e.envOverride, AIActionsEnabledSet: e.envOverride != "", Budgets: e.Failures.Budget})
+	return e.NewServiceOn(e.Base(st, now))
+}
+
+// NewServiceOn is another outbox service over b (its own log or observer).
+func (e *EffectsEnv) NewServiceOn(b runs.Base) *effects.Service {
+	s, err := effects.New(b, effects.Config{Connectors: e.Conns, AIActionsEnabled: e.envOverride, AIActionsEnabledSet: e.envOverride != ""})
+	if err != nil {
+		panic(err) // only a missing store fails, and a test gives one
+	}
+	return s
+}
+
+// NewApprovals is another approvals service over st, with its own clock, whose decisions
+// enter the outbox through an outbox of its own over st.
+func (e *EffectsEnv) NewApprovals(st store.Store, now func() time.Time) *approvals.Service {
+	b := e.Base(st, now)
+	outbox, err := effects.NewOutbox(b)
+	if err != nil {
+		panic(err)
+	}
+	s, err := approvals.New(b, approvals.Config{Outbox: outbox, PublicURL: "http://127.0.0.1:8080"})
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // PolicyYAML is the test policy: note (http, not idempotent, lookup), invoice (http, not

@@ -83,7 +83,7 @@ func (s scenario) submit(key, action, payload string, meta *runs.Meta, evidence 
 		}
 	}
 	sub, err := s.e.Effects.Submit(ctx, effects.QueueRequest{Key: key, Owner: l.Owner, Version: l.Version, ActionType: action,
-		Target: "default", Payload: p, Actor: "apikey:n8n", Meta: meta}, s.e.Approvals)
+		Target: "default", Payload: p, Actor: "apikey:n8n", Meta: meta})
 	if err != nil {
 		s.t.Fatalf("submit %s on %s: %v", action, key, err)
 	}

@@ -27,8 +27,9 @@ import (
 // backend.
 var requeueCensus = map[string][]string{
 	// Queued: new rows only; a second queue of the same (run, effect id) returns the first.
-	"effects.queue":         {"QueueUnderLease", "QueueReplyLostQueuesOnce"},
-	"approvals.DecideBy":    {"ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
+	// Outbox.Enter is the one way in: a request (Submit) and an approval (DecideBy →
+	// Outbox.Approved) both reach it.
+	"effects.Enter":         {"QueueUnderLease", "QueueReplyLostQueuesOnce", "ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
 	"ledger.planNew":        {"PlanConfirmNeverTwice"},
 	"postgres.EffectInsert": {"QueueUnderLease"},
 	"sqlite.EffectInsert":   {"QueueUnderLease"},

@@ -9,6 +9,7 @@ import (
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/connector/httpconn"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -78,7 +79,7 @@ actions:
 			t.Fatal(err)
 		}
 	}
-	s := NewService(Options{Policy: pol, Connectors: conns})
+	s := &Service{Outbox: &Outbox{Base: runs.Base{Policy: pol}}, connectors: conns}
 	now, at := time.Now(), time.Now()
 	n := 0
 	for _, typ := range []string{"idem", "plain"} {
@@ -101,7 +102,7 @@ actions:
 					}
 					e := store.Effect{ID: "id", RunKey: "k", EffectID: "fx<1>", ActionType: typ, Target: "t&\"x\"",
 						Executor: store.ExecutorDispatcher, Attempts: attempts}
-					pl := s.planOutcome(e, "owner", res, "airlock", false, now, &at)
+					pl := s.planOutcome(sent{e: e, owner: "owner", res: res, actor: "airlock"}, now, &at)
 					if reconciled {
 						pl.reconcile()
 					}

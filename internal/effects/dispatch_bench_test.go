@@ -120,14 +120,31 @@ func newDispatchEnv(b *testing.B, be storetest.Backend) *dispatchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e.effects = effects.NewService(effects.Options{Store: e.Store, Policy: pol,
-		Connectors: map[string]connector.Connector{"note": c}, Alerts: e.Alerts})
-	e.effects.Observe = func(outcome string, _ time.Duration) {
+	e.effects = e.newService(b, pol, c, func(outcome string, _ time.Duration) {
 		if outcome != connector.Sent.String() {
 			e.notSent.Add(1)
 		}
-	}
+	})
 	return e
+}
+
+// attempts is an observer of send attempts only.
+type attempts struct {
+	runs.NopObserver
+	fn func(outcome string, d time.Duration)
+}
+
+func (a attempts) Attempt(outcome string, d time.Duration) { a.fn(outcome, d) }
+
+// newService is the environment's outbox under pol, sending "note" through c, telling
+// attempt about every send.
+func (e *dispatchEnv) newService(b *testing.B, pol *policy.Policy, c connector.Connector, attempt func(string, time.Duration)) *effects.Service {
+	svc, err := effects.New(runs.Base{Store: e.Store, Policy: pol, Alerts: e.Alerts, Observer: attempts{fn: attempt}},
+		effects.Config{Connectors: map[string]connector.Connector{"note": c}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return svc
 }
 
 // seed puts n due pending "note" effects in the store, spread over dispatchRuns runs

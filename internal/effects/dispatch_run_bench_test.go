@@ -68,23 +68,21 @@ dispatch:
 	if err != nil {
 		b.Fatal(err)
 	}
-	e.effects = effects.NewService(effects.Options{Store: e.Store, Policy: pol,
-		Connectors: map[string]connector.Connector{"note": c}, Alerts: e.Alerts})
 	m := metrics.New()
 	var done, leases atomic.Int64
-	e.effects.Hook = func(point string) {
-		if point == "leased" {
-			leases.Add(1)
-		}
-	}
 	all := make(chan struct{})
-	e.effects.Observe = func(outcome string, d time.Duration) {
+	e.effects = e.newService(b, pol, c, func(outcome string, d time.Duration) {
 		m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())
 		if outcome != connector.Sent.String() {
 			e.notSent.Add(1)
 		}
 		if done.Add(1) == int64(b.N) {
 			close(all)
+		}
+	})
+	e.effects.Hook = func(point string) {
+		if point == "leased" {
+			leases.Add(1)
 		}
 	}
 	e.seed(b, b.N)

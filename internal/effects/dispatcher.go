@@ -60,7 +60,7 @@ func (d *Dispatcher) init() {
 		d.inFlight = map[string]int{}
 		d.limiters = map[string]*rate.Limiter{}
 		for t := range d.connectors {
-			if a := d.policy.Action(t); a != nil && a.Rate > 0 {
+			if a := d.Policy.Action(t); a != nil && a.Rate > 0 {
 				d.limiters[t] = rate.NewLimiter(rate.Limit(a.Rate), max(1, int(a.Rate)))
 			}
 		}
@@ -86,7 +86,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	wake := d.wakeUp
 	d.wake.Store(&wake)
 	defer d.wake.CompareAndSwap(&wake, nil)
-	if l, ok := d.store.(store.EffectListener); ok {
+	if l, ok := d.Store.(store.EffectListener); ok {
 		go l.ListenEffects(ctx, d.wakeUp)
 	}
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
@@ -101,7 +101,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		leased, more, err := d.fill(ctx, sendCtx, &sends, pool.do)
 		if err != nil && ctx.Err() == nil {
-			d.log.ErrorContext(ctx, "dispatch round failed", "err", err)
+			d.Log.ErrorContext(ctx, "dispatch round failed", "err", err)
 		}
 		if more && leased > 0 {
 			continue // the lease came back full and there is room: lease again at once
@@ -117,7 +117,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	select {
 	case <-done:
 	case <-time.After(d.Drain):
-		d.log.Warn("dispatcher drain timed out: cancelling in-flight sends", "drain", d.Drain)
+		d.Log.Warn("dispatcher drain timed out: cancelling in-flight sends", "drain", d.Drain)
 		cancelSends()
 		<-done
 	}
@@ -156,7 +156,7 @@ func (d *Dispatcher) caps(now time.Time) (map[string]int, int) {
 		return caps, 0
 	}
 	for t := range d.connectors {
-		a := d.policy.Action(t)
+		a := d.Policy.Action(t)
 		if a == nil {
 			continue
 		}
@@ -206,7 +206,7 @@ func (d *Dispatcher) fill(ctx, sendCtx context.Context, sends *sync.WaitGroup, s
 	deadline := time.Now().Add(d.Lease - leaseMargin(d.Lease))
 	// The lease commits on its own, before the begin-mark: an instance that dies between
 	// the two has sent nothing, and the sweeper returns the effect to pending (a retry).
-	batch, err := d.store.LeaseEffects(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
+	batch, err := d.Store.LeaseEffects(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
 		Caps: caps, Owner: owner, Lease: d.Lease, Limit: limit, Now: d.At()})
 	if err != nil {
 		return 0, false, fmt.Errorf("lease effects: %w", err)
@@ -315,7 +315,7 @@ func (d *Dispatcher) begin(ctx context.Context, owner string, batch []store.Effe
 				ids = append(ids, e.ID)
 			}
 		}
-		marked, err := d.store.BeginSends(ctx, owner, ids, d.At())
+		marked, err := d.Store.BeginSends(ctx, owner, ids, d.At())
 		if err != nil {
 			return nil, fmt.Errorf("mark sends begun: %w", err)
 		}
@@ -341,7 +341,7 @@ func (d *Dispatcher) begin(ctx context.Context, owner string, batch []store.Effe
 // kill switch allows one now (re-enabled meanwhile), it is marked here.
 func (d *Dispatcher) beginRest(ctx context.Context, owner string, batch []store.Effect) (map[string]bool, error) {
 	started := map[string]bool{}
-	err := d.store.Transact(ctx, func(q store.Queries) error {
+	err := d.Store.Transact(ctx, func(q store.Queries) error {
 		clear(started)
 		enabled, err := d.enabledIn(ctx, q)
 		if err != nil {
@@ -394,8 +394,8 @@ func (d *Dispatcher) block(ctx context.Context, q store.Queries, e store.Effect,
 	if err != nil {
 		return err
 	}
-	return runs.Event(ctx, q, d.At(), e.RunKey, store.EventSendBlocked, 0, "airlock", nil,
-		map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "reason": why})
+	return runs.Event(ctx, q, d.At(), runs.Entry{Key: e.RunKey, Kind: store.EventSendBlocked, Actor: "airlock",
+		Detail: map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "reason": why}})
 }
 
 // cancelIfRunEnded cancels a leased, unbegun effect whose run ended failed_terminal
@@ -414,8 +414,8 @@ func (d *Dispatcher) cancelIfRunEnded(ctx context.Context, q store.Queries, e st
 	if err != nil {
 		return err
 	}
-	return runs.Event(ctx, q, d.At(), e.RunKey, store.EventEffectCancelled, 0, "airlock", nil,
-		map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"})
+	return runs.Event(ctx, q, d.At(), runs.Entry{Key: e.RunKey, Kind: store.EventEffectCancelled, Actor: "airlock",
+		Detail: map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"}})
 }
 
 // send calls the connector within the lease and records the outcome. sendCtx is not
@@ -430,9 +430,7 @@ func (d *Dispatcher) send(sendCtx context.Context, e store.Effect, owner string,
 		ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
 	end(res.Outcome.String())
 	cancel()
-	if d.Observe != nil {
-		d.Observe(res.Outcome.String(), time.Since(start))
-	}
+	d.Observer.Attempt(res.Outcome.String(), time.Since(start))
 	d.crash("after_send")
 	d.hook("sent")
 	d.deliver(sendCtx, e, owner, res, deadline.Add(leaseMargin(d.Lease)))

@@ -11,9 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approvals"
@@ -38,43 +35,51 @@ var (
 	ErrUnsendablePayload = errors.New("the payload cannot be sent by this action type's connector")
 )
 
-// Service is the outbox over a store and a policy.
+// Service is the outbox over a store and a policy: it embeds the Outbox (the one way
+// in, shared with the approvals service) and adds the connectors, the gates and the
+// kill switch.
 type Service struct {
-	store      store.Store
-	policy     *policy.Policy
+	*Outbox
 	connectors map[string]connector.Connector // by action type
-	alerts     runs.AlertWaker
-	log        *slog.Logger
-	runs.Clock
-	// envEnabled is AI_ACTIONS_ENABLED: nil unset; false stops every send.
+	approvals  *approvals.Service
+	// envDisabled is AI_ACTIONS_ENABLED set to anything but "true": every send stops.
 	envDisabled bool
-	// Observe, when set, receives dispatch outcomes (metrics).
-	Observe func(outcome string, d time.Duration)
-	// budgets returns a run's budget by action type; nil means unlimited.
-	budgets func(actionType string) runs.Budget
-	// Hook, when set, is called at named points between statements (sweep_listed,
-	// settle_counted, kill_switch_written, leased, sent, cancel_run_locked; record_queued:
-	// an outcome waits in the recorder's group, record_lead: its leader is about to take
-	// the group): tests force interleavings with it. Never set in production.
-	Hook func(point string)
-	// wake tells this instance's dispatcher that an effect is due (nil: none runs).
-	wake atomic.Pointer[func()]
 }
 
-func (s *Service) hook(point string) {
-	if s.Hook != nil {
-		s.Hook(point)
-	}
+// Config is what the outbox service needs beside its Base.
+type Config struct {
+	// Connectors send the action types airlock performs itself, by name; nil: none.
+	Connectors map[string]connector.Connector
+	// Approvals asks a person for the gated modes; nil: gated types are refused with
+	// ErrApprovalRequired (a command that only operates the outbox).
+	Approvals *approvals.Service
+	// Outbox is the funnel shared with Approvals (whose decisions queue through it);
+	// nil: a new one over the Base. Given, it must be over the same store.
+	Outbox *Outbox
+	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment value and whether it is set:
+	// unset or "true" lets the database's kill switch decide; anything else stops every
+	// send.
+	AIActionsEnabled    string
+	AIActionsEnabledSet bool
 }
 
-// Policy is the policy the outbox runs under.
-func (s *Service) Policy() *policy.Policy { return s.policy }
-
-// Wake tells this instance's dispatcher, if one runs, to look for due effects now.
-func (s *Service) Wake() {
-	if f := s.wake.Load(); f != nil {
-		(*f)()
+// New builds the outbox service over b.
+func New(b runs.Base, cfg Config) (*Service, error) {
+	b, err := b.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("effects: %w", err)
 	}
+	ob := cfg.Outbox
+	switch {
+	case ob == nil:
+		if ob, err = NewOutbox(b); err != nil {
+			return nil, err
+		}
+	case ob.Store != b.Store:
+		return nil, errors.New("effects: Config.Outbox is over another store than the Base")
+	}
+	return &Service{Outbox: ob, connectors: cfg.Connectors, approvals: cfg.Approvals,
+		envDisabled: cfg.AIActionsEnabledSet && cfg.AIActionsEnabled != "true"}, nil
 }
 
 // lockEffectRun reads an effect and locks its run's row, run first: every transaction
@@ -93,38 +98,9 @@ func (s *Service) lockEffectRun(ctx context.Context, q store.Queries, id string)
 	return q.EffectGet(ctx, id) // as of the lock
 }
 
-// Options wire a Service.
-type Options struct {
-	Store      store.Store
-	Policy     *policy.Policy
-	Connectors map[string]connector.Connector
-	Alerts     runs.AlertWaker // told after a commit that wrote an alert event
-	Log        *slog.Logger
-	Now        func() time.Time
-	// AIActionsEnabled is the AI_ACTIONS_ENABLED environment value and whether it is set.
-	AIActionsEnabled    string
-	AIActionsEnabledSet bool
-	// Budgets returns a run's budget by action type; queueing past it is refused.
-	Budgets func(actionType string) runs.Budget
-}
-
-func NewService(o Options) *Service {
-	s := &Service{store: o.Store, policy: o.Policy, connectors: o.Connectors, alerts: o.Alerts, log: o.Log,
-		Clock: runs.Clock{Now: o.Now}, budgets: o.Budgets}
-	if s.policy == nil {
-		s.policy = policy.Empty()
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	// Unset or "true": the database decides. Anything else stops every send.
-	s.envDisabled = o.AIActionsEnabledSet && o.AIActionsEnabled != "true"
-	return s
-}
-
 // Get returns one effect.
 func (s *Service) Get(ctx context.Context, id string) (store.Effect, error) {
-	e, err := s.store.EffectGet(ctx, id)
+	e, err := s.Store.EffectGet(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Effect{}, ErrNotFound
 	}
@@ -136,19 +112,19 @@ func (s *Service) List(ctx context.Context, p store.EffectListParams) ([]store.E
 	if p.Limit == 0 {
 		p.Limit = 1000
 	}
-	return s.store.EffectList(ctx, p)
+	return s.Store.EffectList(ctx, p)
 }
 
 // finish applies a send's outcome to the effect (a compare-and-set on its lease) and
 // writes the event on its run, in one transaction that holds the run's lock.
 func (s *Service) finish(ctx context.Context, e store.Effect, owner string, res connector.Result, actor string) (store.Effect, error) {
 	var out outcome
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
 			return err
 		}
 		var err error
-		out, err = s.finishIn(ctx, q, e, owner, res, actor, false)
+		out, err = s.finishIn(ctx, q, sent{e: e, owner: owner, res: res, actor: actor})
 		return err
 	})
 	if err != nil {
@@ -168,24 +144,37 @@ type outcome struct {
 // alerted wakes the alert relay after a commit that wrote an alert event (alert != "").
 func (s *Service) alerted(alert string) {
 	if alert != "" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 }
 
+// sent is one send's result on its way to the outbox, carried from the send through
+// finishIn and planOutcome: the effect, the lease owner that sent it, the connector's
+// result and who records it. expired (the sweeper) records it only if the lease has
+// lapsed at the statement.
+type sent struct {
+	e       store.Effect
+	owner   string
+	res     connector.Result
+	actor   string
+	expired bool
+}
+
 // finishIn records a send's outcome inside q's transaction; the caller holds the run's
-// lock. expired (the sweeper) applies it only if the lease has lapsed at the statement.
-func (s *Service) finishIn(ctx context.Context, q store.Queries, e store.Effect, owner string, res connector.Result, actor string, expired bool) (outcome, error) {
-	return s.finishInRun(ctx, q, e, owner, res, actor, expired, true)
+// lock.
+func (s *Service) finishIn(ctx context.Context, q store.Queries, o sent) (outcome, error) {
+	return s.finishInRun(ctx, q, o, true)
 }
 
 // finishInRun is finishIn; settle false skips settleApproved, for a caller whose lock on
 // the run showed it is not approved (then recording cannot settle it: see finishBatch).
-func (s *Service) finishInRun(ctx context.Context, q store.Queries, e store.Effect, owner string, res connector.Result, actor string, expired, settle bool) (outcome, error) {
+func (s *Service) finishInRun(ctx context.Context, q store.Queries, o sent, settle bool) (outcome, error) {
+	e := o.e
 	now, err := s.Read(ctx, q)
 	if err != nil {
 		return outcome{}, err
 	}
-	pl := s.planOutcome(e, owner, res, actor, expired, now, s.At())
+	pl := s.planOutcome(o, now, s.At())
 	out := outcome{alert: pl.alert}
 	out.effect, err = q.EffectUpdate(ctx, pl.update)
 	if errors.Is(err, store.ErrNoMatch) && pl.reconcilable {
@@ -210,7 +199,7 @@ func (s *Service) finishInRun(ctx context.Context, q store.Queries, e store.Effe
 		return outcome{}, err
 	}
 	if settle {
-		if err := s.settleApproved(ctx, q, e.RunKey, pl.update.To); err != nil {
+		if err := s.settle(ctx, q, e.RunKey, pl.update.To); err != nil {
 			return outcome{}, err
 		}
 	}
@@ -238,8 +227,9 @@ type outcomePlan struct {
 }
 
 // planOutcome decides how a send's result is recorded, given the transaction's now.
-func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result, actor string, expired bool, now time.Time, at *time.Time) outcomePlan {
-	a := s.policy.Action(e.ActionType)
+func (s *Service) planOutcome(o sent, now time.Time, at *time.Time) outcomePlan {
+	e, owner, res, actor, expired := o.e, o.owner, o.res, o.actor, o.expired
+	a := s.Policy.Action(e.ActionType)
 	retry := policy.ActionRetry{MaxAttempts: 1, Backoff: policy.Duration(time.Second), MaxBackoff: policy.Duration(time.Second)}
 	idempotent := false
 	if a != nil {
@@ -265,7 +255,7 @@ func (s *Service) planOutcome(e store.Effect, owner string, res connector.Result
 		pl.update.To, pl.update.ProviderID, pl.kind = store.EffectCompleted, &id, store.EventEffectCompleted
 		if e.NoneConfirmedAt != nil {
 			// Sent again because a lookup twice said "none": look it up once more later.
-			pl.update.RecheckAfter = s.policy.Settle(e.ActionType)
+			pl.update.RecheckAfter = s.Policy.Settle(e.ActionType)
 		}
 		pl.detail.ProviderID, pl.detail.ProviderIDNote = &id, res.Note
 		pl.reconcilable = !expired
@@ -360,56 +350,6 @@ func (ev plannedEvent) insert(ctx context.Context, q store.Queries, key string) 
 	return err
 }
 
-// settleApproved finishes an approved run once its effects have: completed when none is
-// open any more, failed_terminal when one failed for good (its other pending effects are
-// cancelled: nothing of a failed run leaves), or when the last open one was cancelled or
-// abandoned (an approved run never hangs in approved). A run still processing is its
-// client's to finish. The caller holds the run's lock (RunLockKeys), so two effects
-// finishing at once cannot each see the other still open.
-func (s *Service) settleApproved(ctx context.Context, q store.Queries, key string, effect store.EffectState) error {
-	if effect != store.EffectCompleted && effect != store.EffectFailed && effect != store.EffectCancelled {
-		return nil
-	}
-	run, err := q.RunGet(ctx, key)
-	if err != nil || run.State != store.StateApproved {
-		return err
-	}
-	to := store.StateFailedTerminal
-	if effect != store.EffectFailed {
-		n, err := q.RunOpenEffects(ctx, key)
-		s.hook("settle_counted")
-		if err != nil || n > 0 {
-			return err
-		}
-		all, err := q.EffectList(ctx, store.EffectListParams{RunKey: key, Limit: 1000})
-		if err != nil {
-			return err
-		}
-		effect = store.EffectCompleted
-		if slices.ContainsFunc(all, func(e store.Effect) bool { return e.State == store.EffectCancelled }) {
-			effect = store.EffectCancelled // something approved was not sent: not a completion
-		} else {
-			to = store.StateCompleted
-		}
-	}
-	var result json.RawMessage
-	if to == store.StateFailedTerminal {
-		result, _ = json.Marshal(map[string]string{"reason": "effects_" + string(effect)})
-	}
-	run, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateApproved, To: to, Result: result, Now: s.At()})
-	if err != nil {
-		return err
-	}
-	if err := runs.Event(ctx, q, s.At(), key, store.EventTransition, run.Version, "airlock", nil,
-		map[string]any{"from": store.StateApproved, "to": to, "reason": "effects_" + string(effect)}); err != nil {
-		return err
-	}
-	if to == store.StateFailedTerminal {
-		return runs.CancelPending(ctx, q, s.At(), key)
-	}
-	return nil
-}
-
 // Canceller is who withdraws an effect: the holder of the run's live lease (Owner), or
 // an operator.
 type Canceller struct {
@@ -424,7 +364,7 @@ type Canceller struct {
 // run whose last open effect this was settles.
 func (s *Service) Cancel(ctx context.Context, id, reason, actor string, by Canceller) (store.Effect, error) {
 	var out store.Effect
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		e, err := s.lockEffectRun(ctx, q, id)
 		if err != nil {
 			return err
@@ -467,20 +407,14 @@ func (s *Service) Cancel(ctx context.Context, id, reason, actor string, by Cance
 			Subject: actor, Reason: reason, Now: s.At()}); err != nil && !errors.Is(err, store.ErrNoMatch) {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectCancelled, 0, actor, nil,
-			map[string]any{"effect_id": e.EffectID, "reason": reason, "by": actor}); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventEffectCancelled, Actor: actor,
+			Detail: map[string]any{"effect_id": e.EffectID, "reason": reason, "by": actor}}); err != nil {
 			return err
 		}
-		return s.settleApproved(ctx, q, e.RunKey, store.EffectCancelled)
+		return s.settle(ctx, q, e.RunKey, store.EffectCancelled)
 	})
 	if err != nil {
 		return store.Effect{}, fmt.Errorf("cancel effect %s: %w", id, err)
 	}
 	return out, nil
-}
-
-// Settle is settleApproved for the approvals package's cancel link (which cannot import
-// this one): it runs inside the caller's transaction.
-func (s *Service) Settle(ctx context.Context, q store.Queries, key string, effect store.EffectState) error {
-	return s.settleApproved(ctx, q, key, effect)
 }

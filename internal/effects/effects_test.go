@@ -535,8 +535,11 @@ actions:
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := effects.NewService(effects.Options{Store: e.Store, Policy: pol, Alerts: e.Alerts, Now: e.Clock.Now,
-		Connectors: map[string]connector.Connector{"customer_email": c}})
+	svc, err := effects.New(runs.Base{Store: e.Store, Policy: pol, Clock: runs.Clock{Now: e.Clock.Now}, Alerts: e.Alerts},
+		effects.Config{Connectors: map[string]connector.Connector{"customer_email": c}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d := &effects.Dispatcher{Service: svc, BatchSize: 16, Lease: time.Minute}
 	r := e.ClaimRun(t, "ticket-9")
 	ok, _, _, err := svc.Queue(ctx, effects.QueueRequest{Key: "ticket-9", Owner: r.LeaseOwner, Version: r.Version,

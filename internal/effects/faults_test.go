@@ -101,8 +101,9 @@ func allFired(t *testing.T, rs ...*rule) {
 
 // faultyService is an outbox service over f's wrapping of e.Store, logging into logs.
 func faultyService(e *apptest.EffectsEnv, f *storetest.Faults, logs *apptest.LockedBuffer) *effects.Service {
-	return effects.NewService(effects.Options{Store: f.Wrap(e.Store), Policy: e.Policy, Connectors: e.Conns,
-		Alerts: e.Alerts, Now: e.Clock.Now, Budgets: e.Failures.Budget, Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	b := e.Base(f.Wrap(e.Store), e.Clock.Now)
+	b.Log = slog.New(slog.NewJSONHandler(logs, nil))
+	return e.NewServiceOn(b)
 }
 
 // holdGroup holds the recorder's first leader until n outcomes have queued, so the n are
@@ -519,7 +520,10 @@ func testRequeueFailedReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 	e.Tick(t)
 	apptest.Equal(t, "refused", e.EffectState(t, eff.ID), store.EffectFailed)
 	f := &storetest.Faults{}
-	fs := failures.NewService(f.Wrap(e.Store), e.Policy, e.Alerts, e.Clock.Now)
+	fs, err := failures.New(e.Base(f.Wrap(e.Store), e.Clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := on(storetest.OpTransact, storetest.After)
 	f.Set(rules(r))
 	req := failures.FailureRequest{LeaseRequest: apptest.Lease(e.Current(t, "rq")), Class: policy.ClassPartialSuccess}
@@ -545,12 +549,12 @@ func testRequeueFailedReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 func testApprovalReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 	r := e.ClaimRun(t, "ap")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "ap", Owner: r.LeaseOwner, Version: r.Version,
-		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
+		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("gated submit: %+v %v", sub, err)
 	}
 	f := &storetest.Faults{}
-	svc := approvals.NewService(f.Wrap(e.Store), e.Policy, e.Alerts, "http://127.0.0.1:8080", e.Clock.Now)
+	svc := e.NewApprovals(f.Wrap(e.Store), e.Clock.Now)
 	rl := on(storetest.OpTransact, storetest.After)
 	f.Set(rules(rl))
 	lead := approvals.Person{Subject: "lead", Roles: []string{"support-lead"}}
@@ -663,7 +667,10 @@ func testWorkerReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 func testFailedRunReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 	pending := e.Queue(t, "fp", "note", "default", `{"n":1}`)
 	f := &storetest.Faults{}
-	rs := runs.NewService(f.Wrap(e.Store), apptest.LeaseConfig, e.Alerts, e.Clock.Now)
+	rs, err := runs.New(e.Base(f.Wrap(e.Store), e.Clock.Now), apptest.LeaseConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rl := on(storetest.OpTransact, storetest.After)
 	f.Set(rules(rl))
 	req := runs.TransitionRequest{LeaseRequest: apptest.Lease(e.Current(t, "fp")), To: store.StateFailedTerminal}
@@ -688,7 +695,7 @@ func testFailedRunReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 		f.Set(rules(rc))
 	})
 	d := &effects.Dispatcher{Service: svc, BatchSize: 1, Lease: 2 * time.Minute}
-	_, err := d.Tick(ctx)
+	_, err = d.Tick(ctx)
 	apptest.Equal(t, "requests", e.Provider.Total(), 0)
 	if !errors.Is(err, storetest.ErrInjected) {
 		t.Fatalf("tick with the cancel's reply lost: %v", err)

@@ -90,7 +90,7 @@ func (g actWithWindow) queued(ctx context.Context, t *submission, e store.Effect
 		t.sub.Approval = w
 		return err
 	}
-	w, err := g.approvals.Window(ctx, t.q, t.run, t.a, e, t.req.requester(), t.req.Actor)
+	w, err := g.approvals.Window(ctx, t.q, t.run, e, t.ask())
 	t.sub.Approval = &w
 	return err
 }
@@ -138,7 +138,7 @@ func (g approveByException) queued(ctx context.Context, t *submission, e store.E
 	if !created {
 		return nil // auto-approved when it was queued
 	}
-	detail := map[string]any{"effect_id": e.EffectID, "rule": t.a.RuleSource, "policy_version": t.s.policy.Version,
+	detail := map[string]any{"effect_id": e.EffectID, "rule": t.a.RuleSource, "policy_version": t.s.Policy.Version,
 		"evidence_sources": t.a.EvidenceSources}
 	if rand.Float64() < t.a.SampleRate {
 		r, err := g.approvals.Sample(ctx, t.q, t.run, t.a, e)
@@ -147,12 +147,8 @@ func (g approveByException) queued(ctx context.Context, t *submission, e store.E
 		}
 		detail["review_id"] = r.ID
 	}
-	t.committed = append(t.committed, func() {
-		if g.approvals.Observer != nil {
-			g.approvals.Observer.Decision(policy.GateApproveByException, "auto", 0)
-		}
-	})
-	return runs.Event(ctx, t.q, t.now, t.req.Key, store.EventAutoApproved, t.run.Version, "airlock", nil, detail)
+	t.committed = append(t.committed, func() { g.approvals.Observer.Decision(policy.GateApproveByException, "auto", 0) })
+	return runs.Event(ctx, t.q, t.now, runs.Entry{Key: t.req.Key, Kind: store.EventAutoApproved, Version: t.run.Version, Actor: "airlock", Detail: detail})
 }
 
 // person is what the gated modes share: the approvals service that asks a person.
@@ -164,16 +160,16 @@ type person struct{ approvals *approvals.Service }
 func (p person) ask(ctx context.Context, t *submission, declined string) error {
 	req := t.req
 	if declined != "" {
-		if err := runs.Event(ctx, t.q, t.now, req.Key, store.EventAutoApprovalDeclined, t.run.Version, "airlock", nil,
-			map[string]any{"reason": declined, "rule": t.a.RuleSource, "policy_version": t.s.policy.Version}); err != nil {
+		if err := runs.Event(ctx, t.q, t.now, runs.Entry{Key: req.Key, Kind: store.EventAutoApprovalDeclined, Version: t.run.Version, Actor: "airlock",
+			Detail: map[string]any{"reason": declined, "rule": t.a.RuleSource, "policy_version": t.s.Policy.Version}}); err != nil {
 			return err
 		}
 	}
 	if _, err := t.q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
 		return err
 	}
-	r, err := p.approvals.Request(ctx, t.q, t.run, t.a, approvals.Proposed{ActionType: req.ActionType, Target: req.Target,
-		EffectID: req.EffectID, Executor: t.a.Executor(), Payload: req.Payload, PayloadHash: t.hash}, req.requester(), req.Actor, req.Meta)
+	r, err := p.approvals.Request(ctx, t.q, t.run, approvals.Proposed{ActionType: req.ActionType, Target: req.Target,
+		EffectID: req.EffectID, Executor: t.a.Executor(), Payload: req.Payload, PayloadHash: t.hash}, t.ask())
 	t.sub.Approval, t.run = &r, r.Run
 	return err
 }

@@ -28,7 +28,7 @@ const SystemKey = ""
 // Enabled is the kill switch as an API read. Sends do not use it: they read the switch
 // in the transaction that commits the send's begin (see enabledIn).
 func (s *Service) Enabled(ctx context.Context, actionType string) (bool, string) {
-	switches, err := s.store.KillSwitchList(ctx)
+	switches, err := s.Store.KillSwitchList(ctx)
 	return s.enabled(ctx, switches, err, actionType)
 }
 
@@ -61,7 +61,7 @@ func (s *Service) enabled(ctx context.Context, switches []store.KillSwitch, err 
 		return false, "AI_ACTIONS_ENABLED is not true in airlock's environment"
 	}
 	if err != nil {
-		s.log.WarnContext(ctx, "kill switch unreadable: treating actions as disabled", "err", err)
+		s.Log.WarnContext(ctx, "kill switch unreadable: treating actions as disabled", "err", err)
 		return false, "the kill switch could not be read"
 	}
 	global := false
@@ -88,14 +88,14 @@ func (s *Service) enabled(ctx context.Context, switches []store.KillSwitch, err 
 func (s *Service) SetKillSwitch(ctx context.Context, scope string, enabled bool, reason, actor string) error {
 	if scope != GlobalScope {
 		t, ok := strings.CutPrefix(scope, "action:")
-		if !ok || s.policy.Action(t) == nil {
+		if !ok || s.Policy.Action(t) == nil {
 			return fmt.Errorf("%w: kill switch scope %q (use global or action:<configured type>)", ErrUnknownActionType, scope)
 		}
 	}
 	if strings.TrimSpace(reason) == "" {
 		return &runs.FieldError{Field: "reason", Msg: "required: say why"}
 	}
-	return s.store.Transact(ctx, func(q store.Queries) error {
+	return s.Store.Transact(ctx, func(q store.Queries) error {
 		now := s.At()
 		if err := q.KillSwitchGuard(ctx, true); err != nil {
 			return err
@@ -104,14 +104,14 @@ func (s *Service) SetKillSwitch(ctx context.Context, scope string, enabled bool,
 			return err
 		}
 		s.hook("kill_switch_written")
-		return runs.Event(ctx, q, now, SystemKey, store.EventKillSwitch, 0, actor, nil,
-			map[string]any{"scope": scope, "enabled": enabled, "reason": reason})
+		return runs.Event(ctx, q, now, runs.Entry{Key: SystemKey, Kind: store.EventKillSwitch, Actor: actor,
+			Detail: map[string]any{"scope": scope, "enabled": enabled, "reason": reason}})
 	})
 }
 
 // KillSwitch returns every scope's setting and whether the environment overrides them.
 func (s *Service) KillSwitch(ctx context.Context) ([]store.KillSwitch, bool, error) {
-	k, err := s.store.KillSwitchList(ctx)
+	k, err := s.Store.KillSwitchList(ctx)
 	return k, s.envDisabled, err
 }
 

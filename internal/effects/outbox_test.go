@@ -98,7 +98,7 @@ func approvedRunWithTwoEffects(t *testing.T, e *apptest.EffectsEnv, key string) 
 	e.Queue(t, key, "note", "default", `{"n":1}`)
 	r := e.Current(t, key)
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: key, Owner: r.LeaseOwner, Version: r.Version,
-		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
+		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("gated submit: %+v %v", sub, err)
 	}
@@ -403,7 +403,7 @@ func testQueueWakes(t *testing.T, e *apptest.EffectsEnv) {
 	// An approval that puts its effect into the outbox wakes the dispatcher too.
 	r := e.ClaimRun(t, "k3")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "k3", Owner: r.LeaseOwner, Version: r.Version,
-		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
+		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("gated submit: %+v %v", sub, err)
 	}

@@ -351,8 +351,9 @@ func testLateOutcomeShutdown(t *testing.T, e *apptest.EffectsEnv) {
 	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
 	down, st := newDownStore(e.Store)
 	logs := &apptest.LockedBuffer{}
-	svc := effects.NewService(effects.Options{Store: st, Policy: e.Policy, Connectors: e.Conns, Alerts: e.Alerts,
-		Now: e.Clock.Now, Budgets: e.Failures.Budget, Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	b := e.Base(st, e.Clock.Now)
+	b.Log = slog.New(slog.NewJSONHandler(logs, nil))
+	svc := e.NewServiceOn(b)
 	svc.Hook = apptest.HookOn("sent", func() { down.down.Store(true) })
 	d := &effects.Dispatcher{Service: svc, Lease: 300 * time.Millisecond, Interval: 10 * time.Millisecond, Drain: time.Second}
 	runCtx, stop := context.WithCancel(ctx)

@@ -54,7 +54,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	for range reconcileClaims {
 		var claimed []store.Effect
-		err := s.store.Transact(ctx, func(q store.Queries) error {
+		err := s.Store.Transact(ctx, func(q store.Queries) error {
 			var err error
 			claimed, err = q.EffectClaimUnknown(ctx, types, s.At(), reconcileClaim, reconcileBatch)
 			return err
@@ -73,8 +73,8 @@ func (s *Service) Reconcile(ctx context.Context) error {
 				ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
 			s.hook("reconcile_looked_up")
 			if err != nil {
-				s.log.WarnContext(ctx, "reconcile lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
-				err = s.store.Transact(ctx, func(q store.Queries) error { return s.checkLater(ctx, q, e) })
+				s.Log.WarnContext(ctx, "reconcile lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
+				err = s.Store.Transact(ctx, func(q store.Queries) error { return s.checkLater(ctx, q, e) })
 			} else {
 				err = s.reconcileOne(ctx, e, ids, lk.Authoritative())
 			}
@@ -103,7 +103,7 @@ const recheckGiveUp = 8
 func (s *Service) recheck(ctx context.Context, types []string) error {
 	for range reconcileClaims {
 		var claimed []store.Effect
-		err := s.store.Transact(ctx, func(q store.Queries) error {
+		err := s.Store.Transact(ctx, func(q store.Queries) error {
 			var err error
 			claimed, err = q.EffectClaimRecheck(ctx, types, s.At(), reconcileClaim, reconcileBatch)
 			return err
@@ -117,7 +117,7 @@ func (s *Service) recheck(ctx context.Context, types []string) error {
 			ids, err := lk.Lookup(ctx, connector.Request{EffectID: ProviderKey(e), RunKey: e.RunKey,
 				ActionType: e.ActionType, Target: e.Target, Payload: e.Payload})
 			if err != nil {
-				s.log.WarnContext(ctx, "recheck lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
+				s.Log.WarnContext(ctx, "recheck lookup failed", "key", e.RunKey, "effect_id", e.EffectID, "err", err)
 			}
 			if err := s.recheckOne(ctx, e, ids, err); err != nil && first == nil {
 				first = fmt.Errorf("recheck effect %s: %w", e.ID, err)
@@ -137,7 +137,7 @@ func (s *Service) recheck(ctx context.Context, types []string) error {
 func (s *Service) recheckOne(ctx context.Context, e store.Effect, ids []string, lookupErr error) error {
 	const several = "reconcile_several"
 	var alert bool
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		alert = false
 		if lookupErr != nil && e.Checks < recheckGiveUp {
 			return s.checkLater(ctx, q, e)
@@ -148,7 +148,7 @@ func (s *Service) recheckOne(ctx context.Context, e store.Effect, ids []string, 
 			return err
 		}
 		if lookupErr != nil {
-			s.log.WarnContext(ctx, "recheck given up: its lookup kept failing", "key", e.RunKey, "effect_id", e.EffectID,
+			s.Log.WarnContext(ctx, "recheck given up: its lookup kept failing", "key", e.RunKey, "effect_id", e.EffectID,
 				"checks", e.Checks)
 			return nil
 		}
@@ -156,16 +156,16 @@ func (s *Service) recheckOne(ctx context.Context, e store.Effect, ids []string, 
 			return nil
 		}
 		alert = true
-		if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectReconciled, 0, "airlock", nil,
-			map[string]any{"effect_id": e.EffectID, "found": len(ids), "provider_ids": ids, "recheck": true,
-				"provider_id": e.ProviderID}); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventEffectReconciled, Actor: "airlock",
+			Detail: map[string]any{"effect_id": e.EffectID, "found": len(ids), "provider_ids": ids, "recheck": true,
+				"provider_id": e.ProviderID}}); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
-			map[string]any{"alert": several, "effect_id": e.EffectID, "found": len(ids), "recheck": true})
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventAlert, Actor: "airlock",
+			Detail: map[string]any{"alert": several, "effect_id": e.EffectID, "found": len(ids), "recheck": true}})
 	})
 	if err == nil && alert {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	return err
 }
@@ -208,7 +208,7 @@ func checkAt(ctx context.Context, q store.Queries, e store.Effect, at time.Time)
 func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string, authoritative bool) error {
 	const several = "reconcile_several"
 	var alert bool
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		alert = false // Transact may run this again
 		if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
 			return err
@@ -229,7 +229,7 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 			// still be processing it, or it may wait in a queue. And one answer may lag
 			// (a search index behind its records): a second "none", a settle window later,
 			// confirms it.
-			window := s.policy.Settle(e.ActionType)
+			window := s.Policy.Settle(e.ActionType)
 			settled := settleFrom(e).Add(window)
 			if now.Before(settled) {
 				return checkAt(ctx, q, e, settled)
@@ -261,14 +261,14 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 		moved, err := q.EffectUpdate(ctx, p)
 		if errors.Is(err, store.ErrNoMatch) {
 			// Resolved, or queued and sent again, since the claim: the answer is stale.
-			s.log.InfoContext(ctx, "reconcile answer dropped: the effect changed during the lookup",
+			s.Log.InfoContext(ctx, "reconcile answer dropped: the effect changed during the lookup",
 				"key", e.RunKey, "effect_id", e.EffectID, "found", len(ids))
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := s.settleApproved(ctx, q, e.RunKey, p.To); err != nil {
+		if err := s.settle(ctx, q, e.RunKey, p.To); err != nil {
 			return err
 		}
 		if p.To == store.EffectPending {
@@ -276,12 +276,12 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 				return err
 			}
 		}
-		if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectReconciled, 0, "airlock", nil, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventEffectReconciled, Actor: "airlock", Detail: detail}); err != nil {
 			return err
 		}
 		if alert {
-			if err := runs.Event(ctx, q, s.At(), e.RunKey, store.EventAlert, 0, "airlock", nil,
-				map[string]any{"alert": several, "effect_id": e.EffectID, "found": len(ids)}); err != nil {
+			if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventAlert, Actor: "airlock",
+				Detail: map[string]any{"alert": several, "effect_id": e.EffectID, "found": len(ids)}}); err != nil {
 				return err
 			}
 			return s.checkLater(ctx, q, moved)
@@ -289,7 +289,7 @@ func (s *Service) reconcileOne(ctx context.Context, e store.Effect, ids []string
 		return nil
 	})
 	if err == nil && alert {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	if err == nil && len(ids) == 0 && authoritative {
 		s.Wake()

@@ -92,7 +92,7 @@ func (r *recorder) flush(ctx context.Context, group []*record) {
 			close(it.done)
 		}
 	}()
-	if s, ok := r.d.store.(store.RunSharded); ok && s.ShardedByRun() {
+	if s, ok := r.d.Store.(store.RunSharded); ok && s.ShardedByRun() {
 		byRun := map[string][]*record{}
 		var keys []string
 		for _, it := range group {
@@ -114,7 +114,7 @@ func (r *recorder) flush(ctx context.Context, group []*record) {
 func (r *recorder) flushGroup(ctx context.Context, group []*record) {
 	d := r.d
 	rest := group
-	if bq, ok := d.store.(store.BatchQueries); ok {
+	if bq, ok := d.Store.(store.BatchQueries); ok {
 		if rest = d.recordLocked(ctx, bq, group); len(rest) == 0 {
 			return
 		}
@@ -125,7 +125,7 @@ func (r *recorder) flushGroup(ctx context.Context, group []*record) {
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	err := d.store.Transact(ctx, func(q store.Queries) error {
+	err := d.Store.Transact(ctx, func(q store.Queries) error {
 		locked, err := q.RunLockKeys(ctx, keys)
 		if err != nil {
 			return err
@@ -166,7 +166,7 @@ func (d *Dispatcher) recordLocked(ctx context.Context, bq store.BatchQueries, gr
 		}
 		// A Sent outcome's plan does not read the transaction's now (only a retry's
 		// not_before does).
-		pl := d.planOutcome(it.e, it.owner, it.res, "airlock", false, time.Time{}, at)
+		pl := d.planOutcome(sent{e: it.e, owner: it.owner, res: it.res, actor: "airlock"}, time.Time{}, at)
 		ev, err := outcomeEvents(it, pl)
 		if err != nil || !pl.update.Batchable() {
 			rest = append(rest, it)
@@ -224,7 +224,7 @@ func (d *Dispatcher) finishGroup(ctx context.Context, q store.Queries, locked ma
 	for _, it := range rest {
 		run, found := locked[it.e.RunKey]
 		settle := !found || run.State == store.StateApproved // see finishBatch
-		it.out, it.err = d.finishInRun(ctx, q, it.e, it.owner, it.res, "airlock", false, settle)
+		it.out, it.err = d.finishInRun(ctx, q, sent{e: it.e, owner: it.owner, res: it.res, actor: "airlock"}, settle)
 		if it.err != nil && !errors.Is(it.err, ErrEffectLeaseLost) {
 			return it.err
 		}
@@ -260,7 +260,7 @@ func (d *Dispatcher) finishBatch(ctx context.Context, q store.Queries, bq store.
 			rest = append(rest, it)
 			continue
 		}
-		pl := d.planOutcome(it.e, it.owner, it.res, "airlock", false, now, at)
+		pl := d.planOutcome(sent{e: it.e, owner: it.owner, res: it.res, actor: "airlock"}, now, at)
 		if !pl.update.Batchable() {
 			rest = append(rest, it)
 			continue
@@ -304,11 +304,11 @@ func (d *Dispatcher) finishBatch(ctx context.Context, q store.Queries, bq store.
 // the store is what failed: every outcome reports that, to be retried.
 func (r *recorder) isolate(ctx context.Context, keys []string, group []*record) {
 	d := r.d
-	err := d.store.Within(ctx, func(ctx context.Context) error {
+	err := d.Store.Within(ctx, func(ctx context.Context) error {
 		for _, it := range group {
 			it.out, it.err = outcome{}, nil // Within may not run this again, but be plain
 		}
-		if _, err := d.store.RunLockKeys(ctx, keys); err != nil {
+		if _, err := d.Store.RunLockKeys(ctx, keys); err != nil {
 			return err
 		}
 		for _, it := range group {
@@ -329,15 +329,15 @@ func (d *Dispatcher) recordSafely(ctx context.Context, it *record) (outcome, err
 	var out outcome
 	var err error
 	for _, res := range storable(it.res) {
-		err = d.store.Transact(ctx, func(q store.Queries) error {
+		err = d.Store.Transact(ctx, func(q store.Queries) error {
 			var err error
-			out, err = d.finishIn(ctx, q, it.e, it.owner, res, "airlock", false)
+			out, err = d.finishIn(ctx, q, sent{e: it.e, owner: it.owner, res: res, actor: "airlock"})
 			return err
 		})
 		if !errors.Is(err, store.ErrInvalidValue) {
 			return out, err
 		}
-		d.log.WarnContext(ctx, "the store refused a dispatch outcome's values: recording it in a safe form",
+		d.Log.WarnContext(ctx, "the store refused a dispatch outcome's values: recording it in a safe form",
 			"key", it.e.RunKey, "effect_id", it.e.EffectID, "outcome", res.Outcome.String(),
 			"provider_id", safeID(res.ProviderID), "err", err)
 	}
@@ -393,7 +393,7 @@ func (d *Dispatcher) deliver(sendCtx context.Context, e store.Effect, owner stri
 		if errors.Is(err, ErrEffectLeaseLost) || errors.Is(err, store.ErrInvalidValue) {
 			// Someone else decided (or even the bare outcome was refused: the sweeper makes
 			// the effect unknown, for a person).
-			d.log.WarnContext(ctx, "dispatch outcome not recorded", "key", e.RunKey, "effect_id", e.EffectID,
+			d.Log.WarnContext(ctx, "dispatch outcome not recorded", "key", e.RunKey, "effect_id", e.EffectID,
 				"outcome", res.Outcome.String(), "provider_id", safeID(res.ProviderID), "err", err)
 			return
 		}
@@ -401,7 +401,7 @@ func (d *Dispatcher) deliver(sendCtx context.Context, e store.Effect, owner stri
 			d.keepLate(ctx, e, owner, res, err)
 			return
 		}
-		d.log.WarnContext(ctx, "recording a dispatch outcome failed: retrying", "key", e.RunKey,
+		d.Log.WarnContext(ctx, "recording a dispatch outcome failed: retrying", "key", e.RunKey,
 			"effect_id", e.EffectID, "outcome", res.Outcome.String(), "provider_id", safeID(res.ProviderID),
 			"retry_in", wait, "err", err)
 		select {
@@ -437,11 +437,11 @@ type lateOutcome struct {
 // only logged (the effect becomes unknown: reconciliation or a person settles it).
 func (d *Dispatcher) keepLate(ctx context.Context, e store.Effect, owner string, res connector.Result, err error) {
 	if res.Outcome != connector.Sent {
-		d.log.WarnContext(ctx, "dispatch outcome not recorded before the lease ended: the effect becomes unknown",
+		d.Log.WarnContext(ctx, "dispatch outcome not recorded before the lease ended: the effect becomes unknown",
 			"key", e.RunKey, "effect_id", e.EffectID, "outcome", res.Outcome.String(), "class", res.Class, "err", err)
 		return
 	}
-	d.log.WarnContext(ctx, "dispatch outcome kept past its lease: it is applied once the store accepts writes",
+	d.Log.WarnContext(ctx, "dispatch outcome kept past its lease: it is applied once the store accepts writes",
 		"key", e.RunKey, "effect_id", e.EffectID, "outcome", res.Outcome.String(), "provider_id", safeID(res.ProviderID), "err", err)
 	e.Payload = nil // not needed to record the outcome: kept, it would bound nothing
 	d.late.mu.Lock()
@@ -453,7 +453,7 @@ func (d *Dispatcher) keepLate(ctx context.Context, e store.Effect, owner string,
 	}
 	d.late.mu.Unlock()
 	if dropped != nil {
-		d.log.ErrorContext(ctx, "dispatch outcome given up: too many wait for the store; resolve the effect as sent",
+		d.Log.ErrorContext(ctx, "dispatch outcome given up: too many wait for the store; resolve the effect as sent",
 			"key", dropped.e.RunKey, "effect_id", dropped.e.EffectID, "provider_id", safeID(dropped.res.ProviderID), "kept", maxLate)
 	}
 }
@@ -507,14 +507,14 @@ func (d *Dispatcher) applyOneLate(ctx context.Context, l *lateOutcome) {
 	out, err := d.rec.record(ctx, e, l.owner, l.res)
 	switch {
 	case err == nil:
-		d.log.InfoContext(ctx, "late dispatch outcome applied", "key", e.RunKey, "effect_id", e.EffectID,
+		d.Log.InfoContext(ctx, "late dispatch outcome applied", "key", e.RunKey, "effect_id", e.EffectID,
 			"provider_id", id, "state", out.state)
 		d.alerted(out.alert)
 	case errors.Is(err, ErrEffectLeaseLost):
-		d.log.WarnContext(ctx, "late dispatch outcome not applied: the effect moved on (resolved, reconciled or leased again)",
+		d.Log.WarnContext(ctx, "late dispatch outcome not applied: the effect moved on (resolved, reconciled or leased again)",
 			"key", e.RunKey, "effect_id", e.EffectID, "provider_id", id)
 	case errors.Is(err, store.ErrInvalidValue):
-		d.log.ErrorContext(ctx, "late dispatch outcome refused by the store: resolve the effect as sent",
+		d.Log.ErrorContext(ctx, "late dispatch outcome refused by the store: resolve the effect as sent",
 			"key", e.RunKey, "effect_id", e.EffectID, "provider_id", id, "err", err)
 	default:
 		l.wait = min(max(2*l.wait, time.Second), lateRetryMax)
@@ -545,7 +545,7 @@ func (d *Dispatcher) flushLate(ctx context.Context) {
 	defer cancel()
 	d.applyLate(ctx, true)
 	for _, l := range d.takeLate(time.Now(), true) {
-		d.log.ErrorContext(ctx, "dispatch outcome lost at shutdown: the provider accepted it; resolve the effect as sent",
+		d.Log.ErrorContext(ctx, "dispatch outcome lost at shutdown: the provider accepted it; resolve the effect as sent",
 			"key", l.e.RunKey, "effect_id", l.e.EffectID, "id", l.e.ID, "provider_id", safeID(l.res.ProviderID))
 	}
 }

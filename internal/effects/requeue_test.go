@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
+	"github.com/airlockhq/airlock/internal/ledger"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -338,7 +339,7 @@ func testAgentReconcileStale(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatal("the run was not reclaimed")
 	}
 	b := e.Owner(t, "r1")
-	if _, err := e.Ledger.Reconcile(ctx, "r1", "draft", a, []string{}, false, "stale agent"); err == nil {
+	if _, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "r1", EffectID: "draft", Owner: a, Found: []string{}, Actor: "stale agent"}); err == nil {
 		t.Fatal("an agent that lost its lease cleared a planned effect")
 	}
 	eff, err := e.Store.EffectByRunEffectID(ctx, "r1", "draft")
@@ -346,7 +347,7 @@ func testAgentReconcileStale(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatal(err)
 	}
 	apptest.Equal(t, "still planned", eff.State, store.EffectPlanned)
-	if got, err := e.Ledger.Reconcile(ctx, "r1", "draft", b, []string{}, false, "agent"); err != nil || got != "cleared" {
+	if got, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "r1", EffectID: "draft", Owner: b, Found: []string{}, Actor: "agent"}); err != nil || got != "cleared" {
 		t.Fatalf("reconcile by the holder: %s %v", got, err)
 	}
 }
@@ -356,7 +357,7 @@ func testAgentReconcileStale(t *testing.T, e *apptest.EffectsEnv) {
 func testApprovalDecidedTwice(t *testing.T, e *apptest.EffectsEnv) {
 	r := e.ClaimRun(t, "k1")
 	sub, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: "k1", Owner: r.LeaseOwner, Version: r.Version,
-		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"}, e.Approvals)
+		ActionType: "email", Target: "default", Payload: json.RawMessage(`{"to":"a"}`), Actor: "apikey:wf"})
 	if err != nil || sub.Approval == nil {
 		t.Fatalf("gated submit: %+v %v", sub, err)
 	}
@@ -364,7 +365,7 @@ func testApprovalDecidedTwice(t *testing.T, e *apptest.EffectsEnv) {
 	var wg sync.WaitGroup
 	var ok atomic.Int32
 	for i := range 2 {
-		svc := approvals.NewService(e.Store, e.Policy, e.Alerts, "http://127.0.0.1:8080", e.Clock.Now)
+		svc := e.NewApprovals(e.Store, e.Clock.Now)
 		wg.Go(func() {
 			if _, err := svc.Decide(ctx, hash, approvals.Approve, "",
 				approvals.Person{Subject: fmt.Sprintf("lead-%d", i), Roles: []string{"support-lead"}}); err == nil {

@@ -61,7 +61,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 		return store.Effect{}, &runs.FieldError{Field: "provider_id", Msg: err.Error()}
 	}
 	var out store.Effect
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		e, err := s.lockEffectRun(ctx, q, id)
 		if err != nil {
 			return err
@@ -90,7 +90,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 		if err != nil {
 			return err
 		}
-		if err := s.settleApproved(ctx, q, e.RunKey, to); err != nil {
+		if err := s.settle(ctx, q, e.RunKey, to); err != nil {
 			return err
 		}
 		if to == store.EffectPending {
@@ -103,7 +103,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution, actor st
 		if r.NoProviderID {
 			detail["provider_id_absent"] = true
 		}
-		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectResolved, 0, actor, nil, detail)
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventEffectResolved, Actor: actor, Detail: detail})
 	})
 	if err != nil {
 		return store.Effect{}, fmt.Errorf("resolve effect %s: %w", id, err)

@@ -9,14 +9,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/connector"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // QueueRequest asks to queue one effect of a run under its lease.
@@ -59,7 +56,7 @@ func DeriveEffectID(actionType, target string) string {
 // version. The same effect id again returns the stored effect (created=false); with
 // another payload it is ErrEffectMismatch.
 func (s *Service) Queue(ctx context.Context, req QueueRequest) (e store.Effect, created bool, run store.Run, err error) {
-	sub, err := s.Submit(ctx, req, nil)
+	sub, err := s.submit(ctx, req, nil) // never a person: gated types are refused
 	return sub.Effect, sub.Created, sub.Run, err
 }
 
@@ -77,9 +74,14 @@ type Submitted struct {
 // will leave), the gate of its action type's mode (gates.go: queue now, ask a person
 // first, queue with a cancel window, or auto-approve on evidence), and the outbox. For
 // approve_before_act (and approve_by_exception in doubt) an approval holds the effect:
-// the run waits in awaiting_human and nothing enters the outbox. ap is the approvals
-// service; nil refuses gated types with ErrApprovalRequired.
-func (s *Service) Submit(ctx context.Context, req QueueRequest, ap *approvals.Service) (Submitted, error) {
+// the run waits in awaiting_human and nothing enters the outbox. A service built without
+// Config.Approvals refuses gated types with ErrApprovalRequired.
+func (s *Service) Submit(ctx context.Context, req QueueRequest) (Submitted, error) {
+	return s.submit(ctx, req, s.approvals)
+}
+
+// submit is Submit with the approvals service the gated modes ask through (nil: none).
+func (s *Service) submit(ctx context.Context, req QueueRequest, ap *approvals.Service) (Submitted, error) {
 	a, g, err := s.gateOf(req, ap)
 	if err != nil {
 		return Submitted{}, err
@@ -92,7 +94,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, ap *approvals.Se
 		req.EffectID = DeriveEffectID(req.ActionType, req.Target)
 	}
 	var t *submission
-	err = s.store.Transact(ctx, func(q store.Queries) error {
+	err = s.Store.Transact(ctx, func(q store.Queries) error {
 		t = &submission{s: s, q: q, req: req, a: a, hash: hash, now: s.At()} // Transact may run this again
 		if ok, err := t.claimCheck(ctx, g); !ok || err != nil {
 			return err
@@ -108,7 +110,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, ap *approvals.Se
 		return g.queued(ctx, t, e, created)
 	})
 	if err == nil && t.exhausted != "" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 		err = fmt.Errorf("%w (%s)", runs.ErrBudgetExhausted, t.exhausted)
 	}
 	if err != nil {
@@ -128,7 +130,7 @@ func (s *Service) Submit(ctx context.Context, req QueueRequest, ap *approvals.Se
 // gateOf is the request's action type, with the gate the client asked for, and that
 // gate's mode; checked before any transaction.
 func (s *Service) gateOf(req QueueRequest, ap *approvals.Service) (*policy.Action, gate, error) {
-	a := s.policy.Action(req.ActionType)
+	a := s.Policy.Action(req.ActionType)
 	if a == nil {
 		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownActionType, req.ActionType)
 	}
@@ -181,6 +183,11 @@ type submission struct {
 	committed []func()
 }
 
+// ask is who asks a person about this request, under its action type's policy.
+func (t *submission) ask() approvals.Ask {
+	return approvals.Ask{Action: t.a, By: t.req.requester(), Actor: t.req.Actor, Meta: t.req.Meta}
+}
+
 // claimCheck holds the run under the request's lease, its budget and the payload that
 // will leave. ok is false when the request ends here without an error: the same request
 // again, answered with the approval that holds it, or a run ended by its budget.
@@ -215,22 +222,9 @@ func (t *submission) lockRun(ctx context.Context, g gate) (bool, error) {
 
 // withinBudget terminates a run that has used up its budget for the action type (false).
 func (t *submission) withinBudget(ctx context.Context) (bool, error) {
-	if t.s.budgets == nil {
-		return true, nil
-	}
-	now, err := t.s.Read(ctx, t.q)
-	if err != nil {
-		return false, err
-	}
-	actionType := t.run.ActionType
-	if actionType == "" {
-		actionType = t.req.ActionType
-	}
-	if t.exhausted = runs.BudgetExceeded(t.run, t.s.budgets(actionType), now); t.exhausted == "" {
-		return true, nil
-	}
-	t.run, err = runs.Terminate(ctx, t.q, t.now, t.run, "budget_exhausted", map[string]any{"budget": t.exhausted}, map[string]any{"budget": t.exhausted})
-	return false, err
+	var err error
+	t.run, t.exhausted, err = t.s.OverBudget(ctx, t.q, t.now, t.run, t.req.ActionType)
+	return t.exhausted == "" && err == nil, err
 }
 
 // checkPayload settles the payload that will leave and refuses now, not approved and then
@@ -283,17 +277,14 @@ func samePayload(payload json.RawMessage, hash string) bool {
 	return err == nil && h == hash
 }
 
-// queue inserts the effect into the outbox, to leave at notBefore, with its effect_queued
-// event. The same request again finds it there (created false); another payload under its
-// effect id is ErrEffectMismatch.
+// queue enters the effect into the outbox (Outbox.Enter), to leave at notBefore, and
+// counts it on its run. The same request again finds it there (created false); another
+// payload under its effect id is ErrEffectMismatch.
 func (t *submission) queue(ctx context.Context, notBefore time.Time) (e store.Effect, created bool, err error) {
 	req := t.req
-	e, created, err = t.q.EffectInsert(ctx, store.Effect{
-		ID: uuid.NewString(), RunKey: req.Key, EffectID: req.EffectID, ActionType: req.ActionType,
-		Target: req.Target, Executor: t.a.Executor(), Payload: req.Payload, PayloadHash: t.hash,
-		State: store.EffectPending, NotBefore: notBefore, CreatedAt: t.s.AtOrZero(),
-		TraceParent: tracing.Parent(ctx),
-	})
+	e, created, err = t.s.Enter(ctx, t.q, Entry{Effect: store.Effect{RunKey: req.Key, EffectID: req.EffectID,
+		ActionType: req.ActionType, Target: req.Target, Executor: t.a.Executor(), Payload: req.Payload,
+		PayloadHash: t.hash, NotBefore: notBefore}, Version: t.run.Version, Actor: req.Actor, Meta: req.Meta})
 	t.sub.Effect, t.sub.Created = e, created
 	if err != nil {
 		return e, created, err
@@ -304,15 +295,6 @@ func (t *submission) queue(ctx context.Context, notBefore time.Time) (e store.Ef
 		}
 		return e, false, nil
 	}
-	if _, err := t.q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType}); err != nil {
-		return e, true, err
-	}
-	if err := t.q.EffectNotify(ctx); err != nil {
-		return e, true, err
-	}
-	return e, true, runs.Event(ctx, t.q, t.now, req.Key, store.EventEffectQueued, t.run.Version, req.Actor, req.Meta, map[string]any{
-		"effect_id": e.EffectID, "action_type": e.ActionType, "target": e.Target,
-		"executor": e.Executor, "payload_hash": e.PayloadHash, "not_before": e.NotBefore,
-		"payload_fields": t.a.Redact(e.Payload),
-	})
+	_, err = t.q.RunCount(ctx, store.RunCountParams{Key: req.Key, ActionType: req.ActionType})
+	return e, true, err
 }

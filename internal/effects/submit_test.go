@@ -22,6 +22,7 @@ import (
 
 // decisions records what the approvals service reports to its observer (metrics).
 type decisions struct {
+	runs.NopObserver
 	mu  sync.Mutex
 	got []string
 }
@@ -62,7 +63,7 @@ func (s submitEnv) submit(r store.Run, action, payload, gate string) (effects.Su
 	if payload != "" {
 		req.Payload = json.RawMessage(payload)
 	}
-	return s.e.Effects.Submit(context.Background(), req, s.e.Approvals)
+	return s.e.Effects.Submit(context.Background(), req)
 }
 
 func (s submitEnv) validate(r store.Run, action, output string) {
@@ -177,8 +178,8 @@ run processing v1 park=""
 `)
 		// A gated type without the approvals service is refused before anything is written.
 		r = s.claim("nogate")
-		if _, err := e.Effects.Submit(ctx, effects.QueueRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version,
-			ActionType: "email", Target: "default", Payload: json.RawMessage(`{"text":"x"}`), Actor: "apikey:n8n"}, nil); !errors.Is(err, effects.ErrApprovalRequired) {
+		if _, err := e.NewService(e.Store, e.Clock.Now).Submit(ctx, effects.QueueRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version,
+			ActionType: "email", Target: "default", Payload: json.RawMessage(`{"text":"x"}`), Actor: "apikey:n8n"}); !errors.Is(err, effects.ErrApprovalRequired) {
 			t.Fatalf("gated without approvals: %v", err)
 		}
 		// A client may ask for a stricter gate, never a weaker one.

@@ -29,7 +29,7 @@ const LateOutcomeSource = "dispatcher's late outcome"
 // requeue) that the send never began: a row read earlier decides nothing.
 func (s *Service) SweepExpired(ctx context.Context) error {
 	for range 10 { // up to 1,000 a round; the next round takes the rest
-		expired, err := s.store.EffectExpiredLeases(ctx, s.At(), 100)
+		expired, err := s.Store.EffectExpiredLeases(ctx, s.At(), 100)
 		if err != nil {
 			return fmt.Errorf("find expired effect leases: %w", err)
 		}
@@ -43,12 +43,12 @@ func (s *Service) SweepExpired(ctx context.Context) error {
 			}
 			res := connector.Result{Outcome: connector.Ambiguous, Class: LeaseExpiredClass}
 			var out outcome
-			err := s.store.Transact(ctx, func(q store.Queries) error {
+			err := s.Store.Transact(ctx, func(q store.Queries) error {
 				if _, err := q.RunLockKeys(ctx, []string{e.RunKey}); err != nil {
 					return err
 				}
 				var err error
-				out, err = s.finishIn(ctx, q, e, e.LeaseOwner, res, "airlock", true)
+				out, err = s.finishIn(ctx, q, sent{e: e, owner: e.LeaseOwner, res: res, actor: "airlock", expired: true})
 				return err
 			})
 			if err == nil {
@@ -67,7 +67,7 @@ func (s *Service) SweepExpired(ctx context.Context) error {
 
 // requeueUnsent returns an effect whose sender died before sending to pending.
 func (s *Service) requeueUnsent(ctx context.Context, e store.Effect) error {
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
@@ -81,8 +81,8 @@ func (s *Service) requeueUnsent(ctx context.Context, e store.Effect) error {
 		if err := q.EffectNotify(ctx); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectRequeued, 0, "airlock", nil,
-			map[string]any{"effect_id": e.EffectID, "reason": "the sender's lease expired before it began the send"})
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventEffectRequeued, Actor: "airlock",
+			Detail: map[string]any{"effect_id": e.EffectID, "reason": "the sender's lease expired before it began the send"}})
 	})
 	if err == nil {
 		s.Wake()

@@ -18,14 +18,14 @@ import (
 // switch is read in the claiming transaction, like a dispatcher's begin-mark.
 func (s *Service) WorkerClaim(ctx context.Context, types []string, lease time.Duration, actor string) (store.Effect, bool, error) {
 	for _, t := range types {
-		a := s.policy.Action(t)
+		a := s.Policy.Action(t)
 		if a == nil || a.Executor() != store.ExecutorWorker {
 			return store.Effect{}, false, fmt.Errorf("%w: %q is not a worker action type", ErrUnknownActionType, t)
 		}
 	}
 	owner := "worker:" + uuid.NewString()
 	var got []store.Effect
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		enabled, err := s.enabledIn(ctx, q)
 		if err != nil {
 			return err
@@ -46,8 +46,8 @@ func (s *Service) WorkerClaim(ctx context.Context, types []string, lease time.Du
 			return err
 		}
 		e := got[0]
-		return runs.Event(ctx, q, s.At(), e.RunKey, store.EventEffectClaimed, 0, actor, nil,
-			map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "attempts": e.Attempts})
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: e.RunKey, Kind: store.EventEffectClaimed, Actor: actor,
+			Detail: map[string]any{"effect_id": e.EffectID, "action_type": e.ActionType, "attempts": e.Attempts}})
 	})
 	if err != nil || len(got) == 0 {
 		return store.Effect{}, false, err
@@ -82,7 +82,7 @@ func (s *Service) lateCompletion(ctx context.Context, e store.Effect, res connec
 	p := SecondPerformance{RunKey: e.RunKey, EffectID: e.EffectID, State: store.EffectCompleted, LateReceipt: late,
 		Source: SourceWorkerReport}
 	var evidence, written bool
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		evidence, written = false, false
 		cur, err := q.EffectGet(ctx, e.ID)
 		if err != nil {
@@ -99,7 +99,7 @@ func (s *Service) lateCompletion(ctx context.Context, e store.Effect, res connec
 		return fmt.Errorf("record late completion of effect %s: %w", e.ID, err)
 	}
 	if written {
-		RaisePerformedTwice(s.alerts)
+		RaisePerformedTwice(s.Alerts)
 	}
 	if !evidence {
 		return ErrEffectLeaseLost

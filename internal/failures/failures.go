@@ -40,28 +40,17 @@ func (e *InputError) Error() string { return "the payload does not match its tri
 
 // Service applies the policy's failure handling to runs.
 type Service struct {
-	store  store.Store
-	policy *policy.Policy
-	alerts runs.AlertWaker
-	runs.Clock
-	// Observer, when set, counts validation results and retry-cap hits.
-	Observer interface {
-		Validation(result string)
-		RetryCap()
-	}
+	runs.Base
 }
 
-func NewService(st store.Store, p *policy.Policy, alerts runs.AlertWaker, now func() time.Time) *Service {
-	if p == nil {
-		p = policy.Empty()
+// New builds failure handling over b: its policy's retry rules, budgets, validation and
+// input schemas.
+func New(b runs.Base) (*Service, error) {
+	b, err := b.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("failures: %w", err)
 	}
-	return &Service{store: st, policy: p, alerts: alerts, Clock: runs.Clock{Now: now}}
-}
-
-// Budget returns a run's budget by its action type.
-func (s *Service) Budget(actionType string) runs.Budget {
-	b := s.policy.BudgetsFor(actionType)
-	return runs.Budget{MaxModelCalls: b.MaxModelCalls, MaxTokens: b.MaxTokens, RunDeadline: b.RunDeadline.D()}
+	return &Service{Base: b}, nil
 }
 
 // lock reads the run under the caller's lease, or explains why it cannot.
@@ -75,7 +64,7 @@ func (s *Service) lock(ctx context.Context, q store.Queries, req runs.LeaseReque
 
 // HasInputSchema reports whether claims from triggerSource are checked against a schema.
 func (s *Service) HasInputSchema(triggerSource string) bool {
-	ref := s.policy.InputSchemas[triggerSource]
+	ref := s.Policy.InputSchemas[triggerSource]
 	return ref != nil && ref.Compiled != nil
 }
 
@@ -89,7 +78,7 @@ func (s *Service) CheckInput(triggerSource string, payload json.RawMessage) erro
 	if err != nil {
 		return &InputError{Errors: []validation.Error{{Keyword: "json", Message: "the payload is not JSON"}}}
 	}
-	if errs := s.policy.InputSchemas[triggerSource].Compiled.Validate(v); errs != nil {
+	if errs := s.Policy.InputSchemas[triggerSource].Compiled.Validate(v); errs != nil {
 		return &InputError{Errors: errs}
 	}
 	return nil
@@ -117,24 +106,20 @@ type ValidateResult struct {
 // with none left, the run fails for good. Only the validated value is stored; the raw
 // output is kept as its SHA-256.
 func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateResult, error) {
-	a := s.policy.Action(req.ActionType)
+	a := s.Policy.Action(req.ActionType)
 	if a == nil {
 		return ValidateResult{}, fmt.Errorf("%w: %q", ErrUnknownActionType, req.ActionType)
 	}
 	if a.Schema == nil || a.Schema.Compiled == nil {
 		return ValidateResult{}, fmt.Errorf("%w: %q", ErrNoSchema, req.ActionType)
 	}
-	maxRepairs := *s.policy.Validation.MaxRepairs
+	maxRepairs := *s.Policy.Validation.MaxRepairs
 	var res ValidateResult
 	var exhausted string
 	var terminated bool
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		res, exhausted, terminated = ValidateResult{}, "", false // Transact may run this again
 		run, err := s.lock(ctx, q, req.LeaseRequest)
-		if err != nil {
-			return err
-		}
-		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
@@ -142,8 +127,8 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		if run, err = q.RunCount(ctx, store.RunCountParams{Key: run.Key, ActionType: req.ActionType, Validations: 1}); err != nil {
 			return err
 		}
-		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
-			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
+		if ended, spent, err := s.OverBudget(ctx, q, s.At(), run, ""); spent != "" || err != nil {
+			res.Run, exhausted = ended, spent
 			return err
 		}
 		value, extracted, parsed := parseOutput(req.Output)
@@ -187,14 +172,14 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		if _, err := q.ValidationInsert(ctx, v); err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), run.Key, store.EventValidation, run.Version, req.Actor, req.Meta, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventValidation, Version: run.Version, Actor: req.Actor, Meta: req.Meta,
+			Detail: detail}); err != nil {
 			return err
 		}
 		res.Run = run
 		if terminated {
-			res.Run, err = runs.Terminate(ctx, q, s.At(), run, "validation_failed",
-				map[string]any{"action_type": req.ActionType, "errors": len(errs)},
-				map[string]any{"action_type": req.ActionType, "errors": errs})
+			res.Run, err = runs.Terminate(ctx, q, s.At(), run, runs.Ending{Reason: "validation_failed", Alert: map[string]any{"action_type": req.ActionType, "errors": len(errs)},
+				Detail: map[string]any{"action_type": req.ActionType, "errors": errs}})
 		}
 		return err
 	})
@@ -202,21 +187,19 @@ func (s *Service) Validate(ctx context.Context, req ValidateRequest) (ValidateRe
 		return ValidateResult{}, fmt.Errorf("validate %q: %w", req.Key, err)
 	}
 	if exhausted != "" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 		return res, fmt.Errorf("validate %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
 	}
-	if s.Observer != nil {
-		switch {
-		case res.Repaired && res.Valid:
-			s.Observer.Validation("repaired")
-		case res.Valid:
-			s.Observer.Validation("valid")
-		default:
-			s.Observer.Validation("invalid")
-		}
+	switch {
+	case res.Repaired && res.Valid:
+		s.Observer.Validation("repaired")
+	case res.Valid:
+		s.Observer.Validation("valid")
+	default:
+		s.Observer.Validation("invalid")
 	}
 	if terminated {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	return res, nil
 }
@@ -282,10 +265,10 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 	if !slices.Contains(policy.Classes, req.Class) {
 		return Decision{}, &runs.FieldError{Field: "class", Msg: "must be one of " + strings.Join(policy.Classes, ", ")}
 	}
-	rule := s.policy.Retry[req.Class]
+	rule := s.Policy.Retry[req.Class]
 	var d Decision
 	var alert string
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		d, alert = Decision{}, "" // Transact may run this again
 		run, err := s.lock(ctx, q, req.LeaseRequest)
 		if err != nil {
@@ -314,33 +297,32 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 			if err != nil {
 				return err
 			}
-			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventTransition, d.Run.Version, "airlock", nil,
-				map[string]any{"from": store.StateProcessing, "to": store.StateAwaitingHuman, "reason": "unknown_commit"}); err != nil {
+			if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventTransition, Version: d.Run.Version, Actor: "airlock",
+				Detail: map[string]any{"from": store.StateProcessing, "to": store.StateAwaitingHuman, "reason": "unknown_commit"}}); err != nil {
 				return err
 			}
-			if err := runs.Alert(ctx, q, s.At(), run.Key, d.Run.Version, "unknown_commit",
-				map[string]any{"class": req.Class, "attempts": d.Attempts}); err != nil {
+			if err := runs.Alert(ctx, q, s.At(), runs.Raised{Key: run.Key, Version: d.Run.Version, Kind: "unknown_commit",
+				Fields: map[string]any{"class": req.Class, "attempts": d.Attempts}}); err != nil {
 				return err
 			}
 		case rule.Retry == policy.RetryNever:
 			// Nothing will answer this run now: a person hears of it, as of a retry cap.
 			d.Decision, d.Reason, alert = DecisionTerminal, "never", "failure_not_retried"
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "failure_not_retried",
-				map[string]any{"class": req.Class, "attempts": d.Attempts}, map[string]any{"class": req.Class})
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, runs.Ending{Reason: "failure_not_retried", Alert: map[string]any{"class": req.Class, "attempts": d.Attempts},
+				Detail: map[string]any{"class": req.Class}})
 		case d.Attempts >= rule.MaxAttempts:
 			d.Decision, d.Reason, alert = DecisionTerminal, "retry_cap", "retry_cap"
-			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventRetryCap, run.Version, "airlock", nil,
-				map[string]any{"class": req.Class, "attempts": d.Attempts, "max_attempts": rule.MaxAttempts}); err != nil {
+			if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventRetryCap, Version: run.Version, Actor: "airlock",
+				Detail: map[string]any{"class": req.Class, "attempts": d.Attempts, "max_attempts": rule.MaxAttempts}}); err != nil {
 				return err
 			}
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "retry_cap",
-				map[string]any{"class": req.Class, "attempts": d.Attempts}, map[string]any{"class": req.Class})
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, runs.Ending{Reason: "retry_cap", Alert: map[string]any{"class": req.Class, "attempts": d.Attempts},
+				Detail: map[string]any{"class": req.Class}})
 		case deadline > 0 && now.Add(wait).After(run.CreatedAt.Add(deadline)):
 			// A retry would end past the run's deadline: stop now rather than stack timeouts.
 			d.Decision, d.Reason, alert = DecisionTerminal, "deadline", "deadline"
-			d.Run, err = runs.Terminate(ctx, q, s.At(), run, "deadline",
-				map[string]any{"class": req.Class, "attempts": d.Attempts},
-				map[string]any{"class": req.Class, "retry_in_ms": wait.Milliseconds()})
+			d.Run, err = runs.Terminate(ctx, q, s.At(), run, runs.Ending{Reason: "deadline", Alert: map[string]any{"class": req.Class, "attempts": d.Attempts},
+				Detail: map[string]any{"class": req.Class, "retry_in_ms": wait.Milliseconds()}})
 		default:
 			d.Decision, d.Level, d.RetryAfter = DecisionRetry, rule.Retry, wait
 			detail["retry_after_ms"] = wait.Milliseconds()
@@ -349,8 +331,8 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 				d.Run, err = q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
 					From: store.StateProcessing, To: store.StateFailedRetryable, Now: s.At()})
 				if err == nil {
-					err = runs.Event(ctx, q, s.At(), run.Key, store.EventTransition, d.Run.Version, "airlock", nil,
-						map[string]any{"from": store.StateProcessing, "to": store.StateFailedRetryable, "reason": req.Class})
+					err = runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventTransition, Version: d.Run.Version, Actor: "airlock",
+						Detail: map[string]any{"from": store.StateProcessing, "to": store.StateFailedRetryable, "reason": req.Class}})
 				}
 			case policy.RetryWrite:
 				// The model is not called again: only the failed writes go back to the outbox.
@@ -370,15 +352,15 @@ func (s *Service) Failure(ctx context.Context, req FailureRequest) (Decision, er
 		if d.Reason != "" {
 			detail["reason"] = d.Reason
 		}
-		return runs.Event(ctx, q, s.At(), run.Key, store.EventFailure, d.Run.Version, req.Actor, req.Meta, detail)
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventFailure, Version: d.Run.Version, Actor: req.Actor, Meta: req.Meta, Detail: detail})
 	})
 	if err != nil {
 		return Decision{}, fmt.Errorf("failure on %q: %w", req.Key, err)
 	}
 	if alert != "" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
-	if d.Reason == "retry_cap" && s.Observer != nil {
+	if d.Reason == "retry_cap" {
 		s.Observer.RetryCap()
 	}
 	return d, nil
@@ -406,39 +388,34 @@ func (s *Service) Usage(ctx context.Context, req runs.LeaseRequest, modelCalls i
 	if tokens < 0 || tokens > MaxReportedTokens {
 		return store.Run{}, &runs.FieldError{Field: "tokens", Msg: fmt.Sprintf("must be from 0 to %d", int64(MaxReportedTokens))}
 	}
-	if actionType != "" && s.policy.Action(actionType) == nil {
+	if actionType != "" && s.Policy.Action(actionType) == nil {
 		return store.Run{}, fmt.Errorf("%w: %q", ErrUnknownActionType, actionType)
 	}
 	var run store.Run
 	var exhausted string
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		exhausted = "" // Transact may run this again
 		held, err := s.lock(ctx, q, req)
-		if err != nil {
-			return err
-		}
-		now, err := s.Read(ctx, q)
 		if err != nil {
 			return err
 		}
 		if run, err = q.RunCount(ctx, store.RunCountParams{Key: held.Key, ActionType: actionType, ModelCalls: modelCalls, Tokens: tokens}); err != nil {
 			return err
 		}
-		if err := runs.Event(ctx, q, s.At(), run.Key, store.EventUsage, run.Version, req.Actor, req.Meta, map[string]any{
-			"model_calls": modelCalls, "tokens": tokens, "total_model_calls": run.ModelCalls, "total_tokens": run.Tokens,
-		}); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventUsage, Version: run.Version, Actor: req.Actor, Meta: req.Meta,
+			Detail: map[string]any{
+				"model_calls": modelCalls, "tokens": tokens, "total_model_calls": run.ModelCalls, "total_tokens": run.Tokens,
+			}}); err != nil {
 			return err
 		}
-		if exhausted = runs.BudgetExceeded(run, s.Budget(run.ActionType), now); exhausted != "" {
-			run, err = runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
-		}
+		run, exhausted, err = s.OverBudget(ctx, q, s.At(), run, "")
 		return err
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("usage on %q: %w", req.Key, err)
 	}
 	if exhausted != "" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 		return run, fmt.Errorf("usage on %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
 	}
 	return run, nil
@@ -457,7 +434,7 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 		return store.Replacement{}, fmt.Errorf("%w: the old key plus a suffix is not an upstream-issued key", ErrInvalidReplacement)
 	}
 	var r store.Replacement
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		old, err := q.RunGet(ctx, oldKey)
 		if errors.Is(err, store.ErrNotFound) {
 			return runs.ErrNotFound
@@ -505,8 +482,8 @@ func (s *Service) Replace(ctx context.Context, oldKey, newKey, reason, actor str
 		if err := q.RunSetReplacedBy(ctx, oldKey, newKey); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), oldKey, store.EventReplaced, 0, actor, nil,
-			map[string]any{"new_key": newKey, "reason": reason, "provider_ids": ids})
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: oldKey, Kind: store.EventReplaced, Actor: actor,
+			Detail: map[string]any{"new_key": newKey, "reason": reason, "provider_ids": ids}})
 	})
 	if err != nil {
 		return store.Replacement{}, fmt.Errorf("replace %q: %w", oldKey, err)
@@ -524,12 +501,12 @@ func adHocSuffix(oldKey, newKey string) bool {
 
 // Replacements returns what replaced key and what key replaces, if anything.
 func (s *Service) Replacements(ctx context.Context, key string) (replacedBy, replaces *store.Replacement, err error) {
-	if r, err := s.store.ReplacementFind(ctx, key, false); err == nil {
+	if r, err := s.Store.ReplacementFind(ctx, key, false); err == nil {
 		replacedBy = &r
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, nil, err
 	}
-	if r, err := s.store.ReplacementFind(ctx, key, true); err == nil {
+	if r, err := s.Store.ReplacementFind(ctx, key, true); err == nil {
 		replaces = &r
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, nil, err
@@ -545,59 +522,7 @@ func (s *Service) Replacements(ctx context.Context, key string) (replacedBy, rep
 // (POST /v1/runs/{key}/unpark), the CLI (airlock runs unpark) and the console all call
 // this.
 func (s *Service) Unpark(ctx context.Context, key string, to store.State, reason, actor string) (store.Run, error) {
-	if to != store.StateFailedTerminal && to != store.StateFailedRetryable {
-		return store.Run{}, &runs.FieldError{Field: "to", Msg: "must be failed_terminal or failed_retryable"}
-	}
-	if strings.TrimSpace(reason) == "" {
-		return store.Run{}, &runs.FieldError{Field: "reason", Msg: "required: say why"}
-	}
-	if !runs.Allowed(store.StateAwaitingHuman, to, runs.Operator) {
-		return store.Run{}, runs.ErrInvalidTransition
-	}
-	var out store.Run
-	err := s.store.Transact(ctx, func(q store.Queries) error {
-		// The run's lock first: its park reason is read and changed under it.
-		locked, err := q.RunLockKeys(ctx, []string{key})
-		if err != nil {
-			return err
-		}
-		run, ok := locked[key]
-		if !ok {
-			return runs.ErrNotFound
-		}
-		if run.State != store.StateAwaitingHuman || !slices.Contains(store.ParkReasons, run.ParkReason) {
-			why := string(run.State)
-			if run.ParkReason != "" {
-				why += " (" + run.ParkReason + ")"
-			}
-			return fmt.Errorf("%w: it is %s", ErrNotParked, why)
-		}
-		result, err := json.Marshal(map[string]string{"reason": "unparked", "parked_for": run.ParkReason, "by": actor})
-		if err != nil {
-			return err
-		}
-		if to != store.StateFailedTerminal {
-			result = nil // keep the stored result: the run is not finished
-		}
-		out, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateAwaitingHuman, To: to,
-			Result: result, Now: s.At()})
-		if err != nil {
-			return err
-		}
-		if err := runs.Event(ctx, q, s.At(), key, store.EventRunUnparked, out.Version, actor, nil, map[string]any{
-			"from": store.StateAwaitingHuman, "to": to, "parked_for": run.ParkReason, "reason": reason,
-		}); err != nil {
-			return err
-		}
-		if to == store.StateFailedTerminal {
-			return runs.CancelPending(ctx, q, s.At(), key)
-		}
-		return nil
-	})
-	if err != nil {
-		return store.Run{}, fmt.Errorf("unpark %q: %w", key, err)
-	}
-	return out, nil
+	return s.moveByOperator(ctx, unpark, OperatorMove{Key: key, To: to, Reason: reason, Actor: actor})
 }
 
 // Redrive ends a stall: a run left processing after its lease lapsed, that nothing
@@ -609,17 +534,77 @@ func (s *Service) Unpark(ctx context.Context, key string, to store.State, reason
 // (ErrNotStalled), never taken from its new holder. A run_redriven event records who,
 // why and when the lapsed lease ended.
 func (s *Service) Redrive(ctx context.Context, key string, to store.State, reason, actor string) (store.Run, error) {
-	if to != store.StateFailedTerminal && to != store.StateFailedRetryable {
+	return s.moveByOperator(ctx, redrive, OperatorMove{Key: key, To: to, Reason: reason, Actor: actor})
+}
+
+// OperatorMove is an operator's request to move a run that nothing else will move.
+type OperatorMove struct {
+	Key    string
+	To     store.State // failed_terminal or failed_retryable
+	Reason string      // required: why
+	Actor  string
+}
+
+// operatorMove is one kind of operator move: the state it moves runs out of, its event,
+// and which runs in that state it applies to.
+type operatorMove struct {
+	name  string // the error's prefix
+	from  store.State
+	event store.EventKind
+	// movable says, under the run's lock at now, why run is not this move's to make
+	// (err), or the event's own fields and the result a failed_terminal run keeps.
+	movable func(run store.Run, now time.Time, actor string) (fields map[string]any, result map[string]string, err error)
+}
+
+// unpark moves runs parked in awaiting_human for a reason no delivery can clear.
+var unpark = operatorMove{name: "unpark", from: store.StateAwaitingHuman, event: store.EventRunUnparked,
+	movable: func(run store.Run, _ time.Time, actor string) (map[string]any, map[string]string, error) {
+		if run.State != store.StateAwaitingHuman || !slices.Contains(store.ParkReasons, run.ParkReason) {
+			why := string(run.State)
+			if run.ParkReason != "" {
+				why += " (" + run.ParkReason + ")"
+			}
+			return nil, nil, fmt.Errorf("%w: it is %s", ErrNotParked, why)
+		}
+		return map[string]any{"parked_for": run.ParkReason},
+			map[string]string{"reason": "unparked", "parked_for": run.ParkReason, "by": actor}, nil
+	}}
+
+// redrive moves runs left processing after their lease lapsed.
+var redrive = operatorMove{name: "re-drive", from: store.StateProcessing, event: store.EventRunRedriven,
+	movable: func(run store.Run, now time.Time, actor string) (map[string]any, map[string]string, error) {
+		if run.State != store.StateProcessing || run.LeaseLive(now) {
+			why := string(run.State)
+			if run.LeaseLive(now) {
+				why += ", its lease held until " + run.LeaseExpiresAt.UTC().Format(time.RFC3339)
+			}
+			return nil, nil, fmt.Errorf("%w: it is %s", ErrNotStalled, why)
+		}
+		fields := map[string]any{} // never the lease owner
+		if run.LeaseExpiresAt != nil {
+			fields["lease_expired_at"] = run.LeaseExpiresAt.UTC()
+		}
+		return fields, map[string]string{"reason": "stalled", "by": actor}, nil
+	}}
+
+// moveByOperator makes an operator's move m in one transaction: the run is re-read under
+// its lock (a run that moved on meanwhile is refused, never taken from its new holder),
+// moved to req.To, its event records who and why, and a run given up
+// (failed_terminal) has its pending effects withdrawn.
+func (s *Service) moveByOperator(ctx context.Context, m operatorMove, req OperatorMove) (store.Run, error) {
+	if req.To != store.StateFailedTerminal && req.To != store.StateFailedRetryable {
 		return store.Run{}, &runs.FieldError{Field: "to", Msg: "must be failed_terminal or failed_retryable"}
 	}
-	if strings.TrimSpace(reason) == "" {
+	if strings.TrimSpace(req.Reason) == "" {
 		return store.Run{}, &runs.FieldError{Field: "reason", Msg: "required: say why"}
 	}
-	if !runs.Allowed(store.StateProcessing, to, runs.Operator) {
+	if !runs.Allowed(m.from, req.To, runs.Operator) {
 		return store.Run{}, runs.ErrInvalidTransition
 	}
+	key := req.Key
 	var out store.Run
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
+		// The run's lock first: its state, park reason and lease are read and changed under it.
 		locked, err := q.RunLockKeys(ctx, []string{key})
 		if err != nil {
 			return err
@@ -632,37 +617,31 @@ func (s *Service) Redrive(ctx context.Context, key string, to store.State, reaso
 		if err != nil {
 			return err
 		}
-		if run.State != store.StateProcessing || run.LeaseLive(now) {
-			why := string(run.State)
-			if run.LeaseLive(now) {
-				why += ", its lease held until " + run.LeaseExpiresAt.UTC().Format(time.RFC3339)
-			}
-			return fmt.Errorf("%w: it is %s", ErrNotStalled, why)
-		}
-		var result json.RawMessage
-		if to == store.StateFailedTerminal {
-			if result, err = json.Marshal(map[string]string{"reason": "stalled", "by": actor}); err != nil {
-				return err
-			}
-		}
-		out, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: store.StateProcessing, To: to, Result: result, Now: s.At()})
+		fields, result, err := m.movable(run, now, req.Actor)
 		if err != nil {
 			return err
 		}
-		detail := map[string]any{"from": store.StateProcessing, "to": to, "reason": reason} // never the lease owner
-		if run.LeaseExpiresAt != nil {
-			detail["lease_expired_at"] = run.LeaseExpiresAt.UTC()
+		var stored json.RawMessage // failed_retryable keeps the stored result: the run is not finished
+		if req.To == store.StateFailedTerminal {
+			if stored, err = json.Marshal(result); err != nil {
+				return err
+			}
 		}
-		if err := runs.Event(ctx, q, s.At(), key, store.EventRunRedriven, out.Version, actor, nil, detail); err != nil {
+		out, err = q.RunSetState(ctx, store.RunSetStateParams{Key: key, From: m.from, To: req.To, Result: stored, Now: s.At()})
+		if err != nil {
 			return err
 		}
-		if to == store.StateFailedTerminal {
+		fields["from"], fields["to"], fields["reason"] = m.from, req.To, req.Reason
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: key, Kind: m.event, Version: out.Version, Actor: req.Actor, Detail: fields}); err != nil {
+			return err
+		}
+		if req.To == store.StateFailedTerminal {
 			return runs.CancelPending(ctx, q, s.At(), key)
 		}
 		return nil
 	})
 	if err != nil {
-		return store.Run{}, fmt.Errorf("re-drive %q: %w", key, err)
+		return store.Run{}, fmt.Errorf("%s %q: %w", m.name, key, err)
 	}
 	return out, nil
 }

@@ -472,7 +472,7 @@ func (s *server) declared(ctx context.Context, m *runs.Meta) error {
 	if m == nil || strings.TrimSpace(m.RequestedBy) == "" {
 		return nil
 	}
-	if err := approvals.CheckDeclared(ctx, s.Store, s.Effects.Policy(), m.RequestedBy); err != nil {
+	if err := approvals.CheckDeclared(ctx, s.Store, s.Effects.Policy, m.RequestedBy); err != nil {
 		return fmt.Errorf("meta.requested_by: %w", err)
 	}
 	return nil

@@ -88,7 +88,7 @@ func (s *server) queueEffect(w http.ResponseWriter, r *http.Request) error {
 	}
 	sub, err := s.Effects.Submit(r.Context(), effects.QueueRequest{Key: lr.Key, Owner: lr.Owner, Version: lr.Version,
 		ActionType: body.ActionType, Target: body.Target, EffectID: body.EffectID, Payload: body.Payload, Actor: lr.Actor,
-		OnBehalfOf: principal(r.Context()).OnBehalfOf, Meta: lr.Meta, Gate: body.Gate}, s.Approvals)
+		OnBehalfOf: principal(r.Context()).OnBehalfOf, Meta: lr.Meta, Gate: body.Gate})
 	if err != nil {
 		return err
 	}

@@ -162,7 +162,7 @@ func (s *server) confirm(w http.ResponseWriter, r *http.Request) error {
 	if len(b.Result) > maxResultBytes {
 		return invalid("result", fmt.Sprintf("at most %d bytes; confirm with the receipt alone", maxResultBytes))
 	}
-	if err := s.Ledger.Confirm(r.Context(), key, id, b.LeaseOwner, b.Receipt, b.Result, actor(r)); err != nil {
+	if err := s.Ledger.Confirm(r.Context(), ledger.ConfirmRequest{Key: key, EffectID: id, Owner: b.LeaseOwner, Receipt: b.Receipt, Result: b.Result, Actor: actor(r)}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "confirmed", "receipt": b.Receipt})
@@ -193,7 +193,7 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	status, err := s.Ledger.Reconcile(r.Context(), key, id, b.LeaseOwner, b.Found, b.Undetermined, actor(r))
+	status, err := s.Ledger.Reconcile(r.Context(), ledger.ReconcileRequest{Key: key, EffectID: id, Owner: b.LeaseOwner, Found: b.Found, Undetermined: b.Undetermined, Actor: actor(r)})
 	if err != nil {
 		return err
 	}

@@ -176,7 +176,7 @@ func New(d Deps) http.Handler {
 	if aud == nil {
 		aud = audit.New(d.Store, d.Web.Now)
 	}
-	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy(), Slack: d.Slack})
+	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy, Slack: d.Slack})
 	d.Web.Register(mux)
 	return s.observe(s.writerGate(s.jsonFallback(mux)))
 }

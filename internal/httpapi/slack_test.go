@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/accounts"
 	"github.com/airlockhq/airlock/internal/approvals"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/runs"
 	"github.com/airlockhq/airlock/internal/slack"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -311,7 +312,7 @@ func (h *harness) linkSlack(team, user, name string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := (&slack.Service{Store: h.env.Store}).Link(context.Background(), team, user, name, u.ID, "cli:test"); err != nil {
+	if err := linker(h.t, h.env.Store).Link(context.Background(), team, user, name, u.ID, "cli:test"); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -676,7 +677,7 @@ func TestSlackSingleSignOnPerson(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		s := newSlackStandin(t, h)
 		ctx := context.Background()
-		if err := (&slack.Service{Store: h.env.Store}).Link(ctx, s.team, "U8", "idp-7f3a", "", "cli:test"); err != nil {
+		if err := linker(t, h.env.Store).Link(ctx, s.team, "U8", "idp-7f3a", "", "cli:test"); err != nil {
 			t.Fatal(err)
 		}
 		h.proposeSubject("ss-1", "", "SSO")
@@ -699,4 +700,13 @@ func TestSlackSingleSignOnPerson(t *testing.T) {
 			t.Fatalf("fresh roles: %+v %v", a, s.postsTo(ru))
 		}
 	})
+}
+
+// linker is the Slack service the command line links accounts with: over the store alone.
+func linker(t testing.TB, st store.Store) *slack.Service {
+	s, err := slack.New(runs.Base{Store: st}, slack.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -114,17 +114,32 @@ func Status(s store.EffectState) string {
 
 // Service keeps ledgers and agent effects.
 type Service struct {
-	store     store.Store
-	policy    *policy.Policy
+	runs.Base
 	effects   *effects.Service
 	approvals *approvals.Service
-	alerts    runs.AlertWaker
-	budgets   func(string) runs.Budget
-	runs.Clock
 }
 
-func NewService(st store.Store, p *policy.Policy, eff *effects.Service, ap *approvals.Service, alerts runs.AlertWaker, budgets func(string) runs.Budget, now func() time.Time) *Service {
-	return &Service{store: st, policy: p, effects: eff, approvals: ap, alerts: alerts, budgets: budgets, Clock: runs.Clock{Now: now}}
+// Config is what the ledger needs beside its Base.
+type Config struct {
+	// Effects guards every plan with the kill switch (required).
+	Effects *effects.Service
+	// Approvals asks a person before a gated agent effect (required).
+	Approvals *approvals.Service
+}
+
+// New builds the ledger over b.
+func New(b runs.Base, cfg Config) (*Service, error) {
+	b, err := b.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	switch {
+	case cfg.Effects == nil:
+		return nil, errors.New("ledger: Config.Effects is required")
+	case cfg.Approvals == nil:
+		return nil, errors.New("ledger: Config.Approvals is required")
+	}
+	return &Service{Base: b, effects: cfg.Effects, approvals: cfg.Approvals}, nil
 }
 
 // holder locks the run the caller holds a live lease on (the ledger's calls carry no
@@ -174,7 +189,7 @@ func (s *Service) Save(ctx context.Context, key, owner string, raw json.RawMessa
 		return 0, store.Run{}, err
 	}
 	var run store.Run
-	err = s.store.Transact(ctx, func(q store.Queries) error {
+	err = s.Store.Transact(ctx, func(q store.Queries) error {
 		run, err = s.holder(ctx, q, key, owner)
 		if err != nil {
 			return err
@@ -200,10 +215,10 @@ func (s *Service) Save(ctx context.Context, key, owner string, raw json.RawMessa
 		} else if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), key, store.EventLedgerSaved, run.Version, actor, nil, map[string]any{
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: key, Kind: store.EventLedgerSaved, Version: run.Version, Actor: actor, Detail: map[string]any{
 			"checkpoint_version": doc.CheckpointVersion, "next_allowed_action": doc.NextAllowedAction,
 			"completed": len(doc.Completed), "pending": len(doc.Pending),
-		})
+		}})
 	})
 	if err != nil {
 		return 0, store.Run{}, fmt.Errorf("save ledger of %q: %w", key, err)
@@ -219,9 +234,9 @@ type Ledger struct {
 
 // Get returns the latest checkpoint and the run's agent effects.
 func (s *Service) Get(ctx context.Context, key string) (Ledger, error) {
-	_, raw, err := s.store.LedgerLatest(ctx, key)
+	_, raw, err := s.Store.LedgerLatest(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		if _, err := s.store.RunGet(ctx, key); errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Store.RunGet(ctx, key); errors.Is(err, store.ErrNotFound) {
 			return Ledger{}, runs.ErrNotFound
 		}
 		return Ledger{}, ErrNotFound
@@ -233,7 +248,7 @@ func (s *Service) Get(ctx context.Context, key string) (Ledger, error) {
 	if err := json.Unmarshal(raw, &l.Document); err != nil {
 		return Ledger{}, err
 	}
-	l.Effects, err = s.agentEffects(ctx, s.store, key)
+	l.Effects, err = s.agentEffects(ctx, s.Store, key)
 	return l, err
 }
 
@@ -295,7 +310,7 @@ type PlanResult struct {
 // Plan passes the same checks as every other effect — a configured action type, an
 // enabled kill switch, a passed gate — then records the intent as planned.
 func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error) {
-	a := s.policy.Action(req.Action)
+	a := s.Policy.Action(req.Action)
 	if a == nil {
 		return PlanResult{}, fmt.Errorf("%w: %q", effects.ErrUnknownActionType, req.Action)
 	}
@@ -311,7 +326,7 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 	var res PlanResult
 	var mismatch bool
 	var exhausted string
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		res, mismatch, exhausted = PlanResult{}, false, "" // Transact may run this again
 		run, err := s.holder(ctx, q, req.Key, req.Owner)
 		if err != nil {
@@ -324,15 +339,8 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 		} else if !ok {
 			return fmt.Errorf("%w: %s", effects.ErrActionsDisabled, why)
 		}
-		if s.budgets != nil {
-			now, err := s.Read(ctx, q)
-			if err != nil {
-				return err
-			}
-			if exhausted = runs.BudgetExceeded(run, s.budgets(run.ActionType), now); exhausted != "" {
-				_, err := runs.Terminate(ctx, q, s.At(), run, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
-				return err
-			}
+		if _, exhausted, err = s.OverBudget(ctx, q, s.At(), run, ""); exhausted != "" || err != nil {
+			return err
 		}
 		e, err := q.EffectByRunEffectID(ctx, req.Key, req.EffectID)
 		switch {
@@ -348,11 +356,13 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 			if err != nil {
 				return err
 			}
-			if err := runs.Event(ctx, q, s.At(), run.Key, store.EventInputMismatch, moved.Version, req.Actor, req.Meta, map[string]any{
-				"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash}); err != nil {
+			if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventInputMismatch, Version: moved.Version, Actor: req.Actor, Meta: req.Meta,
+				Detail: map[string]any{
+					"effect_id": req.EffectID, "planned_input_hash": e.PayloadHash, "input_hash": req.InputHash}}); err != nil {
 				return err
 			}
-			return runs.Alert(ctx, q, s.At(), run.Key, moved.Version, "input_mismatch", map[string]any{"effect_id": req.EffectID})
+			return runs.Alert(ctx, q, s.At(), runs.Raised{Key: run.Key, Version: moved.Version, Kind: "input_mismatch",
+				Fields: map[string]any{"effect_id": req.EffectID}})
 		case e.State == store.EffectCompleted:
 			res = PlanResult{Confirmed: true, Receipt: e.ProviderID, Result: resultOf(e)}
 			return nil
@@ -363,18 +373,18 @@ func (s *Service) Plan(ctx context.Context, req PlanRequest) (PlanResult, error)
 				return err
 			}
 			res.Execute = true
-			return runs.Event(ctx, q, s.At(), run.Key, store.EventEffectPlanned, run.Version, req.Actor, req.Meta,
-				map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash, "again": true})
+			return runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventEffectPlanned, Version: run.Version, Actor: req.Actor, Meta: req.Meta,
+				Detail: map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash, "again": true}})
 		default:
 			return ErrReconcileFirst
 		}
 	})
 	switch {
 	case err == nil && mismatch:
-		s.alerts.Wake()
+		s.Alerts.Wake()
 		return PlanResult{}, fmt.Errorf("plan %s on %q: %w", req.EffectID, req.Key, ErrInputMismatch)
 	case err == nil && exhausted != "":
-		s.alerts.Wake()
+		s.Alerts.Wake()
 		return PlanResult{}, fmt.Errorf("plan on %q: %w (%s)", req.Key, runs.ErrBudgetExhausted, exhausted)
 	case err != nil:
 		return PlanResult{}, fmt.Errorf("plan %s on %q: %w", req.EffectID, req.Key, err)
@@ -405,9 +415,9 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 			if req.Meta != nil {
 				declared = req.Meta.RequestedBy
 			}
-			r, err := s.approvals.Request(ctx, q, run, a, approvals.Proposed{ActionType: req.Action, Target: req.Target,
+			r, err := s.approvals.Request(ctx, q, run, approvals.Proposed{ActionType: req.Action, Target: req.Target,
 				EffectID: req.EffectID, Executor: store.ExecutorAgent, Payload: req.Input, PayloadHash: req.InputHash},
-				approvals.NewRequester(req.Actor, req.OnBehalfOf, declared), req.Actor, req.Meta)
+				approvals.Ask{Action: a, By: approvals.NewRequester(req.Actor, req.OnBehalfOf, declared), Actor: req.Actor, Meta: req.Meta})
 			res.Approval = &r
 			return err
 		}
@@ -420,8 +430,8 @@ func (s *Service) planNew(ctx context.Context, q store.Queries, run store.Run, a
 		return ErrReconcileFirst
 	}
 	res.Execute = true
-	return runs.Event(ctx, q, s.At(), run.Key, store.EventEffectPlanned, run.Version, req.Actor, req.Meta,
-		map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash})
+	return runs.Event(ctx, q, s.At(), runs.Entry{Key: run.Key, Kind: store.EventEffectPlanned, Version: run.Version, Actor: req.Actor, Meta: req.Meta,
+		Detail: map[string]any{"effect_id": req.EffectID, "action_type": req.Action, "target": req.Target, "input_hash": req.InputHash}})
 }
 
 // resultOf is the result recorded with an agent effect's confirmation, nil when none was.
@@ -457,6 +467,15 @@ func rejectReason(r string) string {
 	return strconv.Quote(r)
 }
 
+// ConfirmRequest is the receipt of an effect the agent performed on run Key under its
+// lease (Owner), and optionally its result.
+type ConfirmRequest struct {
+	Key, EffectID, Owner string
+	Receipt              string
+	Result               json.RawMessage
+	Actor                string
+}
+
 // Confirm records the receipt of an effect the agent performed, and optionally its
 // result (kept as the effect's payload, so retention purges it with every payload; a
 // later plan of the same effect answers it instead of executing again).
@@ -467,11 +486,12 @@ func rejectReason(r string) string {
 // receipt is the evidence of a second performance: an alert event on the run, in the same
 // transaction, raised after the commit. The caller is still refused (lease_lost,
 // not_planned).
-func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt string, result json.RawMessage, actor string) error {
+func (s *Service) Confirm(ctx context.Context, req ConfirmRequest) error {
+	key, effectID, owner, receipt, result, actor := req.Key, req.EffectID, req.Owner, req.Receipt, req.Result, req.Actor
 	var refused error
 	var twice *effects.SecondPerformance
 	var written bool
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		refused, twice, written = nil, nil, false // Transact may run this again
 		run, err := s.holder(ctx, q, key, owner)
 		if errors.Is(err, runs.ErrLeaseLost) {
@@ -509,14 +529,14 @@ func (s *Service) Confirm(ctx context.Context, key, effectID, owner, receipt str
 		} else if err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), key, store.EventEffectConfirmed, run.Version, actor, nil,
-			map[string]any{"effect_id": effectID, "receipt": receipt, "result_recorded": result != nil})
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: key, Kind: store.EventEffectConfirmed, Version: run.Version, Actor: actor,
+			Detail: map[string]any{"effect_id": effectID, "receipt": receipt, "result_recorded": result != nil}})
 	})
 	if err != nil {
 		return fmt.Errorf("confirm %s on %q: %w", effectID, key, err)
 	}
 	if written {
-		effects.RaisePerformedTwice(s.alerts)
+		effects.RaisePerformedTwice(s.Alerts)
 	}
 	if refused != nil {
 		if twice != nil {
@@ -603,13 +623,23 @@ func planAndClaimVersions(ctx context.Context, q store.Queries, key, effectID st
 	}
 }
 
+// ReconcileRequest is what the agent holding run Key's lease (Owner) found when it
+// searched for a planned effect: the ids Found, or Undetermined.
+type ReconcileRequest struct {
+	Key, EffectID, Owner string
+	Found                []string
+	Undetermined         bool
+	Actor                string
+}
+
 // Reconcile records what the agent found when it searched the external system for a
 // planned effect: none → cleared to run again under the same id; one → confirmed with
 // it; several, or a search that could not decide → unknown. An unknown effect is a
 // person's (operator resolve), never the agent's to clear and redo.
-func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, found []string, undetermined bool, actor string) (string, error) {
+func (s *Service) Reconcile(ctx context.Context, req ReconcileRequest) (string, error) {
+	key, effectID, owner, found, undetermined, actor := req.Key, req.EffectID, req.Owner, req.Found, req.Undetermined, req.Actor
 	var status string
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		run, err := s.holder(ctx, q, key, owner)
 		if err != nil {
 			return err
@@ -633,7 +663,7 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		default:
 			// "None" clears the effect only once a call made under the plan can no longer
 			// arrive: the type's settle window (actions.T.settle_window) from the plan.
-			if w := s.policy.Settle(e.ActionType); w > 0 {
+			if w := s.Policy.Settle(e.ActionType); w > 0 {
 				now, err := s.Read(ctx, q)
 				if err != nil {
 					return err
@@ -654,12 +684,13 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		if len(found) > 0 {
 			detail["receipts"] = found
 		}
-		if err := runs.Event(ctx, q, s.At(), key, store.EventEffectReconciled, run.Version, actor, nil, detail); err != nil {
+		if err := runs.Event(ctx, q, s.At(), runs.Entry{Key: key, Kind: store.EventEffectReconciled, Version: run.Version, Actor: actor,
+			Detail: detail}); err != nil {
 			return err
 		}
 		if p.To == store.EffectUnknown {
-			return runs.Event(ctx, q, s.At(), key, store.EventAlert, run.Version, "airlock", nil,
-				map[string]any{"alert": "agent_effect_unknown", "effect_id": effectID, "check": unknownCheck(e)})
+			return runs.Event(ctx, q, s.At(), runs.Entry{Key: key, Kind: store.EventAlert, Version: run.Version, Actor: "airlock",
+				Detail: map[string]any{"alert": "agent_effect_unknown", "effect_id": effectID, "check": unknownCheck(e)}})
 		}
 		return nil
 	})
@@ -667,7 +698,7 @@ func (s *Service) Reconcile(ctx context.Context, key, effectID, owner string, fo
 		return "", fmt.Errorf("reconcile %s on %q: %w", effectID, key, err)
 	}
 	if status == "unknown" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	return status, nil
 }
@@ -700,7 +731,7 @@ type Verdict struct {
 
 // Resume reads the run, its ledger and its agent effects and gives the verdict.
 func (s *Service) Resume(ctx context.Context, key string) (Verdict, error) {
-	run, err := s.store.RunGet(ctx, key)
+	run, err := s.Store.RunGet(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return Verdict{}, runs.ErrNotFound
 	}
@@ -722,10 +753,10 @@ func (s *Service) Resume(ctx context.Context, key string) (Verdict, error) {
 	case store.StateCompleted, store.StateFailedTerminal, store.StateRejected:
 		return stop("the run is " + string(run.State) + ": nothing more to do")
 	}
-	stored, raw, err := s.store.LedgerLatest(ctx, key)
+	stored, raw, err := s.Store.LedgerLatest(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		// Any event but claims and heartbeats, however many of those came first.
-		started, err := s.store.EventExistsExcept(ctx, key, []string{"claimed", "lease_reclaimed", "duplicate", "heartbeat"})
+		started, err := s.Store.EventExistsExcept(ctx, key, []string{"claimed", "lease_reclaimed", "duplicate", "heartbeat"})
 		if err != nil {
 			return Verdict{}, err
 		}
@@ -743,7 +774,7 @@ func (s *Service) Resume(ctx context.Context, key string) (Verdict, error) {
 		return stop("the ledger is missing run_id, checkpoint_version or next_allowed_action")
 	}
 	v.CheckpointVersion = stored
-	list, err := s.agentEffects(ctx, s.store, key)
+	list, err := s.agentEffects(ctx, s.Store, key)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -784,7 +815,7 @@ type Call struct {
 // passes through while the run waits for an approval or is held by another process, and
 // is still recorded.
 func (s *Service) RecordCall(ctx context.Context, key string, c Call, actor string) error {
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		run, err := q.RunGet(ctx, key)
 		if errors.Is(err, store.ErrNotFound) {
 			return runs.ErrNotFound
@@ -798,7 +829,7 @@ func (s *Service) RecordCall(ctx context.Context, key string, c Call, actor stri
 				detail[k] = v
 			}
 		}
-		return runs.Event(ctx, q, s.At(), key, store.EventToolCall, run.Version, actor, nil, detail)
+		return runs.Event(ctx, q, s.At(), runs.Entry{Key: key, Kind: store.EventToolCall, Version: run.Version, Actor: actor, Detail: detail})
 	})
 	if err != nil {
 		return fmt.Errorf("record tool call on %q: %w", key, err)

@@ -118,17 +118,17 @@ func testPlanConfirm(t *testing.T, e *apptest.EffectsEnv) {
 	if _, err := e.Plan("report-1", "share-draft-01", "in-1"); !errors.Is(err, ledger.ErrReconcileFirst) {
 		t.Fatalf("plan of a planned effect: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", e.Owner(t, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, ledger.ConfirmRequest{Key: "report-1", EffectID: "share-draft-01", Owner: e.Owner(t, "report-1"), Receipt: "doc://weekly-report-42", Actor: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err = e.Plan("report-1", "share-draft-01", "in-1")
 	if err != nil || res.Execute || res.Receipt != "doc://weekly-report-42" {
 		t.Fatalf("plan of a confirmed effect: %+v %v", res, err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", e.Owner(t, "report-1"), "doc://weekly-report-42", nil, "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, ledger.ConfirmRequest{Key: "report-1", EffectID: "share-draft-01", Owner: e.Owner(t, "report-1"), Receipt: "doc://weekly-report-42", Actor: "t"}); err != nil {
 		t.Fatalf("the same confirmation again: %v", err)
 	}
-	if err := e.Ledger.Confirm(ctx, "report-1", "share-draft-01", e.Owner(t, "report-1"), "doc://other", nil, "t"); !errors.Is(err, ledger.ErrNotPlanned) {
+	if err := e.Ledger.Confirm(ctx, ledger.ConfirmRequest{Key: "report-1", EffectID: "share-draft-01", Owner: e.Owner(t, "report-1"), Receipt: "doc://other", Actor: "t"}); !errors.Is(err, ledger.ErrNotPlanned) {
 		t.Fatalf("another receipt: %v", err)
 	}
 	l, err := e.Ledger.Get(ctx, "report-1")
@@ -165,7 +165,7 @@ func testLedgerReconcile(t *testing.T, e *apptest.EffectsEnv) {
 		{"undecided", nil, true, "unknown"},
 	}
 	for _, c := range cases {
-		got, err := e.Ledger.Reconcile(ctx, "report-1", c.id, o, c.found, c.undetermined, "t")
+		got, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "report-1", EffectID: c.id, Owner: o, Found: c.found, Undetermined: c.undetermined, Actor: "t"})
 		if err != nil || got != c.want {
 			t.Errorf("%s: %s %v, want %s", c.id, got, err, c.want)
 		}
@@ -296,7 +296,7 @@ func testConfirmedResult(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatalf("plan: %+v %v", res, err)
 	}
 	result := json.RawMessage(`{"content":[{"type":"text","text":"Successfully wrote"}],"structuredContent":{"content":"Successfully wrote"}}`)
-	if err := e.Ledger.Confirm(ctx, "report-1", "mcp.write_file.1", e.Owner(t, "report-1"), "sha256:abc", result, "t"); err != nil {
+	if err := e.Ledger.Confirm(ctx, ledger.ConfirmRequest{Key: "report-1", EffectID: "mcp.write_file.1", Owner: e.Owner(t, "report-1"), Receipt: "sha256:abc", Result: result, Actor: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := e.Plan("report-1", "mcp.write_file.1", "in-1")
@@ -334,7 +334,7 @@ func testReconcileSettle(t *testing.T, e *apptest.EffectsEnv) {
 		}
 	}
 	e.Clock.Advance(time.Minute)
-	_, err := e.Ledger.Reconcile(ctx, "settle-1", "slow", o, []string{}, false, "t")
+	_, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "settle-1", EffectID: "slow", Owner: o, Found: []string{}, Actor: "t"})
 	var ns *ledger.NotSettledError
 	if !errors.As(err, &ns) || ns.RetryAfter != 2*time.Minute {
 		t.Fatalf("none a minute after the plan: %v, want not settled for 2m", err)
@@ -342,11 +342,11 @@ func testReconcileSettle(t *testing.T, e *apptest.EffectsEnv) {
 	if _, err := e.Plan("settle-1", "slow", "in"); !errors.Is(err, ledger.ErrReconcileFirst) {
 		t.Fatalf("plan while unsettled: %v, want reconcile_first", err)
 	}
-	if got, err := e.Ledger.Reconcile(ctx, "settle-1", "found", o, []string{"doc://1"}, false, "t"); err != nil || got != "confirmed" {
+	if got, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "settle-1", EffectID: "found", Owner: o, Found: []string{"doc://1"}, Actor: "t"}); err != nil || got != "confirmed" {
 		t.Fatalf("found inside the window: %s %v", got, err)
 	}
 	e.Clock.Advance(2 * time.Minute) // inside the run's lease still
-	if got, err := e.Ledger.Reconcile(ctx, "settle-1", "slow", o, []string{}, false, "t"); err != nil || got != "cleared" {
+	if got, err := e.Ledger.Reconcile(ctx, ledger.ReconcileRequest{Key: "settle-1", EffectID: "slow", Owner: o, Found: []string{}, Actor: "t"}); err != nil || got != "cleared" {
 		t.Fatalf("none past the window: %s %v, want cleared", got, err)
 	}
 }

@@ -171,12 +171,16 @@ func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Observer receives the domain's countable moments after they commit. Metrics implements
-// it; a nil Observer in a service means none.
-type Observer interface {
-	Decision(mode, decision string, wait time.Duration)
-	Validation(result string)
-	RetryCap()
+// Claim, Attempt, Decision, Validation and RetryCap make Metrics the services' observer
+// (runs.Observer, app.New's Base): they count the domain's countable moments after they
+// commit.
+
+// Claim counts a claim's outcome.
+func (m *Metrics) Claim(outcome string) { m.Claims.WithLabelValues(outcome).Inc() }
+
+// Attempt times one send attempt by its outcome.
+func (m *Metrics) Attempt(outcome string, d time.Duration) {
+	m.Dispatch.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
 func (m *Metrics) Decision(mode, decision string, wait time.Duration) {

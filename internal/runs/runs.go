@@ -149,15 +149,8 @@ type AlertWaker interface {
 
 // Service runs the lifecycle over a store.
 type Service struct {
-	store  store.Store
-	cfg    Config
-	alerts AlertWaker
-	Clock
-	// Outcomes, when set, counts claim outcomes (metrics).
-	Outcomes func(outcome string)
-	// Budgets, when set, returns the budget of a run of an action type ("" for the
-	// global one): heartbeats of a run past it are refused.
-	Budgets func(actionType string) Budget
+	Base
+	cfg Config
 	// Hook, when set, is called at named points between statements (complete_counted):
 	// tests force interleavings with it. Never set in production.
 	Hook func(point string)
@@ -169,15 +162,37 @@ func (s *Service) hook(point string) {
 	}
 }
 
-func NewService(s store.Store, cfg Config, alerts AlertWaker, now func() time.Time) *Service {
-	return &Service{store: s, cfg: cfg, alerts: alerts, Clock: Clock{Now: now}}
+// New builds the run lifecycle over b with the lease bounds cfg; a zero bound takes its
+// default (AIRLOCK_LEASE_*: 5m, 1h, 24h; reclaim alert after 3).
+func New(b Base, cfg Config) (*Service, error) {
+	b, err := b.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("runs: %w", err)
+	}
+	if cfg.DefaultLease == 0 {
+		cfg.DefaultLease = 5 * time.Minute
+	}
+	if cfg.MaxLease == 0 {
+		cfg.MaxLease = time.Hour
+	}
+	if cfg.MaxLeaseLifetime == 0 {
+		cfg.MaxLeaseLifetime = 24 * time.Hour
+	}
+	if cfg.ReclaimAlertAfter == 0 {
+		cfg.ReclaimAlertAfter = 3
+	}
+	switch {
+	case cfg.DefaultLease < 0 || cfg.MaxLease < 0 || cfg.MaxLeaseLifetime < 0 || cfg.ReclaimAlertAfter < 0:
+		return nil, fmt.Errorf("runs: Config's lease bounds must not be negative: %+v", cfg)
+	case cfg.DefaultLease > cfg.MaxLease:
+		return nil, fmt.Errorf("runs: Config.DefaultLease %s is longer than Config.MaxLease %s", cfg.DefaultLease, cfg.MaxLease)
+	case cfg.MaxLease > cfg.MaxLeaseLifetime:
+		return nil, fmt.Errorf("runs: Config.MaxLease %s is longer than Config.MaxLeaseLifetime %s", cfg.MaxLease, cfg.MaxLeaseLifetime)
+	}
+	return &Service{Base: b, cfg: cfg}, nil
 }
 
-func (s *Service) count(outcome string) {
-	if s.Outcomes != nil {
-		s.Outcomes(outcome)
-	}
-}
+func (s *Service) count(outcome string) { s.Observer.Claim(outcome) }
 
 // ClaimRequest asks for the lease on Key.
 type ClaimRequest struct {
@@ -218,7 +233,7 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 			return ClaimResult{}, err
 		}
 	}
-	out, err := s.store.Claim(ctx, store.ClaimParams{
+	out, err := s.Store.Claim(ctx, store.ClaimParams{
 		RunClaimParams: store.RunClaimParams{
 			Key: req.Key, PayloadHash: req.PayloadHash, Owner: uuid.NewString(), Lease: lease,
 			TriggerSource: req.TriggerSource, WorkflowVersion: req.WorkflowVersion, Now: s.At(),
@@ -237,14 +252,14 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 		// delivery of this key will act on the new version; they decide (replace the run,
 		// answer by hand, or nothing).
 		s.count("payload_mismatch")
-		err := s.store.Transact(ctx, func(q store.Queries) error {
-			return Alert(ctx, q, s.At(), req.Key, out.Run.Version, "payload_mismatch",
-				map[string]any{"payload_hash": req.PayloadHash, "state": string(out.Run.State)})
+		err := s.Store.Transact(ctx, func(q store.Queries) error {
+			return Alert(ctx, q, s.At(), Raised{Key: req.Key, Version: out.Run.Version, Kind: "payload_mismatch",
+				Fields: map[string]any{"payload_hash": req.PayloadHash, "state": string(out.Run.State)}})
 		})
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("claim %q: alert the payload mismatch: %w", req.Key, err)
 		}
-		s.alerts.Wake()
+		s.Alerts.Wake()
 		return res, fmt.Errorf("claim %q: %w", req.Key, ErrPayloadMismatch)
 	case res.Reclaimed:
 		s.count("reclaimed")
@@ -254,7 +269,7 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 		s.count("duplicate")
 	}
 	if out.Alerted {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	return res, nil
 }
@@ -295,7 +310,7 @@ type LeaseRequest struct {
 // to lapse. The version does not change; the event is a heartbeat with released: true.
 func (s *Service) Release(ctx context.Context, req LeaseRequest) (store.Run, error) {
 	var run store.Run
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		now := s.At()
 		var err error
 		run, err = q.RunHeartbeat(ctx, store.RunHeartbeatParams{Key: req.Key, Owner: req.Owner,
@@ -306,8 +321,8 @@ func (s *Service) Release(ctx context.Context, req LeaseRequest) (store.Run, err
 		if err != nil {
 			return err
 		}
-		return Event(ctx, q, now, run.Key, store.EventHeartbeat, run.Version, req.Actor, req.Meta,
-			map[string]any{"lease_expires_at": run.LeaseExpiresAt, "released": true})
+		return Event(ctx, q, now, Entry{Key: run.Key, Kind: store.EventHeartbeat, Version: run.Version, Actor: req.Actor, Meta: req.Meta,
+			Detail: map[string]any{"lease_expires_at": run.LeaseExpiresAt, "released": true}})
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("release %q: %w", req.Key, err)
@@ -323,26 +338,20 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 	}
 	var run store.Run
 	var exhausted string
-	err = s.store.Transact(ctx, func(q store.Queries) error {
+	err = s.Store.Transact(ctx, func(q store.Queries) error {
 		exhausted = "" // Transact may run this again
 		now := s.At()
-		if s.Budgets != nil {
-			held, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
-			if errors.Is(err, store.ErrNoMatch) {
-				return Diagnose(ctx, q, s.Now, s.cfg.MaxLeaseLifetime, req)
-			}
-			if err != nil {
-				return err
-			}
-			t, err := s.Read(ctx, q)
-			if err != nil {
-				return err
-			}
-			if exhausted = BudgetExceeded(held, s.Budgets(held.ActionType), t); exhausted != "" {
-				run, err = Terminate(ctx, q, now, held, "budget_exhausted", map[string]any{"budget": exhausted}, map[string]any{"budget": exhausted})
-				return err
-			}
+		held, err := q.RunLock(ctx, store.RunLockParams{Key: req.Key, Owner: req.Owner, Version: req.Version, Now: now})
+		if errors.Is(err, store.ErrNoMatch) {
+			return Diagnose(ctx, q, s.Now, s.cfg.MaxLeaseLifetime, req)
 		}
+		if err != nil {
+			return err
+		}
+		if run, exhausted, err = s.OverBudget(ctx, q, now, held, ""); exhausted != "" || err != nil {
+			return err
+		}
+
 		run, err = q.RunHeartbeat(ctx, store.RunHeartbeatParams{Key: req.Key, Owner: req.Owner,
 			Version: req.Version, Lease: lease, Lifetime: s.cfg.MaxLeaseLifetime, Now: now})
 		if errors.Is(err, store.ErrNoMatch) {
@@ -351,14 +360,14 @@ func (s *Service) Heartbeat(ctx context.Context, req LeaseRequest, lease time.Du
 		if err != nil {
 			return err
 		}
-		return Event(ctx, q, now, run.Key, store.EventHeartbeat, run.Version, req.Actor, req.Meta,
-			map[string]any{"lease_expires_at": run.LeaseExpiresAt})
+		return Event(ctx, q, now, Entry{Key: run.Key, Kind: store.EventHeartbeat, Version: run.Version, Actor: req.Actor, Meta: req.Meta,
+			Detail: map[string]any{"lease_expires_at": run.LeaseExpiresAt}})
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("heartbeat %q: %w", req.Key, err)
 	}
 	if exhausted != "" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 		return run, fmt.Errorf("heartbeat %q: %w (%s)", req.Key, ErrBudgetExhausted, exhausted)
 	}
 	return run, nil
@@ -390,7 +399,7 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		return store.Run{}, &FieldError{Field: "alert", Msg: "only a move to failed_terminal raises an alert"}
 	}
 	var run store.Run
-	err := s.store.Transact(ctx, func(q store.Queries) error {
+	err := s.Store.Transact(ctx, func(q store.Queries) error {
 		// The run's lock first: an effect queued (or planned) under the same lease waits
 		// for this decision instead of slipping in after the count.
 		if _, err := q.RunLockKeys(ctx, []string{req.Key}); err != nil {
@@ -420,7 +429,8 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		if req.Result != nil {
 			detail["result_hash"] = hashBytes(req.Result)
 		}
-		if err := Event(ctx, q, now, run.Key, store.EventTransition, run.Version, req.Actor, req.Meta, detail); err != nil {
+		if err := Event(ctx, q, now, Entry{Key: run.Key, Kind: store.EventTransition, Version: run.Version, Actor: req.Actor, Meta: req.Meta,
+			Detail: detail}); err != nil {
 			return err
 		}
 		if req.To != store.StateFailedTerminal {
@@ -432,13 +442,13 @@ func (s *Service) Transition(ctx context.Context, req TransitionRequest) (store.
 		if req.Alert == "" {
 			return nil
 		}
-		return Alert(ctx, q, now, run.Key, run.Version, "workflow_gave_up", map[string]any{"reason": req.Alert})
+		return Alert(ctx, q, now, Raised{Key: run.Key, Version: run.Version, Kind: "workflow_gave_up", Fields: map[string]any{"reason": req.Alert}})
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("transition %q: %w", req.Key, err)
 	}
 	if req.Alert != "" {
-		s.alerts.Wake()
+		s.Alerts.Wake()
 	}
 	return run, nil
 }
@@ -479,7 +489,7 @@ func Diagnose(ctx context.Context, q store.Queries, now func() time.Time, lifeti
 
 // Get returns the run.
 func (s *Service) Get(ctx context.Context, key string) (store.Run, error) {
-	run, err := s.store.RunGet(ctx, key)
+	run, err := s.Store.RunGet(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Run{}, ErrNotFound
 	}
@@ -491,12 +501,24 @@ func (s *Service) Events(ctx context.Context, key string, after int64, limit int
 	if _, err := s.Get(ctx, key); err != nil {
 		return nil, err
 	}
-	return s.store.EventList(ctx, key, after, limit)
+	return s.Store.EventList(ctx, key, after, limit)
+}
+
+// Entry is one event on run Key's timeline: its kind, the run's version it records (0:
+// none), who acted, the request's meta and the kind's detail.
+type Entry struct {
+	Key     string
+	Kind    store.EventKind
+	Version int64
+	Actor   string
+	Meta    *Meta
+	Detail  map[string]any
 }
 
 // Event writes one event on a run's timeline; call it inside the transaction that made
 // the change it records.
-func Event(ctx context.Context, q store.Queries, now *time.Time, key string, kind store.EventKind, version int64, actor string, meta *Meta, detail map[string]any) error {
+func Event(ctx context.Context, q store.Queries, now *time.Time, e Entry) error {
+	key, kind, version, actor, meta, detail := e.Key, e.Kind, e.Version, e.Actor, e.Meta, e.Detail
 	var metaJSON, detailJSON json.RawMessage
 	var err error
 	if meta != nil {
@@ -544,12 +566,21 @@ func BudgetExceeded(run store.Run, b Budget, now time.Time) string {
 	return ""
 }
 
+// Ending is why airlock ends a run: its Reason, the transition event's other Detail, and,
+// when Alert is not nil, an alert of kind Reason with Alert as its fields (the alert's
+// log fields).
+type Ending struct {
+	Reason string
+	Alert  map[string]any
+	Detail map[string]any
+}
+
 // Terminate moves a run its caller holds the lease on to failed_terminal as airlock's
 // own decision (retry cap, budget, validation, a terminal failure class), with an event,
-// and an alert event of kind reason when alert is not nil (its other fields: alert's,
-// the alert's log fields). Call it inside the transaction; wake the alert relay after
-// the commit.
-func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.Run, reason string, alert, detail map[string]any) (store.Run, error) {
+// and an alert event when end.Alert is not nil. Call it inside the transaction; wake the
+// alert relay after the commit.
+func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.Run, end Ending) (store.Run, error) {
+	reason, alert, detail := end.Reason, end.Alert, end.Detail
 	out, err := q.RunTransition(ctx, store.RunTransitionParams{Key: run.Key, Owner: run.LeaseOwner, Version: run.Version,
 		From: store.StateProcessing, To: store.StateFailedTerminal, Now: now})
 	if err != nil {
@@ -559,7 +590,7 @@ func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.R
 		detail = map[string]any{}
 	}
 	detail["from"], detail["to"], detail["reason"] = store.StateProcessing, store.StateFailedTerminal, reason
-	if err := Event(ctx, q, now, run.Key, store.EventTransition, out.Version, "airlock", nil, detail); err != nil {
+	if err := Event(ctx, q, now, Entry{Key: run.Key, Kind: store.EventTransition, Version: out.Version, Actor: "airlock", Detail: detail}); err != nil {
 		return store.Run{}, err
 	}
 	if err := CancelPending(ctx, q, now, run.Key); err != nil {
@@ -568,19 +599,28 @@ func Terminate(ctx context.Context, q store.Queries, now *time.Time, run store.R
 	if alert == nil {
 		return out, nil
 	}
-	return out, Alert(ctx, q, now, run.Key, out.Version, reason, alert)
+	return out, Alert(ctx, q, now, Raised{Key: run.Key, Version: out.Version, Kind: reason, Fields: alert})
 }
 
-// Alert writes an alert event of kind on key: detail {"alert": kind} and fields, which
-// become the alert's log fields when the relay raises it. Call it inside the transaction
+// Raised is one alert: its Kind on run Key (at Version, 0: none) and Fields, which
+// become the alert's log fields when the relay raises it.
+type Raised struct {
+	Key     string
+	Version int64
+	Kind    string
+	Fields  map[string]any
+}
+
+// Alert writes an alert event on a.Key: detail {"alert": Kind} and Fields. Call it inside the transaction
 // of the change that raised it; wake the alert relay after the commit.
-func Alert(ctx context.Context, q store.Queries, now *time.Time, key string, version int64, kind string, fields map[string]any) error {
+func Alert(ctx context.Context, q store.Queries, now *time.Time, a Raised) error {
+	key, version, kind, fields := a.Key, a.Version, a.Kind, a.Fields
 	detail := make(map[string]any, len(fields)+1)
 	for k, v := range fields {
 		detail[k] = v
 	}
 	detail["alert"] = kind
-	return Event(ctx, q, now, key, store.EventAlert, version, "airlock", nil, detail)
+	return Event(ctx, q, now, Entry{Key: key, Kind: store.EventAlert, Version: version, Actor: "airlock", Detail: detail})
 }
 
 // CancelPending withdraws the pending effects of a run that ended failed_terminal, each
@@ -594,8 +634,8 @@ func CancelPending(ctx context.Context, q store.Queries, now *time.Time, key str
 		return fmt.Errorf("cancel pending effects: %w", err)
 	}
 	for _, e := range cancelled {
-		if err := Event(ctx, q, now, key, store.EventEffectCancelled, 0, "airlock", nil,
-			map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"}); err != nil {
+		if err := Event(ctx, q, now, Entry{Key: key, Kind: store.EventEffectCancelled, Actor: "airlock",
+			Detail: map[string]any{"effect_id": e.EffectID, "reason": "run_failed_terminal"}}); err != nil {
 			return err
 		}
 	}
@@ -621,13 +661,13 @@ const stallBatch = 100
 // still reclaims the run, and an operator may re-drive it from the console.
 func (s *Service) SweepStalled(ctx context.Context) error {
 	for range 10 { // up to 1,000 a round; the next round takes the rest
-		stalled, err := s.store.RunsStalledUnmarked(ctx, s.At(), stallBatch)
+		stalled, err := s.Store.RunsStalledUnmarked(ctx, s.At(), stallBatch)
 		if err != nil {
 			return fmt.Errorf("list stalled runs: %w", err)
 		}
 		alerted := 0
 		for _, r := range stalled {
-			err := s.store.Transact(ctx, func(q store.Queries) error {
+			err := s.Store.Transact(ctx, func(q store.Queries) error {
 				marked, err := q.RunStallMark(ctx, r.Key, r.Version, s.At())
 				if err != nil || !marked {
 					return err
@@ -638,14 +678,14 @@ func (s *Service) SweepStalled(ctx context.Context) error {
 				if r.LeaseExpiresAt != nil {
 					fields["lease_expired_at"] = r.LeaseExpiresAt.UTC()
 				}
-				return Alert(ctx, q, s.At(), r.Key, 0, "run_stalled", fields)
+				return Alert(ctx, q, s.At(), Raised{Key: r.Key, Kind: "run_stalled", Fields: fields})
 			})
 			if err != nil {
 				return fmt.Errorf("alert the stall of %q: %w", r.Key, err)
 			}
 		}
-		if alerted > 0 && s.alerts != nil {
-			s.alerts.Wake()
+		if alerted > 0 {
+			s.Alerts.Wake()
 		}
 		if len(stalled) < stallBatch {
 			return nil

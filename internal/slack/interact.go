@@ -76,7 +76,7 @@ func (s *Service) Interact(ctx context.Context, form url.Values) (Reply, error) 
 	var in interaction
 	if err := json.Unmarshal([]byte(form.Get("payload")), &in); err != nil {
 		// Signed by the app's secret, yet not Slack's shape: nothing to do.
-		s.log().Warn("slack request ignored", "reason", "the payload is not interactivity JSON")
+		s.Log.Warn("slack request ignored", "reason", "the payload is not interactivity JSON")
 		return nil, nil
 	}
 	team := in.User.TeamID
@@ -148,7 +148,7 @@ func (s *Service) current(ctx context.Context, responseURL string, b approvals.S
 	a, err := s.Store.ApprovalByID(ctx, b.ApprovalID)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			s.log().Error("slack decision", "err", err)
+			s.Log.Error("slack decision", "err", err)
 			say("airlock could not read the approval just now; nothing was decided. Try again in a moment.")
 			return store.Approval{}, false
 		}
@@ -181,7 +181,7 @@ func decidedLine(a store.Approval) string {
 // decide takes the decision through approvals.DecideBy and replaces the message with
 // its outcome; a refusal is told to the user alone.
 func (s *Service) decide(ctx context.Context, responseURL string, d approvals.Decision, b approvals.SlackButton, say func(string)) error {
-	a, err := s.Approvals.DecideBy(ctx, d)
+	a, err := s.approvals.DecideBy(ctx, d)
 	if errors.Is(err, approvals.ErrNotFound) {
 		// Decided, expired or re-issued meanwhile: say which, if it was decided.
 		if cur, rerr := s.Store.ApprovalByID(ctx, b.ApprovalID); rerr == nil && cur.ConsumedAt != nil {
@@ -218,7 +218,7 @@ func userMessage(err error) string {
 
 // replaceWithOutcome replaces the message the click came from with the outcome.
 func (s *Service) replaceWithOutcome(ctx context.Context, responseURL string, a store.Approval) {
-	c, ok := s.Approvals.CardOf(ctx, a)
+	c, ok := s.approvals.CardOf(ctx, a)
 	if !ok {
 		return
 	}
@@ -233,7 +233,7 @@ func (s *Service) replaceWithOutcome(ctx context.Context, responseURL string, a 
 // page asks for one too. Without a bot token the user is sent to the page.
 func (s *Service) openRejectModal(ctx context.Context, in interaction, b approvals.SlackButton, a store.Approval, say func(string)) {
 	c, _ := s.conf()
-	link := s.Approvals.ConsoleURL(a.ID)
+	link := s.approvals.ConsoleURL(a.ID)
 	if c == nil || c.BotToken == "" || in.TriggerID == "" {
 		say("A rejection needs a reason: reject on the page, " + link + " (this Slack app has no bot token to ask here).")
 		return
@@ -267,7 +267,7 @@ func (s *Service) openRejectModal(ctx context.Context, in interaction, b approva
 		_ = json.Unmarshal(resp, &ok)
 	}
 	if err != nil || !ok.OK {
-		s.log().Warn("slack reject modal not opened", "reason", err, "slack_error", ok.Error)
+		s.Log.Warn("slack reject modal not opened", "reason", err, "slack_error", ok.Error)
 		say("Slack did not open the reason form; reject on the page: " + link)
 	}
 }

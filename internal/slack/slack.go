@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,17 +49,35 @@ var (
 
 // Service answers Slack's requests.
 type Service struct {
-	Store     store.Store
+	runs.Base
+	approvals *approvals.Service
+	client    *http.Client
+}
+
+// Config is what the Slack service needs beside its Base.
+type Config struct {
+	// Approvals decides approvals (DecideBy, the page's own path); nil: a service that
+	// only links and unlinks accounts (the command line): Slack's requests are refused
+	// as not configured.
 	Approvals *approvals.Service
-	Policy    *policy.Policy
-	// Client posts to response_url and Slack's API (default: a client with a 5 s timeout).
+	// Client posts to response_url and Slack's API (nil: a client with a 5 s timeout).
 	Client *http.Client
-	Log    *slog.Logger
-	runs.Clock
+}
+
+// New builds the Slack service over b; its policy's slack section configures it.
+func New(b runs.Base, cfg Config) (*Service, error) {
+	b, err := b.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("slack: %w", err)
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 5 * time.Second}
+	}
+	return &Service{Base: b, approvals: cfg.Approvals, client: cfg.Client}, nil
 }
 
 func (s *Service) conf() (*policy.Slack, error) {
-	if s == nil || s.Policy == nil || s.Policy.Slack == nil || s.Policy.Slack.SigningSecret == "" {
+	if s == nil || s.approvals == nil || s.Policy.Slack == nil || s.Policy.Slack.SigningSecret == "" {
 		return nil, ErrNotConfigured
 	}
 	return s.Policy.Slack, nil
@@ -71,20 +88,6 @@ func (s *Service) now() time.Time {
 		return s.Now()
 	}
 	return time.Now()
-}
-
-func (s *Service) client() *http.Client {
-	if s.Client != nil {
-		return s.Client
-	}
-	return &http.Client{Timeout: 5 * time.Second}
-}
-
-func (s *Service) log() *slog.Logger {
-	if s.Log != nil {
-		return s.Log
-	}
-	return slog.Default()
 }
 
 // Sign is Slack's v0 signature of body sent at ts (unix seconds), as Slack documents it:
@@ -196,8 +199,8 @@ func (s *Service) Link(ctx context.Context, team, user, subject, accountID, acto
 			LinkedAt: s.now(), LinkedBy: actor}); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), "", store.EventUserChanged, 0, actor, nil, map[string]any{
-			"user": subject, "change": "slack_linked:" + team + "/" + user})
+		return runs.Event(ctx, q, s.At(), runs.Entry{Kind: store.EventUserChanged, Actor: actor, Detail: map[string]any{
+			"user": subject, "change": "slack_linked:" + team + "/" + user}})
 	})
 }
 
@@ -211,8 +214,8 @@ func (s *Service) Unlink(ctx context.Context, team, user, actor string) error {
 		if err := q.SlackLinkDelete(ctx, team, user); err != nil {
 			return err
 		}
-		return runs.Event(ctx, q, s.At(), "", store.EventUserChanged, 0, actor, nil, map[string]any{
-			"user": l.Subject, "change": "slack_unlinked:" + team + "/" + user})
+		return runs.Event(ctx, q, s.At(), runs.Entry{Kind: store.EventUserChanged, Actor: actor, Detail: map[string]any{
+			"user": l.Subject, "change": "slack_unlinked:" + team + "/" + user}})
 	})
 }
 
@@ -228,11 +231,11 @@ func (s *Service) post(ctx context.Context, url string, body []byte) {
 		ok = ok || strings.HasPrefix(url, p)
 	}
 	if !ok {
-		s.log().Warn("slack response_url refused", "reason", "not under slack.response_url_prefixes")
+		s.Log.Warn("slack response_url refused", "reason", "not under slack.response_url_prefixes")
 		return
 	}
 	if _, err := s.send(ctx, url, "", body); err != nil {
-		s.log().Warn("slack response not sent", "reason", err)
+		s.Log.Warn("slack response not sent", "reason", err)
 	}
 }
 
@@ -249,7 +252,7 @@ func (s *Service) send(ctx context.Context, url, token string, body []byte) ([]b
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := s.client().Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, errors.New("transport error")
 	}
