@@ -88,8 +88,10 @@ type App struct {
 	Alerts *alerts.Relay
 	// Slack takes decisions and links from the Slack app (policy slack section).
 	Slack *slack.Service
-	// Deps are what Handler serves; a test builds a second instance from a copy.
-	Deps    httpapi.Deps
+	// Deps are what Handler's API serves; a test builds a second instance from a copy
+	// (Mount).
+	Deps httpapi.Deps
+	// Handler serves the API and the pages side by side (Mount).
 	Handler http.Handler
 }
 
@@ -143,9 +145,9 @@ func New(o Options) (*App, error) {
 	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)
 	a.Slack = &slack.Service{Store: st, Approvals: a.Approvals, Policy: pol, Log: o.Log, Clock: runs.Clock{Now: o.Now}}
 	a.Deps = httpapi.Deps{Slack: a.Slack, Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
-		Ledger: a.Ledger, Web: a.Web, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
+		Ledger: a.Ledger, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
 		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance, RequestTimeout: o.RequestTimeout, Writers: o.Writers}
-	a.Handler = httpapi.New(a.Deps)
+	a.Handler = Mount(a.Deps, a.Web)
 	return a, nil
 }
 
