@@ -3,7 +3,8 @@
 // and every metric wired. `airlock serve` and the tests that serve the API in-process
 // build it here, so they cannot wire it differently.
 //
-// It sits above every domain package and httpapi; nothing below it imports it (the
+// It sits above every domain package, httpapi and web, and is the one place that mounts
+// the API and the pages side by side (routes.go); nothing below it imports it (the
 // domain packages' tests build it through internal/apptest, from external test packages).
 package app
 

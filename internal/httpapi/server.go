@@ -1,5 +1,7 @@
 // Package httpapi is airlock's JSON API: one routes table, handlers that return error,
-// and one place that turns errors into status codes. Handlers hold no SQL.
+// and one place that turns errors into status codes. Handlers hold no SQL. It does not
+// know the pages: internal/app mounts the two side by side (app.Mount), inside this
+// package's outer middleware (API.Wrap).
 package httpapi
 
 import (
