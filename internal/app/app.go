@@ -3,7 +3,8 @@
 // and every metric wired. `airlock serve` and the tests that serve the API in-process
 // build it here, so they cannot wire it differently.
 //
-// It sits above every domain package and httpapi; nothing below it imports it (the
+// It sits above every domain package, httpapi and web, and is the one place that mounts
+// the API and the pages side by side (routes.go); nothing below it imports it (the
 // domain packages' tests build it through internal/apptest, from external test packages).
 package app
 
@@ -86,8 +87,10 @@ type App struct {
 	Alerts *alerts.Relay
 	// Slack takes decisions and links from the Slack app (policy slack section).
 	Slack *slack.Service
-	// Deps are what Handler serves; a test builds a second instance from a copy.
-	Deps    httpapi.Deps
+	// Deps are what Handler's API serves; a test builds a second instance from a copy
+	// (Mount).
+	Deps httpapi.Deps
+	// Handler serves the API and the pages side by side (Mount).
 	Handler http.Handler
 }
 
@@ -125,9 +128,9 @@ func New(o Options) (*App, error) {
 	m.Registry.MustRegister(gauges(st, a.Effects, runs.Clock{Now: o.Now}))
 	a.Web = web.New(st, a.Approvals, o.Log, o.PublicURL, o.Now, append(o.Web, web.WithObserver(m))...)
 	a.Deps = httpapi.Deps{Slack: a.Slack, Store: st, Runs: a.Runs, Effects: a.Effects, Failures: a.Failures, Approvals: a.Approvals,
-		Ledger: a.Ledger, Web: a.Web, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
+		Ledger: a.Ledger, Metrics: m, Log: o.Log, MaxBodyBytes: o.MaxBodyBytes,
 		APIKeys: o.APIKeys, Tracer: o.Tracer, Instance: o.Instance, RequestTimeout: o.RequestTimeout, Writers: o.Writers}
-	a.Handler = httpapi.New(a.Deps)
+	a.Handler = Mount(a.Deps, a.Web)
 	return a, nil
 }
 

@@ -345,6 +345,7 @@ type EffectsEnv struct {
 	Ledger      *ledger.Service
 	Dispatcher  *effects.Dispatcher
 	Conns       map[string]connector.Connector
+	App         *app.App // the graph the services above belong to
 	envOverride string
 }
 
@@ -473,6 +474,15 @@ input_schemas:
 // ("": unset).
 func NewEffectsEnv(t testing.TB, b storetest.Backend, envOverride string) *EffectsEnv {
 	t.Helper()
+	return NewEffectsEnvWith(t, b, envOverride, nil)
+}
+
+// NewEffectsEnvWith is NewEffectsEnv with configure applied to the graph's options before
+// app.New builds it, once: a test that serves the graph sets its public URL, logger,
+// metrics and pages there, or another policy and connectors. The environment's Policy and
+// Conns are the options' after configure, its services the graph's, App the graph.
+func NewEffectsEnvWith(t testing.TB, b storetest.Backend, envOverride string, configure func(e *EffectsEnv, o *app.Options)) *EffectsEnv {
+	t.Helper()
 	e := &EffectsEnv{Env: NewEnv(t, b, false), Provider: NewProvider(t)}
 	pol, err := policy.Parse([]byte(PolicyYAML(e.Provider.URL)), func(string) (string, bool) { return "", false })
 	if err != nil {
@@ -484,12 +494,17 @@ func NewEffectsEnv(t testing.TB, b storetest.Backend, envOverride string) *Effec
 		t.Fatal(err)
 	}
 	e.Conns, e.envOverride = conns, envOverride
-	a, err := app.New(app.Options{Store: e.Store, Policy: pol, Connectors: conns, Runs: LeaseConfig,
+	o := app.Options{Store: e.Store, Policy: pol, Connectors: conns, Runs: LeaseConfig,
 		PublicURL: "http://127.0.0.1:8080", Now: e.Clock.Now, Alerts: e.Alerts,
-		AIActionsEnabled: envOverride, AIActionsEnabledSet: envOverride != ""})
+		AIActionsEnabled: envOverride, AIActionsEnabledSet: envOverride != ""}
+	if configure != nil {
+		configure(e, &o)
+	}
+	a, err := app.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.App, e.Policy, e.Conns = a, o.Policy, o.Connectors
 	e.Runs, e.Failures, e.Effects, e.Approvals, e.Ledger = a.Runs, a.Failures, a.Effects, a.Approvals, a.Ledger
 	e.Alerts.Also(a.Alerts)
 	e.Dispatcher = &effects.Dispatcher{Service: e.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}

@@ -19,7 +19,6 @@ import (
 	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/apptest"
-	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/storetest"
 )
@@ -243,29 +242,6 @@ func TestGateAgentCannotClearUnknown(t *testing.T) {
 	})
 }
 
-// smtpSetup adds mail actions that send through a real SMTP server: mail_now (no gate),
-// mail (approve_before_act) and mail_fixed (smtp.targets).
-func smtpSetup(t *testing.T, ms **apptest.MailServer) func(env *apptest.EffectsEnv, o *app.Options) {
-	return func(env *apptest.EffectsEnv, o *app.Options) {
-		*ms = apptest.NewMailServer(t)
-		smtp := fmt.Sprintf(`{host: 127.0.0.1, port: %d, from: support@example.com, tls: none, timeout: 5s}`, (*ms).Port)
-		yaml := strings.Replace(apptest.PolicyYAML(env.Provider.URL), "actions:\n", "actions:\n"+
-			"  mail_now: {connector: smtp, gate: none, smtp: "+smtp+"}\n"+
-			"  mail: {connector: smtp, smtp: "+smtp+", approvers: {roles: [support-lead]}}\n"+
-			"  mail_fixed:\n    connector: smtp\n    approvers: {roles: [support-lead]}\n    smtp: {host: 127.0.0.1, port: "+fmt.Sprint((*ms).Port)+
-			", from: support@example.com, tls: none, timeout: 5s, targets: {alice: \"Alice <alice@example.com>\"}}\n", 1)
-		pol, err := policy.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns, err := app.Connectors(pol)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Policy, o.Connectors = pol, conns
-	}
-}
-
 // Item 4: an SMTP target is the recipient, not a label: a payload cannot send the mail
 // anywhere else, and the card shows the envelope recipients exactly.
 func TestGateSMTPTargetIsTheRecipient(t *testing.T) {
@@ -273,7 +249,7 @@ func TestGateSMTPTargetIsTheRecipient(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			var ms *apptest.MailServer
-			h := newHarnessWith(t, b, smtpSetup(t, &ms))
+			h := newHarnessWith(t, b, apptest.SMTPActions(t, &ms))
 			owner, v := h.claim("m-1")
 			queue := func(action, target, payload string) response {
 				return h.post("/v1/runs/m-1/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"%s","target":%q,"payload":%s,"effect_id":"e-%d"}`,

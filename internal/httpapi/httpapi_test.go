@@ -1,8 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,14 +11,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/apikeys"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/apptest"
-	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -29,22 +24,7 @@ import (
 )
 
 // syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = apptest.SyncBuffer
 
 type harness struct {
 	t                   testing.TB
@@ -62,85 +42,21 @@ type harness struct {
 	deps                httpapi.Deps
 }
 
-// newHarness serves the API and the pages; pageOpts, given the server's URL, configure
-// the pages (single sign-on).
-func newHarness(t testing.TB, b storetest.Backend, pageOpts ...func(publicURL string) web.Option) *harness {
+// newHarness serves the API and the pages as `airlock serve` does (apptest.Serve: one
+// app.New); the pages' own tests are internal/web's.
+func newHarness(t testing.TB, b storetest.Backend) *harness {
 	t.Helper()
-	return newHarnessWith(t, b, nil, pageOpts...)
+	return newHarnessWith(t, b, nil)
 }
 
 // newHarnessWith is newHarness with setup applied first: it may change the options the
 // graph is built from (another policy, other connectors, other lease bounds).
-func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *apptest.EffectsEnv, o *app.Options), pageOpts ...func(publicURL string) web.Option) *harness {
+func newHarnessWith(t testing.TB, b storetest.Backend, setup func(env *apptest.EffectsEnv, o *app.Options)) *harness {
 	t.Helper()
-	env := apptest.NewEffectsEnv(t, b, "")
-	h := &harness{t: t, env: env, logs: &syncBuffer{}, metrics: metrics.New()}
-	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h.log = log
-	srv := httptest.NewUnstartedServer(nil)
-	t.Cleanup(srv.Close)
-	url := "http://" + srv.Listener.Addr().String()
-	env.Alerts.Next = metrics.Alerter{Log: log, Metrics: h.metrics}
-	var webOpts []web.Option
-	for _, o := range pageOpts {
-		webOpts = append(webOpts, o(url))
-	}
-	o := app.Options{Store: env.Store, Policy: env.Policy, Connectors: env.Conns, Runs: apptest.LeaseConfig,
-		PublicURL: url, Now: env.Clock.Now, Log: log, Metrics: h.metrics, Alerts: env.Alerts, Web: webOpts, MaxBodyBytes: 4096}
-	if setup != nil {
-		setup(env, &o)
-	}
-	a, err := app.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.Alerts.Also(a.Alerts)
-	// The environment's services are the ones the API serves: a test drives them directly
-	// as a second caller would.
-	env.Policy, env.Conns = o.Policy, o.Connectors
-	env.Runs, env.Failures, env.Effects, env.Approvals, env.Ledger = a.Runs, a.Failures, a.Effects, a.Approvals, a.Ledger
-	env.Dispatcher = &effects.Dispatcher{Service: a.Effects, BatchSize: 16, Lease: 2 * time.Minute, Interval: 10 * time.Millisecond}
-	deps, gate := a.Deps, a.Approvals
-	h.deps = deps
-	srv.Config.Handler = a.Handler
-	srv.Start()
-	// another serves a second instance over the same database: its own pages, metrics and
-	// whatever mod changes; it shares nothing in memory with the first.
-	h.handler = func(mod func(d *httpapi.Deps)) http.Handler {
-		d := deps
-		d.Metrics = metrics.New()
-		d.Web = web.New(env.Store, gate, log, url, env.Clock.Now, web.WithObserver(d.Metrics))
-		if mod != nil {
-			mod(&d)
-		}
-		return httpapi.New(d)
-	}
-	h.another = func(mod func(d *httpapi.Deps)) string {
-		s2 := httptest.NewServer(h.handler(mod))
-		t.Cleanup(s2.Close)
-		return s2.URL
-	}
-	h.url = srv.URL
-	ctx := context.Background()
-	mk := func(name string, scopes ...string) string {
-		_, raw, err := apikeys.Create(ctx, env.Store, name, scopes, env.Clock.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
-	}
-	h.runsKey, h.readKey, h.adminKy = mk("n8n", "runs"), mk("dashboard", "read"), mk("ops", "admin")
-	h.workerKey, h.operatorKey = mk("worker", "worker"), mk("oncall", "operator")
-	h.revokedKey = mk("old", "runs")
-	keys, _ := env.Store.APIKeyList(ctx)
-	for _, k := range keys {
-		if k.Name == "old" {
-			if err := env.Store.APIKeyRevoke(ctx, k.ID, env.Clock.Now()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return h
+	s := apptest.Serve(t, b, setup)
+	return &harness{t: t, env: s.Env, url: s.URL, logs: s.Logs, log: s.Log, metrics: s.Metrics, deps: s.Env.App.Deps,
+		runsKey: s.RunsKey, readKey: s.ReadKey, adminKy: s.AdminKey, workerKey: s.WorkerKey, operatorKey: s.OperatorKey,
+		revokedKey: s.RevokedKey, handler: s.Handler, another: func(mod func(d *httpapi.Deps)) string { return s.Another(t, mod) }}
 }
 
 type response struct {

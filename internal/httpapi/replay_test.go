@@ -46,7 +46,7 @@ func (h *harness) send(base, method, path, apiKey, idem, body string) (response,
 // transaction commits), then the connection is closed with nothing sent, as when a
 // network or a proxy drops the answer. served holds what would have been sent.
 func lossyServer(t *testing.T, d httpapi.Deps) (url string, served func() (int, string)) {
-	api := httpapi.New(d)
+	api := httpapi.New(d).Handler()
 	var mu sync.Mutex
 	var status int
 	var body string

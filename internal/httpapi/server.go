@@ -1,5 +1,7 @@
 // Package httpapi is airlock's JSON API: one routes table, handlers that return error,
-// and one place that turns errors into status codes. Handlers hold no SQL.
+// and one place that turns errors into status codes. Handlers hold no SQL. It does not
+// know the pages: internal/app mounts the two side by side (app.Mount), inside this
+// package's outer middleware (API.Wrap).
 package httpapi
 
 import (
@@ -34,7 +36,6 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/version"
-	"github.com/airlockhq/airlock/internal/web"
 )
 
 //go:embed openapi.json
@@ -49,7 +50,6 @@ type Deps struct {
 	Approvals    *approvals.Service
 	Ledger       *ledger.Service
 	Audit        *audit.Service // optional: built over Store when nil
-	Web          *web.Web
 	Metrics      *metrics.Metrics
 	Log          *slog.Logger
 	MaxBodyBytes int64
@@ -80,7 +80,6 @@ const DefaultRequestTimeout = 30 * time.Second
 type server struct {
 	Deps
 	promHandler http.Handler
-	mux         *http.ServeMux
 	traced      map[string]bool // the API's route patterns ("POST /v1/runs/claim")
 	inflight    sync.Map        // requests with an Idempotency-Key running here (see idempotent)
 	routeMu     sync.RWMutex
@@ -145,10 +144,15 @@ var Routes = []Route{
 	{"GET", "/openapi.json", "", func(s *server) handlerFunc { return s.openapi }},
 }
 
-// New returns the API's handler.
-func New(d Deps) http.Handler {
+// API is the JSON API: its routes (Register) and the middleware every request to the
+// server passes, the pages' included (Wrap). internal/app mounts it and the pages side by
+// side on one mux.
+type API struct{ s *server }
+
+// New returns the API over d.
+func New(d Deps) *API {
 	// A missing part would surface as a 500 on its first request; fail at start instead.
-	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Approvals == nil || d.Ledger == nil || d.Web == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
+	if d.Store == nil || d.Runs == nil || d.Effects == nil || d.Failures == nil || d.Approvals == nil || d.Ledger == nil || d.Metrics == nil || d.Log == nil || d.MaxBodyBytes <= 0 {
 		panic("httpapi.New: every dependency is required")
 	}
 	if d.Instance == "" {
@@ -157,10 +161,19 @@ func New(d Deps) http.Handler {
 	if d.RequestTimeout <= 0 {
 		d.RequestTimeout = DefaultRequestTimeout
 	}
-	mux := http.NewServeMux()
-	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}), mux: mux, traced: map[string]bool{}}
+	s := &server{Deps: d, promHandler: promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}), traced: map[string]bool{}}
 	for _, rt := range Routes {
 		s.traced[rt.Method+" "+rt.Pattern] = true
+	}
+	return &API{s: s}
+}
+
+// Register adds the routes table to mux, each route behind its own checks: text rules,
+// the API key and its scope, Idempotency-Key replay, the body limit and the request
+// timeout.
+func (a *API) Register(mux *http.ServeMux) {
+	s := a.s
+	for _, rt := range Routes {
 		h := rt.h(s)
 		if rt.Scope != "" && rt.Method != http.MethodGet && strings.HasPrefix(rt.Pattern, "/v1/") {
 			h = s.idempotent(rt.Method+" "+rt.Pattern, h)
@@ -171,14 +184,23 @@ func New(d Deps) http.Handler {
 		h = textChecked(rt.Pattern, h)
 		mux.Handle(rt.Method+" "+rt.Pattern, s.handle(h))
 	}
-	// The operator console on every server: the same services the routes above use.
-	aud := d.Audit
-	if aud == nil {
-		aud = audit.New(d.Store, d.Web.Now)
-	}
-	d.Web.EnableConsole(web.Console{Effects: d.Effects, Failures: d.Failures, Audit: aud, Policy: d.Effects.Policy, Slack: d.Slack})
-	d.Web.Register(mux)
-	return s.observe(s.writerGate(s.jsonFallback(mux)))
+}
+
+// Wrap serves mux — the API's routes and whatever is mounted beside them — inside the
+// middleware every request passes: a request id and nosniff on every answer, tracing of
+// the API's own routes (decided by the pattern mux picks), the access log and metrics by
+// route pattern, panic recovery, the writer gate (Deps.Writers), and the API's JSON 404
+// and 405 for paths and methods mux does not serve.
+func (a *API) Wrap(mux *http.ServeMux) http.Handler {
+	s := a.s
+	return s.observe(mux, s.writerGate(s.jsonFallback(mux)))
+}
+
+// Handler is the API alone on a mux of its own, wrapped (Register, then Wrap).
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	a.Register(mux)
+	return a.Wrap(mux)
 }
 
 // writerGate refuses requests that may write while the process may not (Deps.Writers):
@@ -319,7 +341,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // observe logs and counts each request by its route pattern — never its path, which can
 // hold a key or, on approval pages, a token.
-func (s *server) observe(next http.Handler) http.Handler {
+func (s *server) observe(mux *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var b [8]byte
@@ -339,7 +361,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		// path and an unmatched path are not traced.
 		end := func(int) {}
 		if s.Tracer != nil {
-			if _, pattern := s.mux.Handler(r); s.traced[pattern] {
+			if _, pattern := mux.Handler(r); s.traced[pattern] {
 				var ctx context.Context
 				ctx, end = s.Tracer.Start(r, pattern)
 				r = r.WithContext(ctx)

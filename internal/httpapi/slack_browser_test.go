@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlockhq/airlock/internal/apptest/chromium"
 )
 
 // TestSlackLinkInBrowser: in headless Chromium (JavaScript off), on both stores, a person
@@ -16,14 +18,14 @@ import (
 // Slack user through a signed slash command; the page the Slack message links to is the
 // approval's console page, with the card and the decision form. Both are photographed.
 func TestSlackLinkInBrowser(t *testing.T) {
-	requireChromium(t)
+	chromium.Require(t)
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		s := newSlackStandin(t, h)
 		h.addUser("lead", "support-lead")
 		h.proposeSubject("sb-1", "", "Refund for order 1182")
 		msg := parseSlackMessage(t, s.lastMessage())
 
-		ctx, step := newFormsChromium(t)
+		ctx, step := chromium.NewForms(t)
 		_, err := chromedp.Run(ctx, chromedp.NavigateResponse(h.url+"/login"))
 		step("sign-in page", err)
 		step("fill the sign-in form", chromedp.Do(ctx,
@@ -34,7 +36,7 @@ func TestSlackLinkInBrowser(t *testing.T) {
 		step("sign in", err)
 		_, err = chromedp.Run(ctx, chromedp.NavigateResponse(h.url+"/console/slack"))
 		step("Link Slack page", err)
-		noScripts(ctx, t, "/console/slack")
+		chromium.NoScripts(ctx, t, "/console/slack")
 		resp, err := chromedp.RunResponse(ctx, chromedp.Click(`//button[normalize-space()="Get a link code"]`))
 		step("get a code", err)
 		if resp.Status != 200 {
@@ -48,7 +50,7 @@ func TestSlackLinkInBrowser(t *testing.T) {
 		}
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		step("screenshot", err)
-		step("save", os.WriteFile(filepath.Join(screenshotDir(t), strings.ToLower(filepath.Base(t.Name()))+"-slack-link.png"), png, 0o644))
+		step("save", os.WriteFile(filepath.Join(chromium.ScreenshotDir(t), strings.ToLower(filepath.Base(t.Name()))+"-slack-link.png"), png, 0o644))
 		if r := s.command("U5", "link "+m[1]); !strings.Contains(r.raw, "you are lead") {
 			t.Fatalf("link: %s", r.raw)
 		}
@@ -66,6 +68,6 @@ func TestSlackLinkInBrowser(t *testing.T) {
 		}
 		png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		step("screenshot", err)
-		step("save", os.WriteFile(filepath.Join(screenshotDir(t), strings.ToLower(filepath.Base(t.Name()))+"-slack-approval-page.png"), png, 0o644))
+		step("save", os.WriteFile(filepath.Join(chromium.ScreenshotDir(t), strings.ToLower(filepath.Base(t.Name()))+"-slack-approval-page.png"), png, 0o644))
 	})
 }

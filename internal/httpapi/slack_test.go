@@ -710,3 +710,31 @@ func linker(t testing.TB, st store.Store) *slack.Service {
 	}
 	return s
 }
+
+// lastEvent is the newest event of kind on key's run.
+func (h *harness) lastEvent(key, kind string) store.Event {
+	h.t.Helper()
+	evs, err := h.env.Store.EventList(context.Background(), key, 0, 1000)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Kind == kind {
+			return evs[i]
+		}
+	}
+	h.t.Fatalf("no %s event on %q", kind, key)
+	return store.Event{}
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`)
+
+// formToken reads the console's form token from a page of the person's own console.
+func formToken(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no form token on the page:\n%s", page)
+	}
+	return m[1]
+}

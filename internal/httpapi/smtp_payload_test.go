@@ -17,7 +17,7 @@ func TestUnsendableMailRefusedAtQueue(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			var ms *apptest.MailServer
-			h := newHarnessWith(t, b, smtpSetup(t, &ms))
+			h := newHarnessWith(t, b, apptest.SMTPActions(t, &ms))
 			owner, v := h.claim("m-1")
 			queue := func(action, payload string) response {
 				return h.post("/v1/runs/m-1/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"%s","target":"alice@example.com","payload":%s}`,

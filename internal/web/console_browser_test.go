@@ -1,4 +1,4 @@
-package httpapi_test
+package web_test
 
 import (
 	"context"
@@ -10,19 +10,9 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-)
 
-// screenshotDir keeps the console's screenshots: AIRLOCK_SCREENSHOTS names a directory
-// to look at them afterwards; otherwise a temporary one.
-func screenshotDir(t *testing.T) string {
-	if d := os.Getenv("AIRLOCK_SCREENSHOTS"); d != "" {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	return t.TempDir()
-}
+	"github.com/airlockhq/airlock/internal/apptest/chromium"
+)
 
 // TestConsoleInBrowser drives the console in headless Chromium with JavaScript off, on
 // both stores: an approver decides from the console and is refused the operators'
@@ -30,7 +20,7 @@ func screenshotDir(t *testing.T) string {
 // switch; an admin stops every send. Each page is photographed at a laptop's and a
 // phone's width.
 func TestConsoleInBrowser(t *testing.T) {
-	requireChromium(t)
+	chromium.Require(t)
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		h.addUser("lead", "support-lead")
 		h.addUser("ops", "ops")
@@ -39,8 +29,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		h.propose("ticket-8", "")
 		eid := h.unknownEffect("job-1")
 		h.parked("job-2")
-		dir := screenshotDir(t)
-		ctx, step := newFormsChromium(t)
+		dir := chromium.ScreenshotDir(t)
+		ctx, step := chromium.NewForms(t)
 		var err error
 		backend := strings.ToLower(filepath.Base(t.Name()))
 		shoot := func(name string) {
@@ -99,7 +89,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(h.url+path))
 			step("open "+path, err)
 			status(resp, want, "")
-			noScripts(ctx, t, path)
+			chromium.NoScripts(ctx, t, path)
 		}
 
 		// The approver: their two approvals, no operator pages, a decision from the console.

@@ -1,4 +1,4 @@
-package httpapi_test
+package web_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlockhq/airlock/internal/apptest/chromium"
 
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/apptest"
@@ -46,7 +48,7 @@ actions:
 // and the lists say nothing; after the escalation the finance lead may open the card and
 // the card names the role; after the warning, both show.
 func TestApprovalStepsInBrowser(t *testing.T) {
-	requireChromium(t)
+	chromium.Require(t)
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			h := newHarnessWith(t, b, stepsPolicy(t))
@@ -66,7 +68,7 @@ func TestApprovalStepsInBrowser(t *testing.T) {
 			}
 			stamp := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") }
 
-			ctx, step := newFormsChromium(t)
+			ctx, step := chromium.NewForms(t)
 			open := func(u string, want int64) {
 				t.Helper()
 				resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(u))
@@ -74,7 +76,7 @@ func TestApprovalStepsInBrowser(t *testing.T) {
 				if resp.Status != want {
 					t.Fatalf("%s: %d, want %d", u, resp.Status, want)
 				}
-				noScripts(ctx, t, u)
+				chromium.NoScripts(ctx, t, u)
 			}
 			tab := tabReader{ctx, t, step}
 			text, dd, count := tab.text, tab.dd, tab.count
@@ -99,7 +101,7 @@ func TestApprovalStepsInBrowser(t *testing.T) {
 				t.Helper()
 				png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 				step("screenshot "+name, err)
-				step("save "+name, os.WriteFile(filepath.Join(screenshotDir(t), b.Name+"-"+name+".png"), png, 0o644))
+				step("save "+name, os.WriteFile(filepath.Join(chromium.ScreenshotDir(t), b.Name+"-"+name+".png"), png, 0o644))
 			}
 
 			// Before either step: the card says when each is due, the list nothing.

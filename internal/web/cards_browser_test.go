@@ -1,4 +1,4 @@
-package httpapi_test
+package web_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlockhq/airlock/internal/apptest/chromium"
 
 	"github.com/airlockhq/airlock/internal/effects"
 	"github.com/airlockhq/airlock/internal/store/storetest"
@@ -26,7 +28,7 @@ import (
 // runs page lists, filters and pages runs and links each to its Run page, and a bad
 // filter is its 400 page. AIRLOCK_SCREENSHOTS=DIR keeps the PNGs.
 func TestCardsInBrowser(t *testing.T) {
-	requireChromium(t)
+	chromium.Require(t)
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			h := cardHarness(t, b)
@@ -46,8 +48,8 @@ func TestCardsInBrowser(t *testing.T) {
 				}
 			}
 
-			dir := screenshotDir(t)
-			ctx, step := newFormsChromium(t)
+			dir := chromium.ScreenshotDir(t)
+			ctx, step := chromium.NewForms(t)
 			var err error
 			shoot := func(name string) {
 				t.Helper()
@@ -67,7 +69,7 @@ func TestCardsInBrowser(t *testing.T) {
 				resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(u))
 				step("open "+u, err)
 				status(resp, want, "")
-				noScripts(ctx, t, u)
+				chromium.NoScripts(ctx, t, u)
 			}
 			tab := tabReader{ctx, t, step}
 			text, dd, count := tab.text, tab.dd, tab.count

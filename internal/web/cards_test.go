@@ -1,4 +1,4 @@
-package httpapi_test
+package web_test
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 func cardHarness(t *testing.T, b storetest.Backend) *harness {
 	t.Helper()
 	var ms *apptest.MailServer
-	h := newHarnessWith(t, b, smtpSetup(t, &ms))
+	h := newHarnessWith(t, b, apptest.SMTPActions(t, &ms))
 	h.addUser("lead", "support-lead")
 	h.addUser("intern", "support")
 	return h

@@ -1,51 +1,17 @@
-package httpapi_test
+package web_test
 
 import (
 	"context"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlockhq/airlock/internal/apptest/chromium"
 )
-
-// chromiumPath is the browser the test drives (Debian's `apt-get install chromium`).
-const chromiumPath = "/usr/bin/chromium"
-
-// browserBudget bounds one whole browser session: start, every page, shutdown.
-const browserBudget = 60 * time.Second
-
-// requireChromium skips the test without a browser, except under CI, where it must run.
-func requireChromium(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: under CI the browser tests must run (apt-get install -y chromium)", chromiumPath)
-		}
-		t.Skipf("%s is missing; apt-get install -y chromium to run the browser tests", chromiumPath)
-	}
-}
-
-// newFormsChromium is newChromium with JavaScript off (the pages are server-rendered
-// forms: everything a person does there must work without scripts) and a step function
-// that ends the test at the first step that failed, naming it.
-func newFormsChromium(t *testing.T) (context.Context, func(name string, err error)) {
-	t.Helper()
-	ctx := newChromium(t)
-	step := func(name string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
-	step("disable JavaScript", err)
-	return ctx, step
-}
 
 // tabReader reads what a newFormsChromium tab shows; a read that fails ends the test
 // through step, naming it.
@@ -77,67 +43,16 @@ func (r tabReader) count(sel string) int {
 	return len(nodes)
 }
 
-// newChromium starts a headless Chromium with a fresh profile and returns the context of
-// one tab. Everything it does shares one deadline; the browser is stopped (and waited
-// for) before the test's temporary directories are removed.
-func newChromium(t *testing.T) context.Context {
-	t.Helper()
-	profile := t.TempDir() // registered first, so removed after the browser has exited
-	output := &syncBuffer{}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox, // root in containers and CI
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(profile),
-		chromedp.CombinedOutput(output),
-	)
-	ctx, cancelTimeout := context.WithTimeout(context.Background(), browserBudget)
-	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	ctx, cancelTab := chromedp.NewContext(ctx)
-	t.Cleanup(func() {
-		cancelTab()
-		cancelAlloc() // also waits for the browser process to exit
-		cancelTimeout()
-		if t.Failed() {
-			t.Logf("chromium output:\n%s", output.String())
-		}
-	})
-	// Start the browser and open the tab now, on the tab's own context: the first run
-	// binds the tab's lifetime to the context it gets.
-	started := time.Now()
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v\n%s", err, output.String())
-	}
-	t.Logf("chromium started in %v", time.Since(started).Round(time.Millisecond))
-	return ctx
-}
-
-// noScripts fails unless the current page has no <script> element.
-func noScripts(ctx context.Context, t *testing.T, page string) {
-	t.Helper()
-	nodes, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll("script"), chromedp.AtLeast(0)))
-	if err != nil {
-		t.Fatalf("%s: look for scripts: %v", page, err)
-	}
-	if len(nodes) != 0 {
-		t.Fatalf("%s has %d <script> elements; the pages must work without JavaScript", page, len(nodes))
-	}
-}
-
 // TestApprovalInBrowser walks the approval flow in a real headless Chromium with
 // JavaScript switched off: a signed-out person opens the link, signs in, sees the card,
 // approves with the form's button, and the link is dead afterwards.
 func TestApprovalInBrowser(t *testing.T) {
-	requireChromium(t)
+	chromium.Require(t)
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		const key = "ticket-browser-1"
 		h.addUser("lead", "support-lead")
 		link := h.propose(key, "")
-		ctx, step := newFormsChromium(t)
+		ctx, step := chromium.NewForms(t)
 		start := time.Now()
 		path := func(resp *network.Response) string {
 			t.Helper()
@@ -161,7 +76,7 @@ func TestApprovalInBrowser(t *testing.T) {
 			t.Fatalf("opening the link signed out: %d %s, want 200 /login", resp.Status, path(resp))
 		}
 		step("sign-in page", chromedp.Do(ctx, chromedp.WaitVisible(`//h1[normalize-space()="Sign in to airlock"]`)))
-		noScripts(ctx, t, "the sign-in page")
+		chromium.NoScripts(ctx, t, "the sign-in page")
 
 		// Sign in with real key presses and a click on the button.
 		step("fill the sign-in form", chromedp.Do(ctx,
@@ -195,7 +110,7 @@ func TestApprovalInBrowser(t *testing.T) {
 		if strings.Contains(body, "Rerun protocol") {
 			t.Fatalf("the approver's card still carries the rerun protocol:\n%s", body)
 		}
-		noScripts(ctx, t, "the approval card")
+		chromium.NoScripts(ctx, t, "the approval card")
 
 		// Approve with the form's button.
 		resp, err = chromedp.RunResponse(ctx, chromedp.Click(`//button[normalize-space()="Approve and send"]`))
@@ -209,7 +124,7 @@ func TestApprovalInBrowser(t *testing.T) {
 		if !strings.HasPrefix(strings.TrimSpace(msg), "Approved") {
 			t.Fatalf("after approving the page says %q, want Approved…", msg)
 		}
-		noScripts(ctx, t, "the decision page")
+		chromium.NoScripts(ctx, t, "the decision page")
 
 		// Through the API: approved, with one effect queued.
 		run := h.get("/v1/runs/" + key)
@@ -239,7 +154,7 @@ func TestApprovalInBrowser(t *testing.T) {
 		if strings.Contains(body, "Approve and send") || !strings.Contains(body, key) {
 			t.Fatalf("second visit shows:\n%s", body)
 		}
-		noScripts(ctx, t, "the decided page")
+		chromium.NoScripts(ctx, t, "the decided page")
 		if effs := h.get("/v1/runs/" + key).body["effects"].([]any); len(effs) != 1 {
 			t.Fatalf("%d effects after the second visit", len(effs))
 		}

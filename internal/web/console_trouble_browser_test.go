@@ -1,4 +1,4 @@
-package httpapi_test
+package web_test
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlockhq/airlock/internal/apptest/chromium"
 )
 
 // Issue 34 in Chromium (JavaScript off), on both stores, at a laptop's and a phone's
@@ -19,7 +21,7 @@ import (
 // sideways scrolling; the operator releases the stall with the form's button; the
 // unknown effect's card says what to look up.
 func TestConsoleTroubleInBrowser(t *testing.T) {
-	requireChromium(t)
+	chromium.Require(t)
 	forEachBackend(t, func(t *testing.T, h *harness) {
 		h.addUser("ops", "ops")
 		eid := h.unknownEffect("job-1")
@@ -35,8 +37,8 @@ func TestConsoleTroubleInBrowser(t *testing.T) {
 		expect(t, h.post("/v1/runs/"+key+"/effects", fmt.Sprintf(`{"lease_owner":"%s","version":%d,"action_type":"task","target":"default","effect_id":"reply-to-customer-with-a-long-effect-id-0001","payload":{"msg":"hi"}}`, owner, v)), 201, "")
 		h.env.Clock.Advance(11 * time.Minute)
 
-		dir := screenshotDir(t)
-		ctx, step := newFormsChromium(t)
+		dir := chromium.ScreenshotDir(t)
+		ctx, step := chromium.NewForms(t)
 		backend := strings.ToLower(filepath.Base(t.Name()))
 		read := tabReader{ctx, t, step}
 		viewports := []struct {
@@ -76,7 +78,7 @@ func TestConsoleTroubleInBrowser(t *testing.T) {
 			resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(h.url+path))
 			step("open "+path, err)
 			status(resp, 200, "")
-			noScripts(ctx, t, path)
+			chromium.NoScripts(ctx, t, path)
 		}
 		resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(h.url+"/login"))
 		step("sign-in page", err)
