@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/apptest"
 	"github.com/airlockhq/airlock/internal/effects"
@@ -138,11 +140,9 @@ func TestStoppedWorkerClaims(t *testing.T) {
 		}
 	}
 	r := claimed[held[0]]
-	hb, err := e.Runs.Heartbeat(ctx, runs.LeaseRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version, Actor: "test"}, 0)
-	if err != nil {
+	if _, err := e.Runs.Heartbeat(ctx, runs.LeaseRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version, Actor: "test"}, 0); err != nil {
 		t.Errorf("heartbeat of %s (worker 2) with worker 1 stopped: %v", r.Key, err)
 	}
-	_ = hb
 	if _, created, _, err := e.Effects.Queue(ctx, effects.QueueRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version,
 		ActionType: "note", Target: "default", Payload: json.RawMessage(`{"n":1}`), Actor: "test"}); err != nil || !created {
 		t.Errorf("queue an effect on %s (worker 2) with worker 1 stopped: created %v, %v", r.Key, created, err)
@@ -158,7 +158,7 @@ func TestStoppedWorkerClaims(t *testing.T) {
 		unavailable("claim "+k+" (worker 1)", err)
 	}
 	r = claimed[heldDown[0]]
-	_, err = e.Runs.Heartbeat(ctx, runs.LeaseRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version, Actor: "test"}, 0)
+	_, err := e.Runs.Heartbeat(ctx, runs.LeaseRequest{Key: r.Key, Owner: r.LeaseOwner, Version: r.Version, Actor: "test"}, 0)
 	unavailable("heartbeat of "+r.Key+" (worker 1)", err)
 
 	worker("start", 1)
@@ -173,4 +173,140 @@ func TestStoppedWorkerClaims(t *testing.T) {
 			t.Errorf("%s: %d claimed events, want 1", k, n)
 		}
 	}
+}
+
+// TestStoppedWorkerUnderLoad: four clients claim new keys and queue an effect on each
+// while worker 1 is stopped for three seconds, the test clock moving past a lease meanwhile,
+// and started again. Every failure is store.ErrUnavailable; claims are acknowledged
+// during the outage (the runs on worker 2) and some fail (those on worker 1); every
+// acknowledged claim and queued effect is in the database afterwards, and after the
+// outage each client reclaims its first run, whose lease lapsed meanwhile. It stops a
+// worker of the shared cluster: run it alone (docs/testing.md).
+func TestStoppedWorkerUnderLoad(t *testing.T) {
+	_, worker := citusWorkerCtl(t)
+	st := scale.OpenTraced(t, nil)
+	e := apptest.NewEffectsEnv(t, storetest.Backend{Name: "postgres", Open: func(testing.TB, *storetest.Clock) store.Store { return st }}, "")
+	ctx := context.Background()
+
+	type acked struct {
+		key    string
+		effect string // "" when the queue was not acknowledged
+	}
+	var (
+		mu           sync.Mutex
+		phase        = "before" // before, down, after
+		okIn, failIn = map[string]int{}, map[string]int{}
+		unexpected   []error
+		done         = make(chan struct{})
+		wg           sync.WaitGroup
+		acks         = make([][]acked, 4)
+		claimsIn     = map[string]int{} // acknowledged claims by phase
+	)
+	note := func(err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			okIn[phase]++
+			return true
+		}
+		failIn[phase]++
+		if !errors.Is(err, store.ErrUnavailable) {
+			unexpected = append(unexpected, err)
+		}
+		return false
+	}
+	for c := range acks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				key := fmt.Sprintf("load-%d-%d", c, i)
+				res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: key, PayloadHash: "h", Actor: "test"})
+				if !note(err) {
+					continue
+				}
+				if !res.Claimed {
+					note(fmt.Errorf("new key %s not claimed: %+v", key, res))
+					continue
+				}
+				mu.Lock()
+				claimsIn[phase]++
+				mu.Unlock()
+				a := acked{key: key}
+				eff, _, _, err := e.Effects.Queue(ctx, effects.QueueRequest{Key: key, Owner: res.Run.LeaseOwner, Version: res.Run.Version,
+					ActionType: "note", Target: "default", Payload: json.RawMessage(`{"n":1}`), Actor: "test"})
+				if errors.Is(err, runs.ErrLeaseLost) && res.Run.LeaseExpiresAt.Before(e.Clock.Now()) {
+					err = nil // the clock moved past the lease between the claim and the queue
+				} else if note(err) {
+					a.effect = eff.ID
+				}
+				acks[c] = append(acks[c], a)
+			}
+		}()
+	}
+	setPhase := func(p string) { mu.Lock(); phase = p; mu.Unlock() }
+	time.Sleep(500 * time.Millisecond)
+	setPhase("down")
+	worker("stop", 1)
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			worker("start", 1)
+		}
+	})
+	time.Sleep(1500 * time.Millisecond)
+	e.Clock.Advance(apptest.LeaseConfig.DefaultLease + time.Second) // every lease taken so far lapses
+	time.Sleep(1500 * time.Millisecond)
+	worker("start", 1)
+	started = true
+	setPhase("after")
+	time.Sleep(2 * time.Second)
+	close(done)
+	wg.Wait()
+
+	t.Logf("before/down/after worker 1 stopped: claims acknowledged %d/%d/%d; claims and queues acknowledged %d/%d/%d, failed %d/%d/%d",
+		claimsIn["before"], claimsIn["down"], claimsIn["after"], okIn["before"], okIn["down"], okIn["after"], failIn["before"], failIn["down"], failIn["after"])
+	for _, err := range unexpected {
+		t.Errorf("a failure other than store.ErrUnavailable: %v", err)
+	}
+	if claimsIn["down"] == 0 || failIn["down"] == 0 {
+		t.Errorf("with worker 1 stopped: %d claims acknowledged, %d failed; want both (the runs of worker 2 served, those of worker 1 not)", claimsIn["down"], failIn["down"])
+	}
+	if claimsIn["after"] == 0 {
+		t.Error("nothing acknowledged after worker 1 was started again")
+	}
+	n := 0
+	for c, as := range acks {
+		for _, a := range as {
+			n++
+			if _, err := e.Runs.Get(ctx, a.key); err != nil {
+				t.Errorf("acknowledged claim of %s: %v", a.key, err)
+				continue
+			}
+			var claims int
+			if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM events WHERE run_key = $1 AND kind = 'claimed'`, a.key).Scan(&claims); err != nil || claims != 1 {
+				t.Errorf("acknowledged claim of %s: %d claimed events (%v), want 1", a.key, claims, err)
+			}
+			if a.effect != "" {
+				if eff, err := st.EffectGet(ctx, a.effect); err != nil || eff.RunKey != a.key {
+					t.Errorf("acknowledged queue of %s's effect %s: %+v, %v", a.key, a.effect, eff, err)
+				}
+			}
+		}
+		if len(as) == 0 {
+			t.Errorf("client %d had no claim acknowledged", c)
+			continue
+		}
+		// Its first run's lease lapsed during the outage: it is reclaimed now.
+		res, err := e.Runs.Claim(ctx, runs.ClaimRequest{Key: as[0].key, PayloadHash: "h", Actor: "test"})
+		if err != nil || !res.Claimed || !res.Reclaimed {
+			t.Errorf("reclaim %s after the outage: %+v, %v", as[0].key, res, err)
+		}
+	}
+	t.Logf("%d acknowledged claims checked", n)
 }
