@@ -558,9 +558,9 @@ SELECT ` + runColumns + ` FROM refused`
 // as store.ClaimSequence in one transaction, which writes the same events with Go
 // computing each one's content, and so its MAC, before inserting it.
 //
-// On Citus the claim always runs so (claimCitus): the one statement, whose
-// data-modifying CTEs Citus executes with intermediate results, needs a connection to
-// every worker, so one stopped worker failed the claims of every run.
+// On Citus the claim always runs so (claimCitus): Citus 13.2 executes the one statement's
+// data-modifying CTEs over a connection to every worker, although its EXPLAIN shows one
+// task, so one stopped worker failed the claims of every run (TestStoppedWorkerClaims).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
 	if s.citus {
 		return s.claimCitus(ctx, p)
