@@ -557,7 +557,14 @@ SELECT ` + runColumns + ` FROM refused`
 // statement knows (the run's version, reclaims, lease, replacement): the claim then runs
 // as store.ClaimSequence in one transaction, which writes the same events with Go
 // computing each one's content, and so its MAC, before inserting it.
+//
+// On Citus the claim always runs so (claimCitus): Citus 13.2 executes the one statement's
+// data-modifying CTEs over a connection to every worker, although its EXPLAIN shows one
+// task, so one stopped worker failed the claims of every run (TestStoppedWorkerClaims).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
+	if s.citus {
+		return s.claimCitus(ctx, p)
+	}
 	if s.key != nil {
 		var out store.ClaimOutcome
 		err := s.Transact(ctx, func(q store.Queries) (err error) {
@@ -592,6 +599,48 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimOutc
 			return store.ClaimOutcome{}, fmt.Errorf("record refused claim: %w", err)
 		}
 		return store.ClaimOutcome{Run: run, Mismatch: run.PayloadHash != p.PayloadHash}, nil
+	}
+	return store.ClaimOutcome{}, fmt.Errorf("claim %q: the run kept changing between claim and refusal", p.Key)
+}
+
+// errClaimableAgain rolls back claimCitus's transaction when the run it refused has
+// become claimable since its claim statement.
+var errClaimableAgain = errors.New("the refused run became claimable")
+
+// claimCitus is the claim on Citus: store.ClaimSequence in one transaction, each of its
+// statements routed by the run's key to the one worker holding the run (its events,
+// replacement and effects are co-located), so a stopped worker fails only the claims of
+// its own runs (store.ErrUnavailable). Like the one statement, it records a refusal only
+// while the run is still refusable: when the run became claimable between the claim
+// statement and the refusal (failed_retryable, or its lease lapsed), the transaction is
+// rolled back and the claim tried again.
+func (s *Store) claimCitus(ctx context.Context, p store.ClaimParams) (store.ClaimOutcome, error) {
+	for range 16 {
+		var out store.ClaimOutcome
+		err := s.Transact(ctx, func(q store.Queries) (err error) {
+			out, err = store.ClaimSequence(ctx, q, p)
+			if err != nil || out.Claimed || out.Mismatch {
+				return err
+			}
+			var claimable bool
+			err = q.(queries).db.QueryRow(ctx, `SELECT state = 'failed_retryable'
+				  OR (state = 'processing' AND (lease_expires_at IS NULL OR lease_expires_at <= airlock_now($2::timestamptz)))
+				FROM workflow_runs WHERE idempotency_key = $1`, p.Key, p.Now).Scan(&claimable)
+			if err != nil {
+				return fmt.Errorf("recheck refused run: %w", err)
+			}
+			if claimable {
+				return errClaimableAgain
+			}
+			return nil
+		})
+		if errors.Is(err, errClaimableAgain) {
+			continue
+		}
+		if err != nil {
+			return store.ClaimOutcome{}, fmt.Errorf("claim: %w", err)
+		}
+		return out, nil
 	}
 	return store.ClaimOutcome{}, fmt.Errorf("claim %q: the run kept changing between claim and refusal", p.Key)
 }

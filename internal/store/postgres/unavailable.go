@@ -112,8 +112,18 @@ func (r classifiedRows) Values() ([]any, error) {
 // citusConnectionLost reports a Citus coordinator's internal error (XX000) for a worker
 // connection that failed mid-transaction — a worker stopped or unreachable: the same
 // request succeeds once it is back. Citus reports a refused connection as 08006 (class 08
-// above); these it reports with its own messages only.
+// above); these it reports with its own messages only, or with libpq's for a connection
+// that broke mid-statement (seen with a worker stopped under load: "SSL SYSCALL error:
+// EOF detected").
 func citusConnectionLost(e *pgconn.PgError) bool {
-	return e.Code == "XX000" && (strings.HasPrefix(e.Message, "failure on connection marked as essential") ||
-		strings.HasPrefix(e.Message, "connection to the remote node"))
+	if e.Code != "XX000" {
+		return false
+	}
+	for _, m := range []string{"failure on connection marked as essential", "connection to the remote node",
+		"SSL SYSCALL error", "server closed the connection unexpectedly"} {
+		if strings.HasPrefix(e.Message, m) {
+			return true
+		}
+	}
+	return false
 }

@@ -43,6 +43,8 @@ func TestClassify(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, true},
 		{"citus: a worker's connection lost mid-transaction", &pgconn.PgError{Code: "XX000", Message: "failure on connection marked as essential: 127.0.0.1:5433"}, true},
 		{"citus: a worker's socket gone", &pgconn.PgError{Code: "XX000", Message: "connection to the remote node 127.0.0.1:5433 failed: invalid socket"}, true},
+		{"citus: a worker stopped mid-statement (TLS)", &pgconn.PgError{Code: "XX000", Message: "SSL SYSCALL error: EOF detected\ninvalid socket"}, true},
+		{"citus: a worker stopped mid-statement", &pgconn.PgError{Code: "XX000", Message: "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally"}, true},
 		{"internal error of another kind", &pgconn.PgError{Code: "XX000", Message: "could not find tuple"}, false},
 		{"unique violation", pg("23505"), false},
 		{"serialization failure", pg("40001"), false},
