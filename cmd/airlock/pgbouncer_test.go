@@ -222,6 +222,9 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 		}
 		got := verifyLines(t, out)
 		for _, c := range verifyChecks {
+			if c == "citus" && got[c] == "SKIP" { // one PostgreSQL behind the pooler, not Citus
+				continue
+			}
 			if got[c] != "PASS" {
 				t.Errorf("%s: %s, want PASS\n%s", c, got[c], out)
 			}

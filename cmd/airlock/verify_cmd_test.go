@@ -141,7 +141,7 @@ func TestVerifyFailsOnClockSkew(t *testing.T) {
 			if err == nil {
 				t.Fatalf("verify passed with a clock an hour off:\n%s", out)
 			}
-			if !strings.Contains(stderr, "1 of 14 checks failed") {
+			if !strings.Contains(stderr, "1 of 15 checks failed") {
 				t.Errorf("stderr %q, want the failed count", stderr)
 			}
 			got := verifyLines(t, out)

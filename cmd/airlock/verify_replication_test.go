@@ -99,8 +99,8 @@ func TestVerifyReplication(t *testing.T) {
 		if err == nil {
 			t.Fatalf("verify passed with an asynchronous standby:\n%s", out)
 		}
-		if !strings.Contains(stderr, "1 of 14 checks failed") {
-			t.Errorf("stderr %q, want 1 of 14 checks failed", stderr)
+		if !strings.Contains(stderr, "1 of 15 checks failed") {
+			t.Errorf("stderr %q, want 1 of 15 checks failed", stderr)
 		}
 		t.Log(out)
 		got := verifyLines(t, out)
