@@ -1303,6 +1303,33 @@ func (h *harness) fault() {
 			h.t.Logf("pg restart (%s): %v\n%s", mode, err, out)
 		}
 		h.count("pg_restart_" + mode)
+	case f == 4 && h.backend == "postgres" && os.Getenv("AIRLOCK_TEST_CITUS_CTL") != "":
+		// On Citus (scripts/with-citus.sh): a worker stops (immediate) for longer than a
+		// send lease, then starts again; the runs on it are refused meanwhile.
+		n := 1 + h.intn(2)
+		ctl := func(op string) error {
+			out, err := exec.Command(os.Getenv("AIRLOCK_TEST_CITUS_CTL"), op, strconv.Itoa(n)).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("citus worker %d %s: %v\n%s", n, op, err, out)
+			}
+			return nil
+		}
+		if err := ctl("stop"); err != nil {
+			h.t.Error(err)
+			return
+		}
+		time.Sleep(time.Duration(3500+h.intn(1500)) * time.Millisecond)
+		for try := 0; ; try++ {
+			err := ctl("start")
+			if err == nil {
+				break
+			}
+			if try == 2 {
+				h.t.Error(err)
+				return
+			}
+		}
+		h.count(fmt.Sprintf("citus_worker%d_stopped", n))
 	}
 }
 

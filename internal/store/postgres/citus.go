@@ -97,9 +97,18 @@ func (s *Store) distributeCitus(ctx context.Context) (placed []string, err error
 		}
 		// airlock_now (0032) as a function Citus does not inline: it then evaluates the call
 		// on the coordinator, where one inlined into a COALESCE it refuses in an UPDATE.
-		if err := exec(`CREATE OR REPLACE FUNCTION airlock_now(t timestamptz) RETURNS timestamptz
+		// Only once: Citus sends the DDL to every worker, and an instance that starts while
+		// a worker is down migrates a schema already placed; that must need no worker.
+		var swapped bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+			WHERE p.oid = to_regprocedure('airlock_now(timestamptz)') AND l.lanname = 'plpgsql')`).Scan(&swapped); err != nil {
+			return fmt.Errorf("citus: read airlock_now: %w", err)
+		}
+		if !swapped {
+			if err := exec(`CREATE OR REPLACE FUNCTION airlock_now(t timestamptz) RETURNS timestamptz
 			LANGUAGE plpgsql STABLE AS 'BEGIN RETURN coalesce(t, now()); END'`); err != nil {
-			return err
+				return err
+			}
 		}
 		var todo []CitusTable
 		for _, d := range CitusDistributed {
