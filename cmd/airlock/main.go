@@ -116,7 +116,10 @@ const startupWait = time.Minute
 
 // waitForStore opens the store, trying again with backoff (200 ms doubling to 5 s) while
 // the error is store.ErrUnavailable, for up to wait. Any other error returns at once.
-func waitForStore(ctx context.Context, log *slog.Logger, wait time.Duration, open func() (store.Store, error)) (store.Store, error) {
+// serve's other start-up steps that need the database (registering the instance) wait
+// the same way: a connection ended by the server (a restart, a failover, a terminated
+// backend) between them is the same outage.
+func waitForStore[T any](ctx context.Context, log *slog.Logger, wait time.Duration, open func() (T, error)) (T, error) {
 	deadline := time.Now().Add(wait)
 	backoff := 200 * time.Millisecond
 	for {
@@ -127,7 +130,8 @@ func waitForStore(ctx context.Context, log *slog.Logger, wait time.Duration, ope
 		log.Warn("the database is unavailable: waiting for it", "retry_in", backoff.String(), "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -236,7 +240,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer stopTracing(context.Background())
 	// Registered as a writer before anything writes: the database's level decides whether
 	// this binary may (internal/fleet). Behind it, serve still answers reads.
-	member, err := fleet.Join(ctx, fleet.Config{Store: st, ID: instance, Role: "serve", Dispatch: !pol.Dispatch.Disabled, Level: writerLevel(), Log: log})
+	member, err := waitForStore(ctx, log, startupWait, func() (*fleet.Member, error) {
+		return fleet.Join(ctx, fleet.Config{Store: st, ID: instance, Role: "serve", Dispatch: !pol.Dispatch.Disabled, Level: writerLevel(), Log: log})
+	})
 	if err != nil {
 		return err
 	}
