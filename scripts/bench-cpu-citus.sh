@@ -53,17 +53,6 @@ log() { printf 'bench-cpu-citus: %s\n' "$*" >&2; }
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
 
-# start_instance NAME PORT POLICY DBURL: airlock serve in the background (pid in
-# $BENCH_TMP/pids, stopped by stop_instances, and in $BENCH_TMP/NAME.pid).
-start_instance() {
-	"$AIRLOCK" serve --listen "127.0.0.1:$2" --config "$3" --database-url "$4" \
-		--log-level warn --migrate=false >"$BENCH_TMP/$1.log" 2>&1 </dev/null &
-	local pid=$!
-	echo "$pid" >>"$BENCH_TMP/pids"
-	echo "$pid" >"$BENCH_TMP/$1.pid"
-	wait_ready "$2" "$pid" "$BENCH_TMP/$1.log"
-}
-
 # nodes_cpu PIDS…: the clusters' CPU so far, in clock ticks (each postmaster, its reaped
 # children and its live ones).
 nodes_cpu() {

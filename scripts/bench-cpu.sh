@@ -45,17 +45,6 @@ log() { printf 'bench-cpu: %s\n' "$*" >&2; }
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
 
-# start_instance NAME PORT POLICY DBURL [POOL]: airlock serve in the background; its pid
-# is appended to $BENCH_TMP/pids (stopped by stop_instances) and written to $BENCH_TMP/NAME.pid.
-start_instance() {
-	"$AIRLOCK" serve --listen "127.0.0.1:$2" --config "$3" --database-url "$4" \
-		--log-level warn --migrate=false >"$BENCH_TMP/$1.log" 2>&1 </dev/null &
-	local pid=$!
-	echo "$pid" >>"$BENCH_TMP/pids"
-	echo "$pid" >"$BENCH_TMP/$1.pid"
-	wait_ready "$2" "$pid" "$BENCH_TMP/$1.log"
-}
-
 # Called by `airlock bench effects --then` once the queue is full.
 if [ "${1:-}" = "__start" ]; then
 	psql "$AIRLOCK_TEST_DATABASE_URL" -qAtX -c "SELECT pg_current_wal_insert_lsn()" >"$BENCH_TMP/drain.lsn"

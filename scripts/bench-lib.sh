@@ -77,3 +77,14 @@ dropdb_() {
 want() { [[ $1 =~ $ONLY ]]; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="" || b=="" || b+0==0) print "n/a"; else printf "%.2f", a/b }'; }
 verdict() { awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{ if (v=="n/a" || v=="") { print "n/a"; exit } ok = (op==">=") ? (v+0 >= t+0) : (v+0 <= t+0); print ok ? "met" : "NOT met" }'; }
+
+# start_instance NAME PORT POLICY DBURL: airlock serve ($AIRLOCK) in the background; its pid
+# is appended to $BENCH_TMP/pids (stopped by stop_instances) and written to $BENCH_TMP/NAME.pid.
+start_instance() {
+	"$AIRLOCK" serve --listen "127.0.0.1:$2" --config "$3" --database-url "$4" \
+		--log-level warn --migrate=false >"$BENCH_TMP/$1.log" 2>&1 </dev/null &
+	local pid=$!
+	echo "$pid" >>"$BENCH_TMP/pids"
+	echo "$pid" >"$BENCH_TMP/$1.pid"
+	wait_ready "$2" "$pid" "$BENCH_TMP/$1.log"
+}
