@@ -153,7 +153,10 @@ airlock_drain() {
 		--then "bash '$SELF' __start '$db'" --cpu-pg-pid "$PGPID" --cpu-pid-file "$BENCH_TMP/dispatcher.pid" \
 		>"$BENCH_TMP/$1.out" 2>&1 || rc=$?
 	stop_instances
-	[ ! -s "$BENCH_TMP/drain.lsn" ] || wal_per_op "$1" "$(cat "$BENCH_TMP/drain.lsn")" "$COUNT"
+	if [ -s "$BENCH_TMP/drain.lsn" ]; then
+		wal_per_op "$1" "$(cat "$BENCH_TMP/drain.lsn")" "$COUNT"
+		wal_breakdown "$1" "${RUN_ID}_$1" "$(cat "$BENCH_TMP/drain.lsn")" "$COUNT"
+	fi
 	rm -f "$BENCH_TMP/drain.lsn"
 	dropdb_ "$1"
 	parse_result "$1" "$BENCH_TMP/$1.out"
@@ -252,6 +255,71 @@ wal_per_op() {
 	RES["$1 idx_per_op"]=$(awk -v x="${line##* }" -v n="$3" 'BEGIN { if (n > 0) printf "%.1f", x / n }')
 }
 
+# wal_breakdown NAME DB START_LSN N: the WAL records written since START_LSN per
+# operation, by relation of DB (relfilenode → name) and record type, into
+# $BENCH_TMP/NAME.wal ("relation|type|per op" lines, most first). Records without a
+# relation (commits, ...) are named by their type alone. Only pass 1 is broken down.
+wal_breakdown() {
+	[ "${1##*_}" = 1 ] || return 0
+	local base=${ADMIN_URL%%\?*} query="" url
+	[ "$base" = "$ADMIN_URL" ] || query=${ADMIN_URL#*\?}
+	url="${base%/*}/$2${query:+?$query}"
+	psql "$url" -qAtX -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_walinspect" >/dev/null 2>&1 || return 0
+	psql "$url" -qAtX -F '|' -c "WITH r AS (
+		  SELECT resource_manager || '/' || record_type AS t, substring(block_ref FROM 'rel [0-9]+/[0-9]+/([0-9]+)') AS node
+		  FROM pg_get_wal_records_info_till_end_of_wal('$3'))
+		SELECT coalesce(c.relname, CASE WHEN r.node IS NULL THEN '-' ELSE '(other)' END), r.t,
+		  round(count(*)::numeric / $4, 2)
+		FROM r LEFT JOIN pg_class c ON c.relfilenode::text = r.node
+		GROUP BY 1, 2 HAVING count(*)::numeric / $4 >= 0.05 ORDER BY 3 DESC, 1, 2" >"$BENCH_TMP/$1.wal" 2>/dev/null || true
+}
+
+# pays_for RELATION TYPE: what a WAL record of this relation and type pays for
+# (docs/benchmarks.md, "WAL records per claim and per effect").
+pays_for() {
+	case "$1|$2" in
+	workflow_runs\|Heap/INSERT*) echo "the run: the idempotency record itself (raw: the same)" ;;
+	workflow_runs\|Heap/HEAP_CONFIRM) echo "ON CONFLICT: a second delivery waits for the first, then reads its row" ;;
+	workflow_runs\|Heap/HOT_UPDATE*) echo "the run's chain head (0035; HOT) or its open-effect count" ;;
+	workflow_runs\|Heap/LOCK) echo "the run's lock: a queue or an outcome group never interleaves with the run's transition" ;;
+	workflow_runs_pkey\|*) echo "one run per key" ;;
+	workflow_runs_created\|* | workflow_runs_state_created\|* | workflow_runs_key_bytes\|*) echo "GET /v1/runs and the console: newest first, by state, by key prefix" ;;
+	events\|Heap/INSERT*) echo "the event (the claim's, or the effect's outcome): the audit record, committed with what it records" ;;
+	events_pkey\|*) echo "event ids unique; the events page's cursor" ;;
+	events_run_key_xid_id\|*) echo "a run's events in commit order: no page skips an event in flight; explain, verify" ;;
+	events_at\|*) echo "the report's counts (index-only) and the retention purge, oldest first" ;;
+	event_chains*) echo "the chain head of a key with no run, or of a run chained before 0035" ;;
+	effects\|Heap/UPDATE*) echo "a state change (lease: pending → sending; outcome): the version fence send-once rests on" ;;
+	effects\|Heap/HOT_UPDATE*) echo "the begin-mark: written before the provider call, so a crash after it is unknown, never resent blind" ;;
+	effects\|Heap/LOCK) echo "the outcome's row lock on its effect" ;;
+	effects\|Heap/INSERT*) echo "the effect: the outbox row" ;;
+	effects_pkey\|* | effects_run_effect\|*) echo "each state change is a new row version: an entry in every index it belongs to (partial indexes name the state: not HOT)" ;;
+	effects_sending\|*) echo "the lapsed-lease sweep finds sending effects" ;;
+	effects_purge_at\|*) echo "payload retention of settled effects" ;;
+	effects_due\|*) echo "the lease finds due effects" ;;
+	effect_count_deltas\|*) echo "counts per state without count(*): one row per state a statement changes" ;;
+	-\|Transaction/COMMIT*) echo "durability: one commit per transaction (synchronous_commit=on)" ;;
+	-\|Standby/RUNNING_XACTS | -\|XLOG/*) echo "the server's own bookkeeping (checkpoints, snapshots): not per operation" ;;
+	*\|Heap2/* | *\|XLOG/FPI*) echo "page maintenance (pruning, visibility, full-page images after a checkpoint): load-dependent" ;;
+	*\|Btree/SPLIT*) echo "an index page split (growth)" ;;
+	*) echo "" ;;
+	esac
+}
+
+# print_breakdown NAME [BASELINE_NAME]: NAME's WAL records per operation by relation and
+# type, beside the baseline's, each with what it pays for.
+print_breakdown() {
+	[ -s "$BENCH_TMP/$1.wal" ] || return 0
+	local rel typ n base
+	while IFS='|' read -r rel typ n; do
+		base=""
+		[ -z "${2:-}" ] || base=$(awk -F'|' -v r="$rel" -v t="$typ" '$1 == r && $2 == t { print $3 }' "$BENCH_TMP/$2.wal" 2>/dev/null)
+		printf '    %-30s %-22s %5s %5s  %s\n' "$rel" "$typ" "$n" "${base:-0}" "$(pays_for "$rel" "$typ")"
+	done <"$BENCH_TMP/$1.wal"
+	[ -z "${2:-}" ] || awk -F'|' 'NR == FNR { seen[$1 "|" $2] = 1; next } !(($1 "|" $2) in seen) {
+		printf "    %-30s %-22s %5s %5s  (the baseline only)\n", $1, $2, 0, $3 }' "$BENCH_TMP/$1.wal" "$BENCH_TMP/$2.wal"
+}
+
 # claims_raw NAME: pgbench with the seed's claim statement; CPU = pgbench (times) + cluster.
 claims_raw() {
 	want claims || return 0
@@ -287,6 +355,7 @@ claims_raw() {
 	RES["$1 cpu_process_us_per_op"]=$(awk -v t="$t" -v n="$n" 'BEGIN { printf "%.0f", t * 1e6 / n }')
 	work_per_op "$1" "$w0" "$w1" "$n"
 	wal_per_op "$1" "$l0" "$n"
+	wal_breakdown "$1" "$CLAIMS_DB_NAME" "$l0" "$n"
 }
 
 # claims_http NAME: airlock serve (CLIENTS pool connections) under `airlock bench claims`.
@@ -313,6 +382,7 @@ claims_http() {
 	parse_result "$1" "$BENCH_TMP/$1.out"
 	work_per_op "$1" "$w0" "$w1" "$(get "$1" requests)"
 	wal_per_op "$1" "$l0" "$(get "$1" requests)"
+	wal_breakdown "$1" "$CLAIMS_DB_NAME" "$l0" "$(get "$1" requests)"
 }
 
 # An idle instance's startup CPU (included in each airlock outbox figure above): start,
@@ -406,6 +476,16 @@ if [ -n "$(get claimshttp_1 wal_per_op)" ]; then
 			"$(get "claimshttp_$pass" wal_per_op)" "$(get "claimshttp_$pass" idx_per_op)" "$(get "claimshttp_$pass" blks_per_op)" \
 			"$(get "claimsraw_$pass" wal_per_op)" "$(get "claimsraw_$pass" idx_per_op)" "$(get "claimsraw_$pass" blks_per_op)"
 	done
+fi
+if [ -s "$BENCH_TMP/claimshttp_1.wal" ]; then
+	echo
+	echo "Where a claim's WAL records go (pass 1; per claim: airlock, the raw statement) and what each pays for"
+	print_breakdown claimshttp_1 claimsraw_1
+fi
+if [ -s "$BENCH_TMP/a32_1.wal" ]; then
+	echo
+	echo "Where an effect's WAL records go (pass 1, concurrency 32, dispatcher start to stop; per effect) and what each pays for"
+	print_breakdown a32_1
 fi
 if [ -n "$(get a32_1 walrec_per_op)$(get a256_1 walrec_per_op)$(get a500_1 walrec_per_op)" ]; then
 	echo

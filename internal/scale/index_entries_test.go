@@ -166,16 +166,16 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 			"workflow_runs (row)": 1, "workflow_runs_pkey": 1, "workflow_runs_created": 1,
 			"workflow_runs_state_created": 1, "workflow_runs_key_bytes": 1,
 			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
-			"event_chains (row)": 1, "event_chains_pkey": 1,
 			// The run's insert is speculative (ON CONFLICT: a reclaim updates it instead);
-			// the chain head's first row is a plain insert (0034).
-			"workflow_runs (confirm)": 1, "WAL records": 13,
+			// it carries the chain head, which the claim statement computes (0035).
+			"workflow_runs (confirm)": 1, "WAL records": 11,
 		}},
 		{"queue", queue, walWrites{
 			"effects (row)": 1, "effects_pkey": 1, "effects_run_effect": 1, "effects_due": 1,
-			"effect_count_deltas (row)": 1, "workflow_runs (HOT row)": 1,
-			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
-			"event_chains (HOT row)": 1,
+			"effect_count_deltas (row)": 1,
+			"events (row)":              1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
+			// The run's row twice, HOT: its open-effect count and its chain head (0035).
+			"workflow_runs (HOT row)": 2,
 			// The run's row lock (the queue holds the run while it checks its state), the
 			// effect's speculative insert (ON CONFLICT: a retried queue returns the first);
 			// the chain head is updated without a lock record of its own (0034).
@@ -186,7 +186,7 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 			"effects (row)": 2, "effects (HOT row)": 1, "effects_pkey": 2, "effects_run_effect": 2,
 			"effects_sending": 1, "effects_purge_at": 1, "effect_count_deltas (row)": 4,
 			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
-			"event_chains (HOT row)": 1,
+			"workflow_runs (HOT row)": 1, // the chain head, in the run's row (0035)
 			// The outcome group's run lock and the effect's row lock; three transactions
 			// (lease, begin-mark, outcome), three commit records.
 			"workflow_runs (lock)": 1, "effects (lock)": 1, "WAL records": 23,

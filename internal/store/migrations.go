@@ -29,8 +29,10 @@ type Migration struct {
 // purge (0015), approvals' warnings and escalations scheduled (0019), instances
 // registered with a heartbeat. 2 (0028) — a writer with an audit key configured seals
 // every event it writes with a MAC (store/mac.go); an older binary cannot, and would leave
-// unkeyed events in a keyed trail.
-const WriterLevel = 2
+// unkeyed events in a keyed trail. 3 (0035) — on PostgreSQL a run's chain head is in
+// its run's row: a purge moves the retention base there; an older binary moves it only
+// in event_chains, and verify would then report its purge as a deletion.
+const WriterLevel = 3
 
 // writerLevelPrefix opens a level-raising migration's first line.
 const writerLevelPrefix = "-- writer-level:"

@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,11 +32,23 @@ func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, lim
 	return evs, nil
 }
 
+// runHeadColumns are a run's chain head as event_chains' columns (0035: the head of a
+// run chained since then is in its row; NULL base columns are no base).
+const runHeadColumns = `idempotency_key, chain_seq, chain_head, chain_started_at, coalesce(chain_base_seq, 0),
+	coalesce(chain_base_hash, ''), chain_base_at, chain_base_mac_key, chain_base_mac`
+
+// ChainHeadGet reads the key's head where it is: in its run's row, else in event_chains
+// (a run chained before 0035, or a key with no run).
 func (q queries) ChainHeadGet(ctx context.Context, key string) (store.ChainHead, error) {
 	var h store.ChainHead
-	err := q.db.QueryRow(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
-		FROM event_chains WHERE run_key = $1`, key).Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash,
-		&h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
+	scan := func(row pgx.Row) error {
+		return row.Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash, &h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
+	}
+	err := scan(q.db.QueryRow(ctx, `SELECT `+runHeadColumns+` FROM workflow_runs WHERE idempotency_key = $1 AND chain_seq IS NOT NULL`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = scan(q.db.QueryRow(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
+			FROM event_chains WHERE run_key = $1`, key))
+	}
 	if err != nil {
 		return store.ChainHead{}, interpret(err)
 	}
@@ -88,21 +103,37 @@ func (q queries) ChainFirstKeyed(ctx context.Context) (int64, error) {
 	return *id, nil
 }
 
+// ChainHeads merges the heads in runs' rows and those in event_chains (a key's head is in
+// one of the two), in the keys' byte order (SQLite's): the two lists merge in Go.
 func (q queries) ChainHeads(ctx context.Context, afterKey string, limit int) ([]store.ChainHead, error) {
-	rows, err := q.db.Query(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
-		FROM event_chains WHERE run_key > $1 ORDER BY run_key LIMIT $2`, afterKey, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list chain heads: %w", err)
+	read := func(sql string) ([]store.ChainHead, error) {
+		rows, err := q.db.Query(ctx, sql, afterKey, limit)
+		if err != nil {
+			return nil, fmt.Errorf("list chain heads: %w", err)
+		}
+		heads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainHead, error) {
+			var h store.ChainHead
+			err := row.Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash, &h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
+			return h, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list chain heads: %w", err)
+		}
+		return heads, nil
 	}
-	heads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainHead, error) {
-		var h store.ChainHead
-		err := row.Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash, &h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
-		return h, err
-	})
+	inRuns, err := read(`SELECT ` + runHeadColumns + ` FROM workflow_runs
+		WHERE idempotency_key COLLATE "C" > $1 AND chain_seq IS NOT NULL ORDER BY idempotency_key COLLATE "C" LIMIT $2`)
 	if err != nil {
-		return nil, fmt.Errorf("list chain heads: %w", err)
+		return nil, err
 	}
-	return heads, nil
+	inChains, err := read(`SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
+		FROM event_chains WHERE run_key COLLATE "C" > $1 ORDER BY run_key COLLATE "C" LIMIT $2`)
+	if err != nil {
+		return nil, err
+	}
+	heads := append(inRuns, inChains...)
+	slices.SortFunc(heads, func(a, b store.ChainHead) int { return strings.Compare(a.RunKey, b.RunKey) })
+	return heads[:min(len(heads), limit)], nil
 }
 
 func (s *Store) ChainSnapshot(ctx context.Context, fn func(q store.ChainQueries) error) error {

@@ -7,6 +7,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
@@ -44,6 +47,11 @@ func TestChainAcrossTheMigration(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// One PostgreSQL's path: the test replaces the trigger's function by hand, which on a
+	// Citus coordinator drops the search_path the placement pinned (docs/scaling.md).
+	if citus, err := st.IsCitus(ctx); err != nil || citus {
+		t.Skipf("one PostgreSQL only (Citus: %v, %v)", citus, err)
+	}
 	metas := []json.RawMessage{nil, json.RawMessage(`{"trace_id":"t","n":1.50}`), json.RawMessage(`[]`)}
 	details := []json.RawMessage{json.RawMessage(`{"b": "ü – 12", "a": {"y": 1, "x": [true, null, 1e3]}}`), nil,
 		json.RawMessage(`"a\"b\\c\n"`), json.RawMessage(`{"": ""}`)}
@@ -65,8 +73,70 @@ func TestChainAcrossTheMigration(t *testing.T) {
 	storetest.ExecRaw(t, st, migrationFunction(t, "0024_chain_cost.sql"))
 	write("new")
 	storetest.ExecRaw(t, st, migrationFunction(t, "0034_chain_update_first.sql"))
+	// Runs too: under 0034 a run's head is a row of event_chains.
+	claim := func(key string) {
+		if _, err := st.Claim(ctx, store.ClaimParams{RunClaimParams: store.RunClaimParams{Key: key, PayloadHash: "h", Owner: "o", Lease: time.Minute}, Actor: "api", AlertAfter: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.RunClaim(ctx, store.RunClaimParams{Key: "run-0034", PayloadHash: "h", Owner: "o", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "run-0034", Kind: "claimed"}); err != nil {
+		t.Fatal(err)
+	}
 	write("newest")
-	for _, key := range []string{"x", "y-old", "y-new", "y-newest"} {
+	// 0035 (the one migrations leave in place): a run chained before it keeps its head in
+	// event_chains; a new run's claim links its own first event and keeps the head in its
+	// row; a run taken by the plain claim statement gets its first link from the trigger.
+	storetest.ExecRaw(t, st, migrationFunction(t, "0035_chain_head_in_run.sql"))
+	claim("run-0035")
+	if _, err := st.RunClaim(ctx, store.RunClaimParams{Key: "run-plain", PayloadHash: "h", Owner: "o", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"run-0034", "run-0035", "run-plain"} {
+		for i := range 3 {
+			if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: fmt.Sprintf("after-%d", i),
+				Meta: metas[i%len(metas)], Detail: details[i%len(details)]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		storetest.ExecRaw(t, st, `INSERT INTO events (run_key, at, kind, version, actor, detail)
+			SELECT $1, now(), 'multi', n, '', '{"z": 1}' FROM generate_series(1, 2) n`, key)
+		claim(key) // a duplicate: its event too
+	}
+	write("last")
+	var inRuns, inChains []string
+	rows, err := st.Pool().Query(ctx, `SELECT idempotency_key FROM workflow_runs WHERE chain_seq IS NOT NULL ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inRuns, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = st.Pool().Query(ctx, `SELECT run_key FROM event_chains ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inChains, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(inRuns) != "[run-0035 run-plain]" || fmt.Sprint(inChains) != "[run-0034 x y-last y-new y-newest y-old]" {
+		t.Fatalf("heads in runs' rows %v, in event_chains %v", inRuns, inChains)
+	}
+	heads, err := st.ChainHeads(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(heads) != 8 {
+		t.Fatalf("ChainHeads listed %d heads, want 8: %+v", len(heads), heads)
+	}
+	for i, h := range heads[1:] {
+		if heads[i].RunKey >= h.RunKey {
+			t.Fatalf("ChainHeads out of order: %q before %q", heads[i].RunKey, h.RunKey)
+		}
+	}
+	for _, key := range []string{"x", "y-old", "y-new", "y-newest", "y-last", "run-0034", "run-0035", "run-plain"} {
 		evs, err := st.ChainEvents(ctx, key, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
@@ -85,15 +155,18 @@ func TestChainAcrossTheMigration(t *testing.T) {
 			}
 			prev = *e.Hash
 		}
-		if want := map[string]int{"x": 18, "y-old": 2, "y-new": 2, "y-newest": 2}[key]; len(evs) != want || head.Seq != int64(want) || head.Head != prev {
+		want := map[string]int{"x": 24, "y-old": 2, "y-new": 2, "y-newest": 2, "y-last": 2,
+			"run-0034": 7, "run-0035": 7, "run-plain": 6}[key]
+		if len(evs) != want || head.Seq != int64(want) || head.Head != prev {
 			t.Fatalf("%s: %d events, head %+v, last hash %s; want %d links", key, len(evs), head, prev, want)
 		}
 	}
 }
 
-// TestChainMigrationKeepsTheCitusPin applies 0034 to a schema whose chain function has a
+// TestChainMigrationKeepsTheCitusPin applies 0034's and 0035's function (each with the
+// statements around it that keep its settings) to a schema whose chain function has a
 // pinned search_path, as the Citus placement leaves it (citus.go): CREATE OR REPLACE
-// drops a function's SET clauses, and the migration must set the pin again. Without a
+// drops a function's SET clauses, and each migration must set the pin again. Without a
 // pin (one PostgreSQL) it must add none: a SET clause costs every event a settings save
 // and restore.
 func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
@@ -106,9 +179,10 @@ func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("migrations/0034_chain_update_first.sql")
-	if err != nil {
-		t.Fatal(err)
+	// One PostgreSQL's path: the test replaces the trigger's function by hand, which on a
+	// Citus coordinator drops the search_path the placement pinned (docs/scaling.md).
+	if citus, err := st.IsCitus(ctx); err != nil || citus {
+		t.Skipf("one PostgreSQL only (Citus: %v, %v)", citus, err)
 	}
 	config := func() string {
 		var c string
@@ -125,20 +199,31 @@ func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
 	if c := config(); c != "" {
 		t.Fatalf("after the migrations on one PostgreSQL the chain function has settings %q", c)
 	}
-	storetest.ExecRaw(t, st, string(b))
-	if c := config(); c != "" {
-		t.Fatalf("0034 without a pin left settings %q", c)
-	}
-	storetest.ExecRaw(t, st, `ALTER FUNCTION events_chain() SET search_path = `+schema)
-	storetest.ExecRaw(t, st, string(b))
-	if c, want := config(), "search_path="+schema; c != want {
-		t.Fatalf("0034 over a pinned function left settings %q, want %q", c, want)
-	}
-	// The chain still links under the re-pinned function.
-	if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "pinned", Kind: "note"}); err != nil {
-		t.Fatal(err)
-	}
-	if h, err := st.ChainHeadGet(ctx, "pinned"); err != nil || h.Seq != 1 {
-		t.Fatalf("head after an event under the pinned function: %+v, %v", h, err)
+	for _, file := range []string{"0034_chain_update_first.sql", "0035_chain_head_in_run.sql"} {
+		b, err := os.ReadFile("migrations/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// From the settings' save to the end: the function and its settings, not the
+		// migration's other changes (0035's columns exist already).
+		part := string(b)[strings.Index(string(b), "SELECT set_config('airlock.events_chain_config'"):]
+		storetest.ExecRaw(t, st, `ALTER FUNCTION events_chain() RESET ALL`)
+		storetest.ExecRaw(t, st, part)
+		if c := config(); c != "" {
+			t.Fatalf("%s without a pin left settings %q", file, c)
+		}
+		storetest.ExecRaw(t, st, `ALTER FUNCTION events_chain() SET search_path = `+schema)
+		storetest.ExecRaw(t, st, part)
+		if c, want := config(), "search_path="+schema; c != want {
+			t.Fatalf("%s over a pinned function left settings %q, want %q", file, c, want)
+		}
+		// The chain still links under the re-pinned function.
+		key := "pinned-" + file[:4]
+		if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: key, Kind: "note"}); err != nil {
+			t.Fatal(err)
+		}
+		if h, err := st.ChainHeadGet(ctx, key); err != nil || h.Seq != 1 {
+			t.Fatalf("%s: head after an event under the pinned function: %+v, %v", file, h, err)
+		}
 	}
 }

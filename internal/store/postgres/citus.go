@@ -552,6 +552,14 @@ func (q queries) chainBasesCitus(ctx context.Context, keys []string, seqs []int6
 	}
 	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
 	for _, i := range idx {
+		// The head is in the run's row (0035) or in event_chains; the other statement
+		// finds nothing.
+		if _, err := q.db.Exec(ctx, `UPDATE workflow_runs SET chain_base_seq = $2, chain_base_hash = $3,
+			  chain_base_at = timestamptz 'epoch' + $4::bigint * interval '1 microsecond', chain_base_mac_key = $5, chain_base_mac = $6
+			WHERE idempotency_key = $1 AND chain_seq IS NOT NULL AND coalesce(chain_base_seq, 0) < $2`,
+			keys[i], seqs[i], hashes[i], ats[i], macKeys[i], macs[i]); err != nil {
+			return err
+		}
 		if _, err := q.db.Exec(ctx, `UPDATE event_chains SET base_seq = $2, base_hash = $3,
 			  base_at = timestamptz 'epoch' + $4::bigint * interval '1 microsecond', base_mac_key = $5, base_mac = $6
 			WHERE run_key = $1 AND base_seq < $2`, keys[i], seqs[i], hashes[i], ats[i], macKeys[i], macs[i]); err != nil {

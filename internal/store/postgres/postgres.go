@@ -468,6 +468,12 @@ INSERT INTO workflow_runs AS r (idempotency_key, state, payload_hash, lease_owne
 VALUES ($1, 'processing', $2, $3, airlock_now($4::timestamptz),
   airlock_now($4::timestamptz) + $5::bigint * interval '1 microsecond', 1, $6, $7,
   airlock_now($4::timestamptz), airlock_now($4::timestamptz))
+` + claimConflictSQL
+
+// claimConflictSQL is the claim's answer to a run that exists: it takes it again only
+// with the same payload, while it may be retried or its lease has lapsed (both claim
+// statements end with it; the run's table is aliased r).
+const claimConflictSQL = `
 ON CONFLICT (idempotency_key) DO UPDATE
 SET lease_owner = EXCLUDED.lease_owner,
     lease_started_at = EXCLUDED.lease_started_at,
@@ -493,22 +499,55 @@ func (q queries) RunClaim(ctx context.Context, p store.RunClaimParams) (store.Ru
 // alert when the reclaims pass $10 (the VALUES list keeps that order). When the claim
 // takes nothing it returns no row and writes nothing: refuseRecordSQL follows.
 //
+// A new run's `claimed` event is its chain's first link, and the statement writes it
+// itself (0035): it takes the event's id from the sequence, hashes the event's content
+// as the events_chain trigger would (the same SQL functions over the same values), and
+// inserts the run with its chain head and the event with its link; the trigger leaves a
+// linked event alone. A reclaim's events, and a new run whose key already has a head in
+// event_chains (events written before its run existed), are linked by the trigger.
+//
 // $1 key, $2 payload hash, $3 owner, $4 now (NULL: the database clock), $5 lease (µs),
 // $6 trigger source, $7 workflow version, $8 actor, $9 meta, $10 alert threshold.
 const claimRecordSQL = `
-WITH claimed AS (` + claimSQL + `
+WITH pre AS (
+  SELECT nextval('events_id_seq') AS id, airlock_now($4::timestamptz) AS at,
+    airlock_now($4::timestamptz) + $5::bigint * interval '1 microsecond' AS lease_end
+), first AS MATERIALIZED (
+  SELECT pre.*, b.base, d.detail, d.detail::text AS detail_text, pre.id::text AS id_text,
+    (extract(epoch FROM pre.at) * 1000000)::bigint::text AS at_text, $9::jsonb::text AS meta_text
+  FROM pre
+  CROSS JOIN LATERAL (SELECT jsonb_build_object('payload_hash', $2::text,
+      'lease_expires_at', (to_jsonb(pre.lease_end AT TIME ZONE 'UTC') #>> '{}') || 'Z') AS base) b
+  CROSS JOIN LATERAL (SELECT b.base || coalesce((SELECT jsonb_build_object('replaces', p.old_key, 'provider_ids', p.provider_ids)
+      FROM replacements p WHERE p.new_key = $1), '{}'::jsonb) AS detail) d
+), linked AS (
+  -- The link as events_chain computes it: airlock_chain_field of each value, each a
+  -- column of the materialized CTE above or a parameter, so that PostgreSQL inlines the
+  -- function (it calls, not inlines, one whose repeated argument is an expression).
+  SELECT f.*, CASE WHEN EXISTS (SELECT FROM event_chains c WHERE c.run_key = $1) THEN NULL
+    ELSE encode(sha256(convert_to('0:' || airlock_chain_field(f.id_text) || airlock_chain_field($1::text)
+      || airlock_chain_field(f.at_text) || airlock_chain_field('claimed') || airlock_chain_field('1')
+      || airlock_chain_field($8::text) || airlock_chain_field(f.meta_text)
+      || airlock_chain_field(f.detail_text), 'UTF8')), 'hex') END AS head
+  FROM first f
+), claimed AS (
+  INSERT INTO workflow_runs AS r (idempotency_key, state, payload_hash, lease_owner,
+    lease_started_at, lease_expires_at, version, trigger_source, workflow_version,
+    created_at, updated_at, chain_seq, chain_head, chain_started_at)
+  SELECT $1, 'processing', $2, $3, l.at, l.lease_end, 1, $6, $7, l.at, l.at,
+    CASE WHEN l.head IS NULL THEN NULL ELSE 1 END, l.head, CASE WHEN l.head IS NULL THEN NULL ELSE l.at END
+  FROM linked l` + claimConflictSQL + `
 ), recorded AS (
-  INSERT INTO events (run_key, at, kind, version, actor, meta, detail)
-  SELECT c.idempotency_key, airlock_now($4::timestamptz), e.kind, c.version, e.actor, e.meta, e.detail
-  FROM claimed c
-  LEFT JOIN replacements p ON p.new_key = $1 AND p.new_key = c.idempotency_key AND c.reclaims = 0
+  INSERT INTO events (id, run_key, at, kind, version, actor, meta, detail, chain_seq, chain_hash)
+  OVERRIDING SYSTEM VALUE
+  SELECT CASE WHEN e.kind = 'alert' THEN nextval('events_id_seq') ELSE l.id END,
+    c.idempotency_key, l.at, e.kind, c.version, e.actor, e.meta, e.detail,
+    CASE WHEN e.kind = 'claimed' AND l.head IS NOT NULL THEN 1 END,
+    CASE WHEN e.kind = 'claimed' THEN l.head END
+  FROM claimed c CROSS JOIN linked l
   CROSS JOIN LATERAL (VALUES
     (CASE WHEN c.reclaims > 0 THEN 'lease_reclaimed' ELSE 'claimed' END, $8::text, $9::jsonb,
-     jsonb_build_object('payload_hash', c.payload_hash,
-         'lease_expires_at', (to_jsonb(c.lease_expires_at AT TIME ZONE 'UTC') #>> '{}') || 'Z')
-       || CASE WHEN c.reclaims > 0 THEN jsonb_build_object('reclaims', c.reclaims) ELSE '{}'::jsonb END
-       || CASE WHEN p.old_key IS NULL THEN '{}'::jsonb
-               ELSE jsonb_build_object('replaces', p.old_key, 'provider_ids', p.provider_ids) END),
+     CASE WHEN c.reclaims > 0 THEN l.base || jsonb_build_object('reclaims', c.reclaims) ELSE l.detail END),
     ('alert', 'airlock', NULL,
      jsonb_build_object('alert', 'lease_reclaims', 'reclaims', c.reclaims, 'threshold', $10::bigint))
   ) AS e (kind, actor, meta, detail)

@@ -113,6 +113,20 @@ func (q queries) purgeEventsBatch(ctx context.Context, batch string, args ...any
 		if q.citus {
 			return q.chainBasesCitus(ctx, keys, seqs, hashes, ats, macKeys, macs)
 		}
+		// A key's head is in its run's row (0035) or in event_chains: both are moved, each
+		// only where the head is.
+		_, err = q.db.Exec(ctx, `WITH l AS (SELECT r.idempotency_key FROM workflow_runs r
+		      WHERE r.idempotency_key = ANY($1::text[]) AND r.chain_seq IS NOT NULL
+		      ORDER BY r.idempotency_key FOR NO KEY UPDATE)
+			UPDATE workflow_runs r SET chain_base_seq = u.seq, chain_base_hash = u.hash,
+			  chain_base_at = timestamptz 'epoch' + u.at * interval '1 microsecond', chain_base_mac_key = u.mac_key, chain_base_mac = u.mac
+			FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[]) AS u(key, seq, hash, at, mac_key, mac)
+			WHERE r.idempotency_key = u.key AND r.idempotency_key IN (SELECT idempotency_key FROM l)
+			  AND r.chain_seq IS NOT NULL AND coalesce(r.chain_base_seq, 0) < u.seq`,
+			keys, seqs, hashes, ats, macKeys, macs)
+		if err != nil {
+			return err
+		}
 		_, err = q.db.Exec(ctx, `WITH l AS (SELECT c.run_key FROM event_chains c WHERE c.run_key = ANY($1::text[])
 		      ORDER BY c.run_key FOR UPDATE)
 			UPDATE event_chains c SET base_seq = u.seq, base_hash = u.hash,
