@@ -500,7 +500,8 @@ func (q queries) RunClaim(ctx context.Context, p store.RunClaimParams) (store.Ru
 // takes nothing it returns no row and writes nothing: refuseRecordSQL follows.
 //
 // A new run's `claimed` event is its chain's first link, and the statement writes it
-// itself (0035): it takes the event's id from the sequence, hashes the event's content
+// itself (0035): it takes the event's id from the id column's sequence (by the column,
+// not by a name: a table re-created keeps the column, not the name), hashes the event's content
 // as the events_chain trigger would (the same SQL functions over the same values), and
 // inserts the run with its chain head and the event with its link; the trigger leaves a
 // linked event alone. A reclaim's events, and a new run whose key already has a head in
@@ -510,7 +511,7 @@ func (q queries) RunClaim(ctx context.Context, p store.RunClaimParams) (store.Ru
 // $6 trigger source, $7 workflow version, $8 actor, $9 meta, $10 alert threshold.
 const claimRecordSQL = `
 WITH pre AS (
-  SELECT nextval('events_id_seq') AS id, airlock_now($4::timestamptz) AS at,
+  SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id, airlock_now($4::timestamptz) AS at,
     airlock_now($4::timestamptz) + $5::bigint * interval '1 microsecond' AS lease_end
 ), first AS MATERIALIZED (
   SELECT pre.*, b.base, d.detail, d.detail::text AS detail_text, pre.id::text AS id_text,
@@ -540,7 +541,7 @@ WITH pre AS (
 ), recorded AS (
   INSERT INTO events (id, run_key, at, kind, version, actor, meta, detail, chain_seq, chain_hash)
   OVERRIDING SYSTEM VALUE
-  SELECT CASE WHEN e.kind = 'alert' THEN nextval('events_id_seq') ELSE l.id END,
+  SELECT CASE WHEN e.kind = 'alert' THEN nextval(pg_get_serial_sequence('events', 'id')) ELSE l.id END,
     c.idempotency_key, l.at, e.kind, c.version, e.actor, e.meta, e.detail,
     CASE WHEN e.kind = 'claimed' AND l.head IS NOT NULL THEN 1 END,
     CASE WHEN e.kind = 'claimed' THEN l.head END
