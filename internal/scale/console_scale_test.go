@@ -9,11 +9,12 @@ import (
 	"github.com/airlockhq/airlock/internal/scale"
 )
 
-// BenchmarkConsoleScale measures the console's three lists (a first page) on PostgreSQL
-// holding generated history, beside an empty database, call by call in turn, and reports
-// each database's mean and their ratio (history/empty; 1 is "as fast as empty"). Before
-// measuring it records the statements each list sends on the big database and EXPLAINs
-// them with their arguments: a sequential scan of a big table fails it. It runs only
+// BenchmarkConsoleScale measures the console's three lists and the runs list of every
+// state (scale.RunLists), a first page each, on PostgreSQL holding generated history,
+// beside an empty database, call by call in turn, and reports each database's mean and
+// their ratio (history/empty; 1 is "as fast as empty"). Before measuring it records the
+// statements each list sends on the big database and EXPLAINs them with their
+// arguments: a sequential scan of a big table fails it. It runs only
 // when AIRLOCK_CONSOLE_SCALE_RUNS is set:
 //
 //	AIRLOCK_CONSOLE_SCALE_RUNS=1000000 bash scripts/with-postgres.sh go test ./internal/scale -run '^$' -bench ConsoleScale -benchtime 200x
@@ -44,7 +45,7 @@ func BenchmarkConsoleScale(b *testing.B) {
 		}
 	}
 	now := time.Now()
-	for _, op := range scale.ConsoleLists(&now) {
+	for _, op := range append(scale.ConsoleLists(&now), scale.RunLists(&now)...) {
 		rec.mu.Lock()
 		rec.on, rec.stmts = true, nil
 		rec.mu.Unlock()

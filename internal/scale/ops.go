@@ -160,3 +160,23 @@ func ConsoleLists(now *time.Time) []ConsoleList {
 		}},
 	}
 }
+
+// RunLists are first pages of the runs list (GET /v1/runs and the console's runs page)
+// with no state given, which read every state: the newest runs, those created at or
+// before now, those with an effect or approval of type note, and the page after a
+// cursor at now.
+func RunLists(now *time.Time) []ConsoleList {
+	page := func(p store.RunListParams) func(ctx context.Context, st store.Store) (int, error) {
+		p.Limit = audit.RunListPage
+		return func(ctx context.Context, st store.Store) (int, error) {
+			r, err := st.RunList(ctx, p)
+			return len(r), err
+		}
+	}
+	return []ConsoleList{
+		{"runs", page(store.RunListParams{})},
+		{"runs older than", page(store.RunListParams{OlderThan: now})},
+		{"runs by action type", page(store.RunListParams{ActionType: "note"})},
+		{"runs after a cursor", page(store.RunListParams{After: store.Cursor{At: *now, ID: "~"}})},
+	}
+}
