@@ -56,7 +56,7 @@ func BenchmarkConsoleScale(b *testing.B) {
 		rec.on = false
 		stmts := rec.stmts
 		rec.mu.Unlock()
-		if n, _ := explainNoSeqScan(b, big.st, stmts); n == 0 {
+		if n, _, _ := explainNoSeqScan(b, big.st, stmts); n == 0 {
 			b.Fatalf("%s: no statement recorded", op.Name)
 		}
 		b.Run(op.Name, func(b *testing.B) {

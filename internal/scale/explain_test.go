@@ -2,6 +2,8 @@ package scale_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock/internal/scale"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/postgres"
 )
 
@@ -72,7 +75,7 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 	stmts := rec.stmts
 	rec.mu.Unlock()
 
-	explained, used := explainNoSeqScan(t, st, stmts)
+	explained, used, plans := explainNoSeqScan(t, st, stmts)
 	if explained < 20 {
 		t.Fatalf("only %d statements explained: the recorder missed the operations", explained)
 	}
@@ -90,18 +93,83 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 			t.Errorf("%s does not read %s; it reads %v", op, index, slices.Sorted(maps.Keys(used[op])))
 		}
 	}
+	// The runs list of every state (no state filter) reads one range of
+	// workflow_runs_state_created per state, newest first, and merges them (0036 dropped
+	// the (created_at, key) index it read before): never a sort of the table.
+	merged := 0
+	for _, p := range plans {
+		if p.op == "runs list" && strings.Contains(p.sql, "UNION ALL") {
+			merged++
+			if err := mergedRunList(p.plan); err != nil {
+				t.Errorf("runs list: %v:\n%s\n%s", err, strings.TrimSpace(p.sql), p.plan)
+			}
+		}
+	}
+	if merged < 6 {
+		t.Errorf("only %d runs list statements of every state explained", merged)
+	}
 }
+
+// mergedRunList checks the plan of a runs list of every state: a Merge Append under the
+// page's Limit, each state's branch an ordered read of workflow_runs_state_created — or,
+// for a key prefix the planner finds few of, that prefix's range of
+// workflow_runs_key_bytes sorted — and no other sort.
+func mergedRunList(plan string) error {
+	lines := strings.Split(plan, "\n")
+	merge := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "Merge Append") })
+	if merge < 0 {
+		return errors.New("no Merge Append")
+	}
+	for _, l := range lines[:merge] {
+		if planNode.MatchString(l) && !strings.Contains(l, "Limit") {
+			return fmt.Errorf("%q above the Merge Append", strings.TrimSpace(l))
+		}
+	}
+	branches := 0
+	for i, l := range lines {
+		switch {
+		case strings.Contains(l, "Index Scan Backward using workflow_runs_state_created"):
+			branches++
+		case sortNode.MatchString(l):
+			var below []string
+			for _, m := range lines[i+1:] {
+				if planNode.MatchString(m) {
+					if below = append(below, m); len(below) == 2 {
+						break
+					}
+				}
+			}
+			if !strings.Contains(strings.Join(below, "\n"), "workflow_runs_key_bytes") {
+				return fmt.Errorf("a sort of other than a key prefix's runs: %q", strings.Join(below, " / "))
+			}
+			branches++
+		}
+	}
+	if branches != len(store.States) {
+		return fmt.Errorf("%d branches read in order, want one per state (%d)", branches, len(store.States))
+	}
+	return nil
+}
+
+// planNode matches a plan node's line in EXPLAIN's text format (with costs), not its details.
+var planNode = regexp.MustCompile(`\(cost=`)
+
+var sortNode = regexp.MustCompile(`^\s*(->\s+)?(Incremental )?Sort\s+\(cost=`)
 
 var indexScan = regexp.MustCompile(`(?:Index|Index Only|Bitmap Index) Scan (?:Backward )?(?:using|on) (\w+)`)
 
+// explainedPlan is one recorded statement's plan.
+type explainedPlan struct{ op, sql, plan string }
+
 // explainNoSeqScan EXPLAINs each recorded query or data change with the arguments it was
 // sent with and reports an error for each sequential scan of a big table; it returns how
-// many it explained, and the indexes each operation's plans read.
-func explainNoSeqScan(t testing.TB, st *postgres.Store, stmts []recordedSQL) (int, map[string]map[string]bool) {
+// many it explained, the indexes each operation's plans read, and the plans.
+func explainNoSeqScan(t testing.TB, st *postgres.Store, stmts []recordedSQL) (int, map[string]map[string]bool, []explainedPlan) {
 	t.Helper()
 	ctx := context.Background()
 	explained := 0
 	used := map[string]map[string]bool{}
+	var plans []explainedPlan
 	for _, s := range stmts {
 		if !scale.DML.MatchString(s.sql) {
 			continue
@@ -120,6 +188,7 @@ func explainNoSeqScan(t testing.TB, st *postgres.Store, stmts []recordedSQL) (in
 		}
 		rows.Close()
 		explained++
+		plans = append(plans, explainedPlan{s.op, s.sql, strings.Join(plan, "\n")})
 		for _, m := range indexScan.FindAllStringSubmatch(strings.Join(plan, "\n"), -1) {
 			if used[s.op] == nil {
 				used[s.op] = map[string]bool{}
@@ -132,5 +201,5 @@ func explainNoSeqScan(t testing.TB, st *postgres.Store, stmts []recordedSQL) (in
 			}
 		}
 	}
-	return explained, used
+	return explained, used, plans
 }

@@ -163,12 +163,14 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 		got, want walWrites
 	}{
 		{"claim", claim, walWrites{
-			"workflow_runs (row)": 1, "workflow_runs_pkey": 1, "workflow_runs_created": 1,
+			"workflow_runs (row)": 1, "workflow_runs_pkey": 1,
+			// The runs list of every state reads workflow_runs_state_created, one range
+			// per state (0036 dropped workflow_runs_created).
 			"workflow_runs_state_created": 1, "workflow_runs_key_bytes": 1,
 			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
 			// The run's insert is speculative (ON CONFLICT: a reclaim updates it instead);
 			// it carries the chain head, which the claim statement computes (0035).
-			"workflow_runs (confirm)": 1, "WAL records": 11,
+			"workflow_runs (confirm)": 1, "WAL records": 10,
 		}},
 		{"queue", queue, walWrites{
 			"effects (row)": 1, "effects_pkey": 1, "effects_run_effect": 1, "effects_due": 1,

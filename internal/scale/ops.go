@@ -121,8 +121,10 @@ func HotOperations(e *apptest.EffectsEnv, st *postgres.Store, op func(name strin
 	op("runs list", func(ctx context.Context) error {
 		old := e.Clock.Now().Add(-24 * time.Hour)
 		for _, p := range []store.RunListParams{
-			{}, {State: store.StateCompleted}, {KeyPrefix: "gen-1"}, {OlderThan: &old}, {ActionType: "note"},
+			{}, {State: store.StateCompleted}, {KeyPrefix: "gen-1"}, {KeyPrefix: "gen-1999"}, {OlderThan: &old}, {ActionType: "note"},
+			{After: store.Cursor{At: old, ID: "gen-5"}}, {StalledAt: &old},
 			{State: store.StateAwaitingHuman, ActionType: "note", After: store.Cursor{At: old, ID: "gen-5"}},
+			{KeyPrefix: "gen-1", OlderThan: &old, ActionType: "note", After: store.Cursor{At: old, ID: "gen-5"}},
 		} {
 			p.Limit = 50
 			if _, err := st.RunList(ctx, p); err != nil {

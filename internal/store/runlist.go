@@ -26,7 +26,8 @@ func KeyPrefixEnd(prefix string) string { return prefix + "\U0010FFFF" }
 // RunListQueries list runs for operators.
 type RunListQueries interface {
 	// RunList lists runs newest first (created_at, key), after the cursor, filtered:
-	// the statement names only the filters given, each on an index (0016_runlist.sql).
+	// the statement names only the filters given, each on an index (0016_runlist.sql;
+	// on PostgreSQL the runs of every state are one range per state, merged: 0036).
 	RunList(ctx context.Context, p RunListParams) ([]Run, error)
 	// RunsStalledUnmarked lists up to limit runs stalled at now (processing, lease
 	// lapsed) and not yet marked at their current version, the oldest lapse first.

@@ -12,8 +12,31 @@ import (
 )
 
 // RunList builds its statement from the filters given, so that each plan (custom or
-// generic) has only conditions an index serves.
+// generic) has only conditions an index serves (runListSQL).
 func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error) {
+	sql, args := runListSQL(p)
+	rows, err := q.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return runs, nil
+}
+
+// runListSQL is RunList's statement. Runs of one state (the state filter, or the
+// stalled one, which is processing) are one range of workflow_runs_state_created, read
+// newest first. Runs of every state are that index's range of each state, each read
+// newest first up to the page, merged (a Merge Append of one ordered scan per state,
+// stopping at the page): there is no index on (created_at, key) alone, which every run's
+// insert and state change would write (0036_runlist_fold.sql). store.States is the
+// CHECK constraint's set (TestRunStatesMatchTheSchema). Each state's branch must find
+// its first row before the merge starts: with a filter no index serves (the action
+// type; a key prefix the plan does not read by workflow_runs_key_bytes), a large state
+// with no matching run is read whole.
+func runListSQL(p store.RunListParams) (string, []any) {
 	var where []string
 	var args []any
 	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
@@ -40,20 +63,23 @@ func (q queries) RunList(ctx context.Context, p store.RunListParams) ([]store.Ru
 	if !p.After.IsZero() {
 		where = append(where, "(created_at, idempotency_key) < ("+arg(p.After.At)+"::timestamptz, "+arg(p.After.ID)+"::text)")
 	}
-	sql := `SELECT ` + runColumns + ` FROM workflow_runs r`
-	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
+	page := ` ORDER BY created_at DESC, idempotency_key DESC LIMIT ` + arg(p.Limit)
+	runs := func(where []string) string {
+		sql := `SELECT ` + runColumns + ` FROM workflow_runs r`
+		if len(where) > 0 {
+			sql += ` WHERE ` + strings.Join(where, " AND ")
+		}
+		return sql + page
 	}
-	sql += ` ORDER BY created_at DESC, idempotency_key DESC LIMIT ` + arg(p.Limit)
-	rows, err := q.db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+	if p.State != "" || p.StalledAt != nil {
+		return runs(where), args
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+	branches := make([]string, len(store.States))
+	for i, s := range store.States {
+		// A literal, not a parameter: each branch's plan is that state's range.
+		branches[i] = "(" + runs(append([]string{"state = '" + string(s) + "'"}, where...)) + ")"
 	}
-	return runs, nil
+	return `SELECT ` + runColumns + ` FROM (` + strings.Join(branches, "\n\t  UNION ALL ") + `) r` + page, args
 }
 
 func (q queries) RunsStalledUnmarked(ctx context.Context, now *time.Time, limit int) ([]store.Run, error) {

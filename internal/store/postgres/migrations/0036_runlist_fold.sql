@@ -1,0 +1,21 @@
+-- One index entry fewer per run insert and per state change (issue 38): the runs list of
+-- every state is now read from workflow_runs_state_created, one range per state merged
+-- newest first (internal/store/postgres/runlist.go: a UNION ALL of one ordered, limited
+-- branch per state, which PostgreSQL runs as a Merge Append of index scans that stops at
+-- the page). workflow_runs_created (created_at, idempotency_key), from 0016, was the
+-- suffix of workflow_runs_state_created (state, created_at, idempotency_key) and was read
+-- by that list only, while every claim and every non-HOT update of a run (each change of
+-- state) wrote an entry into it: a claim's WAL records 11 → 10 after 0035
+-- (TestIndexEntriesPerOperation). The pages are the same rows in the same order
+-- (TestRunList); the plans are TestHotQueriesUseIndexes'.
+--
+-- No writer level: nothing any binary writes changes, and no binary needs the index to
+-- be correct. An older binary still serving the runs list has no plan without it but a
+-- walk of the whole table per page (sorted, or read in key order by state and filtered):
+-- a page of every state, or older than a time, then costs the table, not the page. Its
+-- runs list is slow, never wrong, until it is replaced (docs/deployment.md, Upgrades).
+--
+-- DROP INDEX takes the table's exclusive lock for a moment (it waits for statements
+-- running on workflow_runs, and statements queue behind it); to drop it without that,
+-- run DROP INDEX CONCURRENTLY workflow_runs_created beforehand, and this one skips it.
+DROP INDEX IF EXISTS workflow_runs_created;
