@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,7 +64,18 @@ func runListSQL(p store.RunListParams) (string, []any) {
 	if !p.After.IsZero() {
 		where = append(where, "(created_at, idempotency_key) < ("+arg(p.After.At)+"::timestamptz, "+arg(p.After.ID)+"::text)")
 	}
-	page := ` ORDER BY created_at DESC, idempotency_key DESC LIMIT ` + arg(p.Limit)
+	oneState := p.State != "" || p.StalledAt != nil
+	// The page's size is written into a merged statement without a key prefix: its
+	// prepared statement then takes a generic plan after five runs (the same plan, its
+	// cost known) instead of planning every state's branch on every call — with LIMIT
+	// $n the generic plan is costed for a tenth of the table, so it is never chosen. A key
+	// prefix keeps LIMIT $n, and custom plans: which index serves it depends on the
+	// prefix (TestHotQueriesUseIndexes EXPLAINs both plans).
+	limit := strconv.Itoa(p.Limit)
+	if oneState || p.KeyPrefix != "" {
+		limit = arg(p.Limit)
+	}
+	page := ` ORDER BY created_at DESC, idempotency_key DESC LIMIT ` + limit
 	runs := func(where []string) string {
 		sql := `SELECT ` + runColumns + ` FROM workflow_runs r`
 		if len(where) > 0 {
@@ -71,7 +83,7 @@ func runListSQL(p store.RunListParams) (string, []any) {
 		}
 		return sql + page
 	}
-	if p.State != "" || p.StalledAt != nil {
+	if oneState {
 		return runs(where), args
 	}
 	branches := make([]string, len(store.States))
