@@ -46,16 +46,24 @@ SELECT set_config('airlock.events_chain_config',
 
 CREATE OR REPLACE FUNCTION events_chain() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  body  text;
-  first text;
+  at_us  text;
+  meta   text;
+  detail text;
+  body   text;
+  first  text;
 BEGIN
   IF NEW.chain_seq IS NOT NULL THEN
     RETURN NEW; -- linked by the statement that wrote it (a new run's claim)
   END IF;
+  -- Each value computed once, into a variable (0024): PostgreSQL inlines
+  -- airlock_chain_field only when its argument is that cheap.
+  at_us := (extract(epoch FROM NEW.at) * 1000000)::bigint::text;
+  meta := NEW.meta::text;
+  detail := NEW.detail::text;
   body := airlock_chain_field(NEW.id::text) || airlock_chain_field(NEW.run_key)
-    || airlock_chain_field((extract(epoch FROM NEW.at) * 1000000)::bigint::text) || airlock_chain_field(NEW.kind)
+    || airlock_chain_field(at_us) || airlock_chain_field(NEW.kind)
     || airlock_chain_field(NEW.version::text) || airlock_chain_field(NEW.actor)
-    || airlock_chain_field(NEW.meta::text) || airlock_chain_field(NEW.detail::text);
+    || airlock_chain_field(meta) || airlock_chain_field(detail);
   LOOP
     UPDATE workflow_runs AS r SET chain_seq = r.chain_seq + 1, chain_head = airlock_chain_next(r.chain_head, body)
     WHERE r.idempotency_key = NEW.run_key AND r.chain_seq IS NOT NULL
