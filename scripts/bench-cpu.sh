@@ -283,7 +283,7 @@ pays_for() {
 	workflow_runs\|Heap/HOT_UPDATE*) echo "the run's chain head (0035; HOT) or its open-effect count" ;;
 	workflow_runs\|Heap/LOCK) echo "the run's lock: a queue or an outcome group never interleaves with the run's transition" ;;
 	workflow_runs_pkey\|*) echo "one run per key" ;;
-	workflow_runs_created\|* | workflow_runs_state_created\|* | workflow_runs_key_bytes\|*) echo "GET /v1/runs and the console: newest first, by state, by key prefix" ;;
+	workflow_runs_state_created\|* | workflow_runs_key_bytes\|*) echo "GET /v1/runs and the console: newest first (one range per state), by state, by key prefix" ;;
 	events\|Heap/INSERT*) echo "the event (the claim's, or the effect's outcome): the audit record, committed with what it records" ;;
 	events_pkey\|*) echo "event ids unique; the events page's cursor" ;;
 	events_run_key_xid_id\|*) echo "a run's events in commit order: no page skips an event in flight; explain, verify" ;;
