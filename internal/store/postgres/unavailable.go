@@ -114,13 +114,15 @@ func (r classifiedRows) Values() ([]any, error) {
 // request succeeds once it is back. Citus reports a refused connection as 08006 (class 08
 // above); these it reports with its own messages only, or with libpq's for a connection
 // that broke mid-statement (seen with a worker stopped under load: "SSL SYSCALL error:
-// EOF detected").
+// EOF detected"), or a commit whose worker went away under it ("could not commit
+// transaction for shard N on at least one active node": its outcome is the one a broken
+// connection at COMMIT leaves, as class 08 above; seen once in TestStoppedWorkerUnderLoad).
 func citusConnectionLost(e *pgconn.PgError) bool {
 	if e.Code != "XX000" {
 		return false
 	}
 	for _, m := range []string{"failure on connection marked as essential", "connection to the remote node",
-		"SSL SYSCALL error", "server closed the connection unexpectedly"} {
+		"SSL SYSCALL error", "server closed the connection unexpectedly", "could not commit transaction for shard"} {
 		if strings.HasPrefix(e.Message, m) {
 			return true
 		}

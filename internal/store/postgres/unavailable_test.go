@@ -42,6 +42,7 @@ func TestClassify(t *testing.T) {
 		{"conn closed", pgconn.ErrConnClosed, true},
 		{"deadline", context.DeadlineExceeded, true},
 		{"citus: a worker's connection lost mid-transaction", &pgconn.PgError{Code: "XX000", Message: "failure on connection marked as essential: 127.0.0.1:5433"}, true},
+		{"citus: a worker gone at commit", &pgconn.PgError{Code: "XX000", Message: "could not commit transaction for shard 102671 on at least one active node"}, true},
 		{"citus: a worker's socket gone", &pgconn.PgError{Code: "XX000", Message: "connection to the remote node 127.0.0.1:5433 failed: invalid socket"}, true},
 		{"citus: a worker stopped mid-statement (TLS)", &pgconn.PgError{Code: "XX000", Message: "SSL SYSCALL error: EOF detected\ninvalid socket"}, true},
 		{"citus: a worker stopped mid-statement", &pgconn.PgError{Code: "XX000", Message: "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally"}, true},
