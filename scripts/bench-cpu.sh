@@ -261,9 +261,8 @@ wal_per_op() {
 # relation (commits, ...) are named by their type alone. Only pass 1 is broken down.
 wal_breakdown() {
 	[ "${1##*_}" = 1 ] || return 0
-	local base=${ADMIN_URL%%\?*} query="" url
-	[ "$base" = "$ADMIN_URL" ] || query=${ADMIN_URL#*\?}
-	url="${base%/*}/$2${query:+?$query}"
+	local url
+	url=$(dburl "$2")
 	psql "$url" -qAtX -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_walinspect" >/dev/null 2>&1 || return 0
 	psql "$url" -qAtX -F '|' -c "WITH r AS (
 		  SELECT resource_manager || '/' || record_type AS t, substring(block_ref FROM 'rel [0-9]+/[0-9]+/([0-9]+)') AS node

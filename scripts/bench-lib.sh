@@ -60,14 +60,21 @@ drop_bench_dbs() {
 	done
 }
 
+# dburl DB [PARAMS]: ADMIN_URL with its database replaced by DB, its query parameters
+# kept and PARAMS ("k=v&…") added.
+dburl() {
+	local base=${ADMIN_URL%%\?*} query=""
+	[ "$base" = "$ADMIN_URL" ] || query=${ADMIN_URL#*\?}
+	query=${query:+$query${2:+&}}${2:-}
+	echo "${base%/*}/$1${query:+?$query}"
+}
+
 # newdb NAME [POOL]: create database NAME and print its URL (pool_max_conns=POOL).
 newdb() {
 	local name="${RUN_ID}_$1"
 	psql "$ADMIN_URL" -qAtX -v ON_ERROR_STOP=1 -c "CREATE DATABASE $name" >/dev/null
 	echo "$name" >>"$BENCH_TMP/dbs"
-	local base=${ADMIN_URL%%\?*} query=""
-	[ "$base" = "$ADMIN_URL" ] || query=${ADMIN_URL#*\?}
-	echo "${base%/*}/$name?${query:+$query&}pool_max_conns=${2:-$POOL}"
+	dburl "$name" "pool_max_conns=${2:-$POOL}"
 }
 
 dropdb_() {

@@ -32,22 +32,26 @@ func (q queries) ChainEvents(ctx context.Context, key string, afterID int64, lim
 	return evs, nil
 }
 
-// runHeadColumns are a run's chain head as event_chains' columns (0035: the head of a
-// run chained since then is in its row; NULL base columns are no base).
-const runHeadColumns = `idempotency_key, chain_seq, chain_head, chain_started_at, coalesce(chain_base_seq, 0),
+// A chain head's columns where it is kept: a run's row (0035: a run chained since then;
+// NULL base columns are no base), or event_chains (a run chained before 0035, or a key
+// with no run). Both read as scanHead scans.
+const (
+	runHeadColumns = `idempotency_key, chain_seq, chain_head, chain_started_at, coalesce(chain_base_seq, 0),
 	coalesce(chain_base_hash, ''), chain_base_at, chain_base_mac_key, chain_base_mac`
+	chainHeadColumns = `run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac`
+)
 
-// ChainHeadGet reads the key's head where it is: in its run's row, else in event_chains
-// (a run chained before 0035, or a key with no run).
-func (q queries) ChainHeadGet(ctx context.Context, key string) (store.ChainHead, error) {
+func scanHead(row pgx.Row) (store.ChainHead, error) {
 	var h store.ChainHead
-	scan := func(row pgx.Row) error {
-		return row.Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash, &h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
-	}
-	err := scan(q.db.QueryRow(ctx, `SELECT `+runHeadColumns+` FROM workflow_runs WHERE idempotency_key = $1 AND chain_seq IS NOT NULL`, key))
+	err := row.Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash, &h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
+	return h, err
+}
+
+// ChainHeadGet reads the key's head where it is: in its run's row, else in event_chains.
+func (q queries) ChainHeadGet(ctx context.Context, key string) (store.ChainHead, error) {
+	h, err := scanHead(q.db.QueryRow(ctx, `SELECT `+runHeadColumns+` FROM workflow_runs WHERE idempotency_key = $1 AND chain_seq IS NOT NULL`, key))
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = scan(q.db.QueryRow(ctx, `SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
-			FROM event_chains WHERE run_key = $1`, key))
+		h, err = scanHead(q.db.QueryRow(ctx, `SELECT `+chainHeadColumns+` FROM event_chains WHERE run_key = $1`, key))
 	}
 	if err != nil {
 		return store.ChainHead{}, interpret(err)
@@ -111,11 +115,7 @@ func (q queries) ChainHeads(ctx context.Context, afterKey string, limit int) ([]
 		if err != nil {
 			return nil, fmt.Errorf("list chain heads: %w", err)
 		}
-		heads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainHead, error) {
-			var h store.ChainHead
-			err := row.Scan(&h.RunKey, &h.Seq, &h.Head, &h.StartedAt, &h.BaseSeq, &h.BaseHash, &h.BaseAt, &h.BaseMACKey, &h.BaseMAC)
-			return h, err
-		})
+		heads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ChainHead, error) { return scanHead(row) })
 		if err != nil {
 			return nil, fmt.Errorf("list chain heads: %w", err)
 		}
@@ -126,7 +126,7 @@ func (q queries) ChainHeads(ctx context.Context, afterKey string, limit int) ([]
 	if err != nil {
 		return nil, err
 	}
-	inChains, err := read(`SELECT run_key, seq, head, started_at, base_seq, base_hash, base_at, base_mac_key, base_mac
+	inChains, err := read(`SELECT ` + chainHeadColumns + `
 		FROM event_chains WHERE run_key COLLATE "C" > $1 ORDER BY run_key COLLATE "C" LIMIT $2`)
 	if err != nil {
 		return nil, err
