@@ -28,7 +28,8 @@
 #
 # Environment: BENCH_COUNT (3000), BENCH_PASSES (2), BENCH_CLIENTS (8), BENCH_SECONDS
 # (10), BENCH_PG_POOL (20: pool_max_conns of airlock and River in the outbox runs),
-# BENCH_TIMEOUT (60s per drain), BENCH_ONLY (regex of scenario names: a32 r32 a256 r256
+# BENCH_TIMEOUT (60s per drain), BENCH_IDEMPOTENT (0; 1: airlock's action type declares
+# its provider idempotent, so the lease is also the begin-mark), BENCH_ONLY (regex of scenario names: a32 r32 a256 r256
 # a500 r500 claims), AIRLOCK_BIN (a prebuilt airlock to measure instead of this tree's,
 # e.g. an older commit's: it serves and migrates; the load comes from this tree's).
 # shellcheck disable=SC2317 # functions run from traps
@@ -58,6 +59,8 @@ command -v pgbench >/dev/null || die "pgbench is needed"
 [ -r /proc/self/stat ] || die "this benchmark reads CPU times from /proc (Linux)"
 
 COUNT=${BENCH_COUNT:-3000}
+IDEMPOTENT=false
+[ "${BENCH_IDEMPOTENT:-0}" = 0 ] || IDEMPOTENT=true
 PASSES=${BENCH_PASSES:-2}
 CLIENTS=${BENCH_CLIENTS:-8}
 SECS=${BENCH_SECONDS:-10}
@@ -99,7 +102,7 @@ actions:
   bench:
     connector: http
     gate: none
-    http: {url: "http://127.0.0.1:$3/send", timeout: 10s}
+    http: {url: "http://127.0.0.1:$3/send", timeout: 10s, idempotent: $IDEMPOTENT}
 dispatch:
   disabled: $2
   concurrency: $4
@@ -443,7 +446,7 @@ cell() {
 }
 
 echo
-echo "== CPU per operation: $(date -u '+%Y-%m-%d %H:%M') UTC, $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(($(date +%s) - STARTED))s =="
+echo "== CPU per operation: $(date -u '+%Y-%m-%d %H:%M') UTC, $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(($(date +%s) - STARTED))s, idempotent provider $IDEMPOTENT =="
 echo "   measured airlock: ${AIRLOCK_BIN:-this tree} ($("$AIRLOCK" version 2>/dev/null | head -n 1 || true)); PostgreSQL $(psql "$ADMIN_URL" -qAtX -c 'SHOW server_version'); River v0.51.2"
 echo "   CPU = user+sys of the process + the PostgreSQL cluster (postmaster, live and reaped children), /proc, before/after the drain"
 echo "   outbox: $COUNT effects/jobs, pre-filled, one HTTP POST each to a local no-op provider; pool_max_conns $POOL"

@@ -361,6 +361,8 @@ func TestOutboxCrashPoints(t *testing.T) {
 	}
 	want := func(point, kind string) crashWant {
 		switch {
+		case point == "after_lease" && kind == "idempotent": // the lease began the send: resent with the same key, sent once
+			return crashWant{0, "completed", 1, 1, "effect_retry_scheduled"}
 		case point == "after_lease": // the send never began (no send_started_at): queued again, sent once
 			return crashWant{0, "completed", 1, 1, "effect_requeued"}
 		case kind == "idempotent": // resent with the same key; the provider answers with its artifact

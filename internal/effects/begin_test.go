@@ -145,3 +145,93 @@ func testBeginSendsNoGlobal(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseBeginsTheListedTypes: a lease with Begin (the dispatcher's, for types whose
+// provider honours the key) marks, on every backend, in its own statement, exactly what
+// BeginSends would have marked of those types — what the kill switch allows, on a run that
+// is not failed_terminal — and leaves the rest unmarked for BeginSends; a plain lease
+// marks nothing.
+func TestLeaseBeginsTheListedTypes(t *testing.T) { apptest.EachEffects(t, testLeaseBegins) }
+
+func testLeaseBegins(t *testing.T, e *apptest.EffectsEnv) {
+	lease := func(owner string, begin ...string) []store.Effect {
+		t.Helper()
+		got, err := e.Store.LeaseEffects(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
+			Caps: apptest.AllTypes(e.Policy), Owner: owner, Lease: time.Minute, Limit: 100, Now: e.Effects.At(), Begin: begin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	started := func(es []store.Effect) []string {
+		var out []string
+		for _, l := range es {
+			stored, err := e.Effects.Get(ctx, l.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (l.SendStartedAt == nil) != (stored.SendStartedAt == nil) || l.Version != stored.Version {
+				t.Fatalf("the lease returned %+v, the store holds %+v", l, stored)
+			}
+			if l.SendStartedAt != nil {
+				if !l.SendStartedAt.Equal(*e.Effects.At()) || !l.UpdatedAt.Equal(*e.Effects.At()) {
+					t.Fatalf("%s: send_started_at %v, updated_at %v, want both %v", l.ID, l.SendStartedAt, l.UpdatedAt, *e.Effects.At())
+				}
+				out = append(out, l.ID)
+			}
+		}
+		return sorted(out)
+	}
+	crm := e.Queue(t, "l1", "crm", "default", `{"n":1}`)
+	note := e.Queue(t, "l2", "note", "default", `{"n":2}`)
+	inv := e.Queue(t, "l3", "invoice", "default", `{"n":3}`)
+	ended := e.Queue(t, "l4", "crm", "default", `{"n":4}`)
+	if err := e.Effects.SetKillSwitch(ctx, effects.ActionScope("invoice"), false, "test", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	// A run that ended failed_terminal cancels its pending effects in the same transaction;
+	// the lease's own check is for a run that ends between the two (set here by hand).
+	storetest.ExecRaw(t, e.Store, `UPDATE workflow_runs SET state = 'failed_terminal' WHERE idempotency_key = 'l4'`)
+	e.Clock.Advance(time.Second)
+	leased := lease("o1", "crm", "invoice")
+	apptest.Equal(t, "leased", ids(leased), sorted([]string{crm.ID, note.ID, inv.ID, ended.ID}))
+	apptest.Equal(t, "begun by the lease", started(leased), []string{crm.ID})
+	for _, l := range leased {
+		apptest.Equal(t, "version after the lease", l.Version, int64(2))
+	}
+	// BeginSends takes the rest as before: not the held type, not the ended run's.
+	got, err := e.Store.BeginSends(ctx, "o1", []string{note.ID, inv.ID, ended.ID}, e.Effects.At())
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.Equal(t, "marked by BeginSends", sorted(got), []string{note.ID})
+
+	// Disabled globally, or no global row: leased, none begun.
+	if err := e.Effects.SetKillSwitch(ctx, effects.GlobalScope, false, "incident", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	c2 := e.Queue(t, "l5", "crm", "default", `{"n":5}`)
+	e.Clock.Advance(time.Second)
+	l := lease("o2", "crm")
+	apptest.Equal(t, "leased while disabled", ids(l), []string{c2.ID})
+	apptest.Equal(t, "begun while disabled", len(started(l)), 0)
+	if err := e.Effects.SetKillSwitch(ctx, effects.GlobalScope, true, "over", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	storetest.ExecRaw(t, e.Store, `DELETE FROM kill_switch`)
+	c3 := e.Queue(t, "l6", "crm", "default", `{"n":6}`)
+	e.Clock.Advance(time.Second)
+	l = lease("o3", "crm")
+	apptest.Equal(t, "leased without a global row", ids(l), []string{c3.ID})
+	apptest.Equal(t, "begun without a global row", len(started(l)), 0)
+
+	// A lease without Begin marks nothing, whatever the type.
+	if err := e.Effects.SetKillSwitch(ctx, effects.GlobalScope, true, "back", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	c4 := e.Queue(t, "l7", "crm", "default", `{"n":7}`)
+	e.Clock.Advance(time.Second)
+	l = lease("o4")
+	apptest.Equal(t, "leased plainly", ids(l), []string{c4.ID})
+	apptest.Equal(t, "begun by a plain lease", len(started(l)), 0)
+}

@@ -29,12 +29,12 @@ var requeueCensus = map[string][]string{
 	// Queued: new rows only; a second queue of the same (run, effect id) returns the first.
 	// Outbox.Enter is the one way in: a request (Submit) and an approval (DecideBy →
 	// Outbox.Approved) both reach it.
-	"effects.Enter":         {"QueueUnderLease", "QueueReplyLostQueuesOnce", "ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
-	"ledger.planNew":        {"PlanConfirmNeverTwice"},
-	"postgres.EffectInsert": {"QueueUnderLease"},
-	"sqlite.EffectInsert":   {"QueueUnderLease"},
-	"postgres.EffectLease":  {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
-	"sqlite.EffectLease":    {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
+	"effects.Enter":           {"QueueUnderLease", "QueueReplyLostQueuesOnce", "ApprovalDecidedTwiceQueuesOnce", "ApprovalReplyLostQueuesOnce"},
+	"ledger.planNew":          {"PlanConfirmNeverTwice"},
+	"postgres.EffectInsert":   {"QueueUnderLease"},
+	"sqlite.EffectInsert":     {"QueueUnderLease"},
+	"postgres.leaseStatement": {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
+	"sqlite.lease":            {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},
 	// EffectLease's form on a Citus coordinator (a compare-and-set per shard); these run
 	// on Citus under scripts/with-citus.sh (docs/testing.md).
 	"postgres.effectLeaseCitus":    {"ConcurrentDispatchersSendOnce", "LeaseReplyLostIsRequeued", "WorkerReplyLostNeverHandsOutTwice"},

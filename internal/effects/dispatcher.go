@@ -206,8 +206,11 @@ func (d *Dispatcher) fill(ctx, sendCtx context.Context, sends *sync.WaitGroup, s
 	deadline := time.Now().Add(d.Lease - leaseMargin(d.Lease))
 	// The lease commits on its own, before the begin-mark: an instance that dies between
 	// the two has sent nothing, and the sweeper returns the effect to pending (a retry).
+	// For types whose provider honours the key the lease is the begin-mark too (one
+	// statement and one row version fewer per send): one that dies after it left a begun
+	// effect, which the sweeper resends with the same key.
 	batch, err := d.Store.LeaseEffects(ctx, store.EffectLeaseParams{Executor: store.ExecutorDispatcher,
-		Caps: caps, Owner: owner, Lease: d.Lease, Limit: limit, Now: d.At()})
+		Caps: caps, Owner: owner, Lease: d.Lease, Limit: limit, Now: d.At(), Begin: d.beginWithLease(caps)})
 	if err != nil {
 		return 0, false, fmt.Errorf("lease effects: %w", err)
 	}
@@ -298,8 +301,25 @@ func leaseMargin(lease time.Duration) time.Duration {
 	return min(lease/10, 5*time.Second)
 }
 
+// beginWithLease lists the types of caps whose begin-mark the lease writes: those whose
+// connector is idempotent (a begun effect whose sender died is resent with the same key,
+// as if it had never begun), unless this process's environment stops every send.
+func (d *Dispatcher) beginWithLease(caps map[string]int) []string {
+	if d.envDisabled {
+		return nil
+	}
+	var out []string
+	for t := range caps {
+		if c := d.connectors[t]; c != nil && c.Idempotent() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // begin commits "the send begins" for a leased batch, and returns the ids that may be
-// sent. A sender that dies before this commit provably sent nothing.
+// sent. A sender that dies before this commit provably sent nothing. The effects the
+// lease already marked (SendStartedAt set: beginWithLease's types) are sent as they are.
 //
 // First for the whole batch at once (store.BeginSends: one round trip on PostgreSQL):
 // the mark, in the transaction that reads the kill switch under its guard, of those the
@@ -307,17 +327,25 @@ func leaseMargin(lease time.Duration) time.Duration {
 // that is all of them. The others, if any, go through beginRest.
 func (d *Dispatcher) begin(ctx context.Context, owner string, batch []store.Effect) (map[string]bool, error) {
 	started := map[string]bool{}
-	rest := batch
+	rest := slices.DeleteFunc(slices.Clone(batch), func(e store.Effect) bool {
+		if e.SendStartedAt != nil {
+			started[e.ID] = true
+		}
+		return e.SendStartedAt != nil
+	})
+	if len(rest) == 0 {
+		return started, nil
+	}
 	if !d.envDisabled {
 		var ids []string
-		for _, e := range batch {
+		for _, e := range rest {
 			if d.connectors[e.ActionType] != nil {
 				ids = append(ids, e.ID)
 			}
 		}
 		marked, err := d.Store.BeginSends(ctx, owner, ids, d.At())
 		if err != nil {
-			return nil, fmt.Errorf("mark sends begun: %w", err)
+			return started, fmt.Errorf("mark sends begun: %w", err) // the lease's marks stand
 		}
 		for _, id := range marked {
 			started[id] = true
@@ -325,7 +353,7 @@ func (d *Dispatcher) begin(ctx context.Context, owner string, batch []store.Effe
 		if len(marked) == len(ids) {
 			return started, nil
 		}
-		rest = slices.DeleteFunc(slices.Clone(batch), func(e store.Effect) bool { return started[e.ID] })
+		rest = slices.DeleteFunc(rest, func(e store.Effect) bool { return started[e.ID] })
 	}
 	more, err := d.beginRest(ctx, owner, rest)
 	for id := range more {

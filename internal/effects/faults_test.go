@@ -49,7 +49,10 @@ func TestShutdownDuringTheBeginMarkStillSends(t *testing.T) {
 func TestReconcileStoreErrorLooksUpTheRest(t *testing.T) {
 	apptest.EachEffects(t, testReconcileStoreError)
 }
-func TestLeaseReplyLostIsRequeued(t *testing.T)           { apptest.EachEffects(t, testLeaseReplyLost) }
+func TestLeaseReplyLostIsRequeued(t *testing.T) { apptest.EachEffects(t, testLeaseReplyLost) }
+func TestLeaseThatBeganReplyLostIsResentOnce(t *testing.T) {
+	apptest.EachEffects(t, testLeaseThatBeganReplyLost)
+}
 func TestSweepReplyLostChangesTheEffectOnce(t *testing.T) { apptest.EachEffects(t, testSweepReplyLost) }
 func TestReconcileReplyLostAppliesOnce(t *testing.T)      { apptest.EachEffects(t, testReconcileReplyLost) }
 func TestResolveReplyLostAppliesOnce(t *testing.T)        { apptest.EachEffects(t, testResolveReplyLost) }
@@ -320,7 +323,38 @@ func testBeginMarkFailed(t *testing.T, e *apptest.EffectsEnv) {
 // The lease's reply is lost after it committed: the dispatcher sends nothing; past the
 // lease the effect is queued again and goes out once.
 func testLeaseReplyLost(t *testing.T, e *apptest.EffectsEnv) {
-	eff := e.Queue(t, "lr", "invoice", "default", `{"n":1}`)
+	eff := leaseReplyLost(t, e, "lr", "invoice")
+	apptest.Equal(t, "leased, unbegun", eff.SendStartedAt == nil, true)
+	e.Clock.Advance(3 * time.Minute)
+	e.Tick(t)
+	e.Tick(t)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "provider requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
+	apptest.Equal(t, "events", e.Kinds(t, "lr")[2:], []string{"effect_requeued", "effect_completed"})
+}
+
+// The lease of an idempotent type is its begin-mark too: with its reply lost the effect
+// was begun by a sender that never sent. The sweeper takes it for a send that may have
+// happened and, the provider honouring the key, queues it again: sent once, under its key.
+func testLeaseThatBeganReplyLost(t *testing.T, e *apptest.EffectsEnv) {
+	eff := leaseReplyLost(t, e, "lb", "crm")
+	apptest.Equal(t, "leased, begun", eff.SendStartedAt != nil, true)
+	e.Clock.Advance(3 * time.Minute)
+	e.Tick(t) // the sweep: queued again, after the retry's backoff
+	apptest.Equal(t, "state after the sweep", e.EffectState(t, eff.ID), store.EffectPending)
+	e.Clock.Advance(time.Hour)
+	e.Tick(t)
+	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectCompleted)
+	apptest.Equal(t, "provider requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
+	apptest.Equal(t, "events", e.Kinds(t, "lb")[2:], []string{"effect_retry_scheduled", "effect_completed"})
+}
+
+// leaseReplyLost queues an effect of action under key and has a dispatcher lease it with
+// the lease's reply lost after it committed; it returns the effect as stored then, once
+// a tick has shown that nobody takes it while the lease lives.
+func leaseReplyLost(t *testing.T, e *apptest.EffectsEnv, key, action string) store.Effect {
+	t.Helper()
+	eff := e.Queue(t, key, action, "default", `{"n":1}`)
 	f := &storetest.Faults{}
 	r := on(storetest.OpLeaseEffects, storetest.After)
 	f.Set(rules(r))
@@ -329,16 +363,15 @@ func testLeaseReplyLost(t *testing.T, e *apptest.EffectsEnv) {
 		t.Fatalf("tick with the lease's reply lost: %v", err)
 	}
 	allFired(t, r)
-	apptest.Equal(t, "leased, unbegun", e.EffectState(t, eff.ID), store.EffectSending)
 	writesAre(t, "lease", f.WritesOf(eff.ID), storetest.Write{Op: storetest.OpLeaseEffects, ID: eff.ID, To: store.EffectSending})
+	got, err := e.Effects.Get(ctx, eff.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.Equal(t, "state after the lease", got.State, store.EffectSending)
 	e.Tick(t) // the lease is live: nobody else takes it
 	apptest.Equal(t, "requests while the lost lease lives", e.Provider.Total(), 0)
-	e.Clock.Advance(3 * time.Minute)
-	e.Tick(t)
-	e.Tick(t)
-	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectCompleted)
-	apptest.Equal(t, "provider requests", e.Provider.Requests(effects.ProviderKey(eff)), 1)
-	apptest.Equal(t, "events", e.Kinds(t, "lr")[2:], []string{"effect_requeued", "effect_completed"})
+	return got
 }
 
 // The sweeper's transaction commits and its reply is lost, for an unbegun effect (queued

@@ -243,6 +243,7 @@ func testShutdownDrains(t *testing.T, e *apptest.EffectsEnv) {
 // for the switch and sees it off.
 func testKillSwitchCommitsFirst(t *testing.T, e *apptest.EffectsEnv) {
 	eff := e.Queue(t, "k1", "note", "default", `{"n":1}`)
+	folded := e.Queue(t, "k2", "crm", "default", `{"n":2}`) // idempotent: the lease is its begin-mark
 	other := e.NewService(e.Store, e.Clock.Now)
 	ticked := make(chan error, 1)
 	other.Hook = apptest.HookOn("kill_switch_written", func() {
@@ -261,6 +262,7 @@ func testKillSwitchCommitsFirst(t *testing.T, e *apptest.EffectsEnv) {
 	}
 	apptest.Equal(t, "requests after a disable committed", e.Provider.Total(), 0)
 	apptest.Equal(t, "state", e.EffectState(t, eff.ID), store.EffectPending)
+	apptest.Equal(t, "state of the idempotent type's", e.EffectState(t, folded.ID), store.EffectPending)
 }
 
 // flaky fails the next n transactions and statements that commit on their own (the

@@ -119,6 +119,26 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 	if merged < 6 || generic < 4 {
 		t.Errorf("only %d runs list statements of every state explained, %d of them generic", merged, generic)
 	}
+	// The effects-by-state count reads each open state from the partial index that holds
+	// exactly its rows, index-only (0038): nothing of the settled history.
+	counted := 0
+	for _, p := range plans {
+		if !strings.Contains(p.sql, "FROM effects WHERE state = 'pending'") {
+			continue
+		}
+		counted++
+		for _, index := range []string{"effects_due", "effects_sending", "effects_unknown_due"} {
+			if !strings.Contains(p.plan, "Index Only Scan using "+index+" on effects") {
+				t.Errorf("the effect count does not read %s index-only:\n%s", index, p.plan)
+			}
+		}
+		if n := strings.Count(p.plan, " on effects "); n != 3 {
+			t.Errorf("the effect count reads effects %d times, want 3 (one partial index per open state):\n%s", n, p.plan)
+		}
+	}
+	if counted != 1 {
+		t.Errorf("%d effect count statements explained, want 1", counted)
+	}
 }
 
 // explainGeneric EXPLAINs the generic plan of sql (plan_cache_mode =

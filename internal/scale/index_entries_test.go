@@ -154,9 +154,18 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 		t.Fatalf("effect %s after a tick: %s", eff.ID, s)
 	}
 	send := walCount(t, pool, walinspect, rels, start)
+	// An idempotent type's (crm): its lease is its begin-mark.
+	folded := e.Queue(t, r.Key, "crm", "default", `{"n":2}`)
+	start = lsn()
+	e.Tick(t)
+	if s := e.EffectState(t, folded.ID); s != store.EffectCompleted {
+		t.Fatalf("effect %s after a tick: %s", folded.ID, s)
+	}
+	sendFolded := walCount(t, pool, walinspect, rels, start)
 	t.Logf("claim: %s", claim)
 	t.Logf("queue: %s", queue)
 	t.Logf("lease + begin-mark + outcome: %s", send)
+	t.Logf("lease that begins + outcome: %s", sendFolded)
 
 	for _, c := range []struct {
 		op        string
@@ -173,25 +182,35 @@ func TestIndexEntriesPerOperation(t *testing.T) {
 			"workflow_runs (confirm)": 1, "WAL records": 10,
 		}},
 		{"queue", queue, walWrites{
+			// No counter row: a pending effect is counted from effects_due (0038).
 			"effects (row)": 1, "effects_pkey": 1, "effects_run_effect": 1, "effects_due": 1,
-			"effect_count_deltas (row)": 1,
-			"events (row)":              1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
+			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
 			// The run's row twice, HOT: its open-effect count and its chain head (0035).
 			"workflow_runs (HOT row)": 2,
 			// The run's row lock (the queue holds the run while it checks its state), the
 			// effect's speculative insert (ON CONFLICT: a retried queue returns the first);
 			// the chain head is updated without a lock record of its own (0034).
-			"workflow_runs (lock)": 1, "effects (confirm)": 1, "WAL records": 14,
+			"workflow_runs (lock)": 1, "effects (confirm)": 1, "WAL records": 13,
 		}},
 		// The lease and the outcome are full row versions, the begin-mark a HOT one.
 		{"lease + begin-mark + outcome", send, walWrites{
 			"effects (row)": 2, "effects (HOT row)": 1, "effects_pkey": 2, "effects_run_effect": 2,
-			"effects_sending": 1, "effects_purge_at": 1, "effect_count_deltas (row)": 4,
+			// One counter row, the outcome's settled state (0038: the lease's states and
+			// the outcome's sending are counted from their partial indexes).
+			"effects_sending": 1, "effects_purge_at": 1, "effect_count_deltas (row)": 1,
 			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
 			"workflow_runs (HOT row)": 1, // the chain head, in the run's row (0035)
 			// The outcome group's run lock and the effect's row lock; three transactions
 			// (lease, begin-mark, outcome), three commit records.
-			"workflow_runs (lock)": 1, "effects (lock)": 1, "WAL records": 23,
+			"workflow_runs (lock)": 1, "effects (lock)": 1, "WAL records": 20,
+		}},
+		// An idempotent type's lease writes its begin-mark in the same row version: no HOT
+		// version, one transaction (and commit record) fewer.
+		{"lease that begins + outcome", sendFolded, walWrites{
+			"effects (row)": 2, "effects_pkey": 2, "effects_run_effect": 2,
+			"effects_sending": 1, "effects_purge_at": 1, "effect_count_deltas (row)": 1,
+			"events (row)": 1, "events_pkey": 1, "events_run_key_xid_id": 1, "events_at": 1,
+			"workflow_runs (HOT row)": 1, "workflow_runs (lock)": 1, "effects (lock)": 1, "WAL records": 18,
 		}},
 	} {
 		if c.got.String() != c.want.String() {

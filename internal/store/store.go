@@ -221,9 +221,11 @@ type Store interface {
 	// round trip) when the claim takes the run, a second one to record a refusal; on
 	// SQLite in one transaction.
 	Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error)
-	// LeaseEffects is a whole lease (EffectLease, which is one statement): on PostgreSQL in
-	// autocommit (one round trip, no BEGIN and COMMIT; or in the transaction its ctx
-	// joins), on SQLite in one IMMEDIATE transaction.
+	// LeaseEffects is a whole lease (EffectLease, which is one statement, and for the types
+	// of p.Begin the begin-mark in that statement, after the kill switch's shared guard): on
+	// PostgreSQL in autocommit (one round trip, no BEGIN and COMMIT; guard and statement
+	// pipelined in one implicit transaction; or in the transaction its ctx joins), on
+	// SQLite in one IMMEDIATE transaction.
 	LeaseEffects(ctx context.Context, p EffectLeaseParams) ([]Effect, error)
 	// BeginSends is a whole begin-mark for a leased batch, committed: EffectMarkStarted for
 	// those of ids whose action type the kill switch allows (a global row that is enabled,
@@ -490,6 +492,16 @@ type RunLockParams struct {
 
 // EffectLeaseParams selects due pending effects to lease: at most Caps[type] of each
 // listed type, at most Limit in all, oldest not_before first.
+//
+// Begin lists action types whose send begins with the lease: LeaseEffects marks each
+// effect of those types it leases as begun (send_started_at, as BeginSends would) in the
+// same statement, under the kill switch's shared guard, when the kill switch allows the
+// type and the run is not failed_terminal; the others come back unmarked, for BeginSends.
+// Only for types whose provider honours the idempotency key: an instance that dies after
+// such a lease leaves an effect begun, which the sweeper resends with the same key
+// instead of queueing it as never sent. A store may mark none of them (Citus does not):
+// the caller sends only the effects that come back with SendStartedAt set, and begins the
+// rest itself. EffectLease alone never marks (it holds no guard).
 type EffectLeaseParams struct {
 	Executor string
 	Caps     map[string]int
@@ -497,6 +509,7 @@ type EffectLeaseParams struct {
 	Lease    time.Duration
 	Limit    int
 	Now      *time.Time
+	Begin    []string
 }
 
 // EffectUpdateParams is a compare-and-set on an effect: it applies only when the effect is

@@ -100,6 +100,22 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 }
 
 func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
+	sql, args, ok := q.leaseStatement(p, nil)
+	if !ok {
+		return nil, nil
+	}
+	if q.citus {
+		return q.effectLeaseCitus(ctx, p, args[1].([]string), args[6].([]int32))
+	}
+	return collectEffects(q.db.Query(ctx, sql, args...))
+}
+
+// leaseStatement is the lease's statement and its arguments; ok is false when there is
+// nothing to lease. The effects of the types of begin that the kill switch allows and
+// whose run is not failed_terminal are marked begun by the same statement (the
+// begin-mark's conditions, markStartedSQL's and killSwitchAllowsSQL's): only under the
+// kill switch's shared guard (LeaseEffects).
+func (q queries) leaseStatement(p store.EffectLeaseParams, begin []string) (string, []any, bool) {
 	types, caps := make([]string, 0, len(p.Caps)), make([]int32, 0, len(p.Caps))
 	for t, n := range p.Caps {
 		if n > 0 {
@@ -107,10 +123,7 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 		}
 	}
 	if len(types) == 0 || p.Limit < 1 {
-		return nil, nil
-	}
-	if q.citus {
-		return q.effectLeaseCitus(ctx, p, types, caps)
+		return "", nil, false
 	}
 	// Each type up to its own cap (one LATERAL probe of the due index per type), then the
 	// oldest of those up to the limit. Rows locked but not taken stay pending.
@@ -130,13 +143,20 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 			  LIMIT $5
 			)
 			UPDATE effects e
-			SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, send_started_at = NULL, version = e.version + 1,
+			SET state = 'sending', lease_owner = $3, attempts = e.attempts + 1, version = e.version + 1,
 			    lease_expires_at = airlock_now($6::timestamptz) + $4::bigint * interval '1 microsecond',
-			    updated_at = airlock_now($6::timestamptz)
+			    updated_at = airlock_now($6::timestamptz),
+			    send_started_at = CASE WHEN e.action_type = ANY($8::text[])` + killSwitchAllowsSQL + `
+			      AND NOT EXISTS (SELECT 1 FROM workflow_runs r
+			                      WHERE r.idempotency_key = e.idempotency_key AND r.state = 'failed_terminal')
+			      THEN airlock_now($6::timestamptz) END
 			FROM due WHERE e.id = due.id
 			RETURNING ` + prefixed("e.", effectColumns)
 	})
-	return collectEffects(q.db.Query(ctx, sql, p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps))
+	if begin == nil {
+		begin = []string{}
+	}
+	return sql, []any{p.Executor, types, p.Owner, micros(p.Lease), p.Limit, p.Now, caps, begin}, true
 }
 
 // effectLeaseSQL is the lease statement, built once: its column list is prefixed at the
@@ -144,9 +164,41 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 var effectLeaseSQL onceString
 
 // LeaseEffects runs the lease's one statement in autocommit (or in the transaction ctx
-// joins): a BEGIN and a COMMIT fewer per batch.
+// joins): a BEGIN and a COMMIT fewer per batch. When p.Begin names types, the kill
+// switch's shared guard is taken first, pipelined with the statement in one implicit
+// transaction (as BeginSends), so the statement's snapshot, taken after the guard is
+// held, sees a kill switch change that committed first. Citus marks none (its lease is
+// two steps; the dispatcher begins those effects with BeginSends).
 func (s *Store) LeaseEffects(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
-	return s.EffectLease(ctx, p)
+	if len(p.Begin) == 0 || s.citus {
+		return s.EffectLease(ctx, p)
+	}
+	sql, args, ok := s.leaseStatement(p, p.Begin)
+	if !ok {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock_shared($1)`, int64(killSwitchLock))
+	b.Queue(sql, args...)
+	var br pgx.BatchResults
+	if tx := s.bound(ctx); tx != nil {
+		br = tx.SendBatch(ctx, b)
+	} else {
+		br = s.pool.SendBatch(ctx, b)
+	}
+	leased, err := func() ([]store.Effect, error) {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+		return collectEffects(br.Query())
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease effects: %w", valueError(classify(err)))
+	}
+	return leased, nil
 }
 
 // EffectMarkStarted leaves updated_at as the lease set it: no index names the columns it
@@ -449,8 +501,26 @@ const compactEffectCountsSQL = `
 WITH lk AS (SELECT pg_try_advisory_xact_lock(hashtext('airlock.effect_counts'), 'effect_count_deltas'::regclass::oid::int) AS ok),
 d AS (DELETE FROM effect_count_deltas WHERE (SELECT ok FROM lk) RETURNING state, n)
 INSERT INTO effect_counts AS c (state, n)
-SELECT state, sum(n) FROM d GROUP BY state ORDER BY state
+SELECT state, sum(n) FROM d WHERE state IN ` + countedStates + ` GROUP BY state ORDER BY state
 ON CONFLICT (state) DO UPDATE SET n = c.n + EXCLUDED.n`
+
+// countedStates are the states the effects triggers count (0038_counts_of_settled.sql):
+// those an effect can stay in for good. The others are counted from their partial
+// indexes (effectCountSQL).
+const countedStates = `('completed', 'failed', 'cancelled', 'planned')`
+
+// effectCountSQL counts effects per state in one snapshot: the settled states from the
+// counters (the compacted totals plus the deltas not yet folded in), each open state from
+// the partial index that holds exactly its rows (an index-only count: its cost follows
+// the open effects, never the history).
+const effectCountSQL = `
+SELECT state, sum(n)::bigint FROM (
+  SELECT state, n FROM effect_counts WHERE state IN ` + countedStates + `
+  UNION ALL SELECT state, n FROM effect_count_deltas WHERE state IN ` + countedStates + `) x
+GROUP BY state HAVING sum(n) <> 0
+UNION ALL SELECT 'pending', count(*) FROM effects WHERE state = 'pending' HAVING count(*) > 0
+UNION ALL SELECT 'sending', count(*) FROM effects WHERE state = 'sending' HAVING count(*) > 0
+UNION ALL SELECT 'unknown', count(*) FROM effects WHERE state = 'unknown' HAVING count(*) > 0`
 
 // compactEffectCounts is run at each count (a scrape) and at each purge, so the deltas
 // a read adds up are those of a scrape interval, whatever the table's size.
@@ -461,17 +531,12 @@ func (q queries) compactEffectCounts(ctx context.Context) error {
 	return nil
 }
 
-// EffectCountByState reads the counters the effects triggers keep (0010_cost.sql): the
-// compacted totals plus the deltas not yet folded in, in one snapshot.
+// EffectCountByState counts effects per state (effectCountSQL), after a compaction.
 func (q queries) EffectCountByState(ctx context.Context) (map[store.EffectState]int, error) {
 	if err := q.compactEffectCounts(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := q.db.Query(ctx, `
-		SELECT state, sum(n)::bigint FROM (
-		  SELECT state, n FROM effect_counts
-		  UNION ALL SELECT state, n FROM effect_count_deltas) x
-		GROUP BY state HAVING sum(n) <> 0`)
+	rows, err := q.db.Query(ctx, effectCountSQL)
 	if err != nil {
 		return nil, fmt.Errorf("count effects: %w", err)
 	}

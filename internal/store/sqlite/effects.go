@@ -110,6 +110,13 @@ func (q queries) EffectList(ctx context.Context, p store.EffectListParams) ([]st
 // so the select and the update see the same rows and no other writer runs in between.
 // Each type is probed up to its own cap, then the oldest of those up to the limit.
 func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
+	return q.lease(ctx, p, nil)
+}
+
+// lease is EffectLease that also marks begun the effects of the types of begin that the
+// kill switch allows and whose run is not failed_terminal (BeginSends's conditions): only
+// in LeaseEffects's IMMEDIATE transaction, which orders it against kill switch changes.
+func (q queries) lease(ctx context.Context, p store.EffectLeaseParams, begin []string) ([]store.Effect, error) {
 	now := q.at(p.Now)
 	args := []any{p.Owner, now, p.Lease.Microseconds(), p.Executor}
 	var probes []string
@@ -125,9 +132,19 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 	if len(probes) == 0 || p.Limit < 1 {
 		return nil, nil
 	}
+	started := `NULL`
+	if len(begin) > 0 {
+		started = `CASE WHEN action_type IN (` + numbered(len(args)+1, len(begin)) + `)` + sqliteKillSwitchAllows + `
+		  AND NOT EXISTS (SELECT 1 FROM workflow_runs r
+		                  WHERE r.idempotency_key = effects.idempotency_key AND r.state = 'failed_terminal')
+		  THEN ?2 END`
+		for _, t := range begin {
+			args = append(args, t)
+		}
+	}
 	args = append(args, p.Limit)
 	query := `UPDATE effects
-		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1, send_started_at = NULL, version = version + 1,
+		SET state = 'sending', lease_owner = ?1, attempts = attempts + 1, send_started_at = ` + started + `, version = version + 1,
 		    lease_expires_at = ?2 + ?3, updated_at = ?2
 		WHERE id IN (SELECT id FROM (` + strings.Join(probes, " UNION ALL ") + `) ORDER BY not_before LIMIT ?` +
 		fmt.Sprint(len(args)) + `) RETURNING ` + effectColumns
@@ -135,12 +152,13 @@ func (q queries) EffectLease(ctx context.Context, p store.EffectLeaseParams) ([]
 }
 
 // LeaseEffects runs the lease in an IMMEDIATE transaction: SQLite's writers take turns
-// under the store's write lock (an autocommit write would wait in the busy handler).
+// under the store's write lock (an autocommit write would wait in the busy handler), so
+// the begin-mark of p.Begin's types reads the kill switch ordered against its changes.
 func (s *Store) LeaseEffects(ctx context.Context, p store.EffectLeaseParams) ([]store.Effect, error) {
 	var got []store.Effect
 	err := s.Transact(ctx, func(q store.Queries) error {
 		var err error
-		got, err = q.EffectLease(ctx, p)
+		got, err = q.(queries).lease(ctx, p, p.Begin)
 		return err
 	})
 	return got, err
@@ -170,6 +188,12 @@ func (q queries) markStarted(ctx context.Context, owner string, ids []string, no
 		RETURNING id`, args...)
 }
 
+// sqliteKillSwitchAllows is the default-deny rule of effects.Service.enabled as a
+// condition on a row of effects: an enabled global row, no disabled row for its type.
+const sqliteKillSwitchAllows = `
+		  AND EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'global' AND k.enabled)
+		  AND NOT EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'action:' || effects.action_type AND NOT k.enabled)`
+
 // BeginSends marks in one IMMEDIATE transaction, which orders it against kill switch
 // changes (SQLite's writers take turns): the default-deny rule of effects.Service.enabled
 // as a condition on the row.
@@ -177,9 +201,7 @@ func (s *Store) BeginSends(ctx context.Context, owner string, ids []string, now 
 	var marked []string
 	err := s.Transact(ctx, func(q store.Queries) error {
 		var err error
-		marked, err = q.(queries).markStarted(ctx, owner, ids, now, `
-		  AND EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'global' AND k.enabled)
-		  AND NOT EXISTS (SELECT 1 FROM kill_switch k WHERE k.scope = 'action:' || effects.action_type AND NOT k.enabled)`)
+		marked, err = q.(queries).markStarted(ctx, owner, ids, now, sqliteKillSwitchAllows)
 		return err
 	})
 	return marked, err

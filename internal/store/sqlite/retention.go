@@ -191,9 +191,10 @@ func (q queries) purgeBatch(ctx context.Context, query string, args []any) (int6
 	return n, last, rows.Err()
 }
 
-// RenameEffectsForTest renames the effects table inside q's transaction, for the test
-// that proves counting never reads it (the transaction is rolled back).
-func (s *Store) RenameEffectsForTest(ctx context.Context, q store.Queries) error {
+// HideCountedEffectsForTest hides, inside q's transaction, every effect whose count is
+// read from the counters — here all of them: it renames the effects table —, for the
+// test that proves counting does not read them (the transaction is rolled back).
+func (s *Store) HideCountedEffectsForTest(ctx context.Context, q store.Queries) error {
 	_, err := q.(queries).db.ExecContext(ctx, `ALTER TABLE effects RENAME TO effects_renamed_for_test`)
 	return err
 }
