@@ -161,27 +161,30 @@ func testEffectCountsReadNoEffect(t *testing.T, e *apptest.EffectsEnv) {
 	e.Queue(t, "open", "note", "default", `{"n":1}`)
 	want := FullEffectCounts(t, e.Store)
 	apptest.Equal(t, "completed and pending before", []int{want[store.EffectCompleted], want[store.EffectPending]}, []int{5, 1})
+	st, ok := e.Store.(interface {
+		HideCountedEffectsForTest(ctx context.Context, q store.Queries) error
+	})
+	if !ok {
+		t.Fatalf("%T cannot hide its effects", e.Store)
+	}
+	// No t.Fatal inside the transaction: it would leave the connection taken and the
+	// store's Close (a cleanup) waiting for it.
+	var got map[store.EffectState]int
 	errRollback := errors.New("roll back")
 	err := e.Store.Transact(ctx, func(q store.Queries) error {
-		st, ok := e.Store.(interface {
-			HideCountedEffectsForTest(ctx context.Context, q store.Queries) error
-		})
-		if !ok {
-			t.Fatalf("%T cannot hide its effects", e.Store)
-		}
 		if err := st.HideCountedEffectsForTest(ctx, q); err != nil {
 			return err
 		}
-		got, err := q.EffectCountByState(ctx)
-		if err != nil {
+		var err error
+		if got, err = q.EffectCountByState(ctx); err != nil {
 			return fmt.Errorf("counts without the counted effects: %w", err)
 		}
-		apptest.Equal(t, "counts", got, want)
 		return errRollback
 	})
 	if !errors.Is(err, errRollback) {
 		t.Fatal(err)
 	}
+	apptest.Equal(t, "counts", got, want)
 	checkCounts(t, e.Store, "after the rollback")
 }
 
