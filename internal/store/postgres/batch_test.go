@@ -21,6 +21,13 @@ func leased(t *testing.T, st *postgres.Store, key, owner string, n int) []store.
 		lease_expires_at, created_at, updated_at) VALUES ($1, 'processing', 'h', 'client', now() + interval '5 minutes', now(), now())`, key); err != nil {
 		t.Fatal(err)
 	}
+	return leaseEffects(t, st, key, owner, n)
+}
+
+// leaseEffects adds n pending effects to the run key and leases them to owner.
+func leaseEffects(t *testing.T, st *postgres.Store, key, owner string, n int) []store.Effect {
+	t.Helper()
+	ctx := context.Background()
 	for i := range n {
 		_, _, err := st.EffectInsert(ctx, store.Effect{ID: fmt.Sprintf("%s-%d", key, i), RunKey: key, EffectID: fmt.Sprintf("e%d", i),
 			ActionType: "t", Target: "x", Executor: store.ExecutorDispatcher, Payload: json.RawMessage(`{}`), PayloadHash: "h",

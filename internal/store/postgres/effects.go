@@ -609,6 +609,8 @@ func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 // statement: an InitPlan locks, in key order and before any effect row is touched, the
 // runs of the updates that are not approved (FOR UPDATE re-reads a run that changes
 // meanwhile and drops it if it became approved), and only those runs' updates apply.
+// Holding the runs, it links their events itself, from the heads it locked, and moves
+// each run's head once (0038): the events_chain trigger does nothing for them.
 //
 // On Citus it locks nothing and applies nothing (the caller then records the group in a
 // transaction that locks the runs one by one, RunLockKeys): the lock is a FOR UPDATE over
@@ -632,18 +634,7 @@ var (
 func effectUpdateManyStatement(lock bool) string {
 	// From sending, as EffectUpdate leaves a row it moves out of sending: no lease, not
 	// begun, due for reconciliation at once if unknown (next_check_at NULL, checks 0).
-	lk, cond, tail := ``, ``, ``
-	if lock {
-		lk = `lk AS (SELECT ARRAY(SELECT r.idempotency_key FROM workflow_runs r
-		    WHERE r.idempotency_key IN (SELECT e.idempotency_key FROM effects e WHERE e.id = ANY($1))
-		      AND r.state <> 'approved'
-		    ORDER BY r.idempotency_key FOR UPDATE OF r) AS keys), `
-		cond = ` AND e.idempotency_key = ANY((SELECT keys FROM lk)::text[])`
-		tail = `
-		UNION ALL SELECT 0, keys FROM lk`
-	}
-	return `
-		WITH ` + lk + `u AS (
+	set := `
 		  UPDATE effects e
 		  SET state = u.state,
 		      provider_id = coalesce(u.provider_id, e.provider_id),
@@ -655,18 +646,81 @@ func effectUpdateManyStatement(lock bool) string {
 		      version = e.version + 1
 		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
 		       WITH ORDINALITY AS u(id, owner, state, provider_id, not_before, class, i)
-		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner` + cond + `
+		  WHERE e.id = u.id AND e.state = 'sending' AND e.lease_owner = u.owner`
+	events := `unnest($8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[],
+		         $16::text[], $17::text[])
+		       WITH ORDINALITY AS v(effect, run_key, at, kind, version, actor, meta, detail, mac_key, mac, i)`
+	if !lock {
+		return `
+		WITH u AS (` + set + `
 		  RETURNING e.id, u.i
 		), ev AS (
 		  INSERT INTO events (run_key, at, kind, version, actor, meta, detail, mac_key, mac)
 		  SELECT v.run_key, coalesce(v.at, now()), v.kind, v.version, v.actor, v.meta::jsonb, v.detail::jsonb, v.mac_key, v.mac
-		  FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[],
-		         $16::text[], $17::text[])
-		       WITH ORDINALITY AS v(effect, run_key, at, kind, version, actor, meta, detail, mac_key, mac, i)
+		  FROM ` + events + `
 		  WHERE v.effect IN (SELECT id FROM u)
 		  ORDER BY v.i
 		)
-		SELECT i::int, NULL::text[] FROM u` + tail
+		SELECT i::int, NULL::text[] FROM u`
+	}
+	// With the locks, the statement links the events of the runs it locked itself (0038),
+	// as the claim links a run's first (claimRecordSQL), and the trigger does nothing for
+	// them. lk locks the runs in key order and keeps each one's head as FOR UPDATE returns
+	// it: the latest committed, after a wait for another writer of the run. No later part
+	// of the statement reads workflow_runs for a head: it would see the statement's
+	// snapshot, taken before that wait. keys is the InitPlan the update of the effects
+	// waits for, so every run is locked before an effect row is touched.
+	//
+	// The events of the updates that applied take their ids from the sequence in their
+	// order (nextval over the already sorted rows), and each one's content is rendered
+	// once (jsonb's text output included), into a materialized CTE whose columns
+	// airlock_chain_field, inlined, names three times each. An event of a run whose head
+	// is in its row is linked here: the k-th of the run in id order is link seq+k, and
+	// airlock_chain_fold over the run's events (from its locked head, in id order) gives
+	// each one's hash. Those of a run whose head is in event_chains (chained before 0035),
+	// or of a key the statement did not lock, go in unlinked and the trigger links them.
+	// Each linked run's head then moves once, to its last link (HOT, as the trigger's).
+	return `
+		WITH lk AS (SELECT r.idempotency_key AS key, r.chain_seq, r.chain_head FROM workflow_runs r
+		    WHERE r.idempotency_key IN (SELECT e.idempotency_key FROM effects e WHERE e.id = ANY($1))
+		      AND r.state <> 'approved'
+		    ORDER BY r.idempotency_key FOR UPDATE OF r),
+		keys AS (SELECT ARRAY(SELECT key FROM lk) AS keys),
+		u AS (` + set + ` AND e.idempotency_key = ANY((SELECT keys FROM keys)::text[])
+		  RETURNING e.id, u.i
+		), numbered AS MATERIALIZED (
+		  SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id, s.*
+		  FROM (SELECT v.i AS pos, v.run_key, coalesce(v.at, now()) AS at, v.kind, v.version, v.actor,
+		          v.meta::jsonb AS meta, v.detail::jsonb AS detail, v.mac_key, v.mac
+		        FROM ` + events + `
+		        WHERE v.effect IN (SELECT id FROM u)
+		        ORDER BY v.i) s
+		), rendered AS MATERIALIZED (
+		  SELECT n.*, n.id::text AS id_t, (extract(epoch FROM n.at) * 1000000)::bigint::text AS at_t,
+		    n.version::text AS version_t, n.meta::text AS meta_t, n.detail::text AS detail_t,
+		    l.chain_seq AS base_seq, l.chain_head AS base_head
+		  FROM numbered n LEFT JOIN lk l ON l.key = n.run_key
+		), linked AS (
+		  SELECT b.id, b.run_key, b.base_seq + row_number() OVER w AS seq,
+		    airlock_chain_fold(b.base_head, airlock_chain_field(b.id_t) || airlock_chain_field(b.run_key)
+		      || airlock_chain_field(b.at_t) || airlock_chain_field(b.kind)
+		      || airlock_chain_field(b.version_t) || airlock_chain_field(b.actor)
+		      || airlock_chain_field(b.meta_t) || airlock_chain_field(b.detail_t)) OVER w AS hash
+		  FROM rendered b WHERE b.base_seq IS NOT NULL
+		  WINDOW w AS (PARTITION BY b.run_key ORDER BY b.id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+		), ev AS (
+		  INSERT INTO events (id, run_key, at, kind, version, actor, meta, detail, mac_key, mac, chain_seq, chain_hash)
+		  OVERRIDING SYSTEM VALUE
+		  SELECT b.id, b.run_key, b.at, b.kind, b.version, b.actor, b.meta, b.detail, b.mac_key, b.mac, l.seq, l.hash
+		  FROM rendered b LEFT JOIN linked l ON l.id = b.id
+		  ORDER BY b.id
+		), heads AS (
+		  UPDATE workflow_runs r SET chain_seq = h.seq, chain_head = h.hash
+		  FROM (SELECT DISTINCT ON (l.run_key) l.run_key, l.seq, l.hash FROM linked l ORDER BY l.run_key, l.seq DESC) h
+		  WHERE r.idempotency_key = h.run_key
+		)
+		SELECT i::int, NULL::text[] FROM u
+		UNION ALL SELECT 0, keys FROM keys`
 }
 
 func (q queries) effectUpdateMany(ctx context.Context, ps []store.EffectUpdateParams, events [][]store.EventInsertParams, lock bool) ([]string, []bool, error) {
