@@ -227,3 +227,75 @@ func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
 		}
 	}
 }
+
+// TestChainTriggerWhenAfterPlacement applies 0038 to a schema migrated, and on Citus
+// placed, without it — the upgrade of a running deployment, where events is already
+// distributed and a trigger on it reaches its shards only with citus.enable_unsafe_triggers
+// (which the migration sets for its transaction). The trigger is then declared WHEN
+// (NEW.chain_seq IS NULL), the chain function keeps its settings (on Citus the pinned
+// search_path), and events written through the trigger still link.
+func TestChainTriggerWhenAfterPlacement(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.OpenConfig(ctx, storetest.NewPostgresSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ms, err := postgres.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []store.Migration
+	for _, m := range ms {
+		if m.Version < 38 {
+			before = append(before, m)
+		}
+	}
+	if _, err := st.ApplyMigrationList(ctx, before, store.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (when bool, config string) {
+		if err := st.Pool().QueryRow(ctx, `SELECT pg_get_triggerdef(t.oid) LIKE '%WHEN ((new.chain_seq IS NULL))%',
+			  coalesce((SELECT array_to_string(proconfig, ';') FROM pg_proc WHERE oid = t.tgfoid), '')
+			FROM pg_trigger t WHERE t.tgrelid = 'events'::regclass AND t.tgname = 'events_chain'`).Scan(&when, &config); err != nil {
+			t.Fatal(err)
+		}
+		return when, config
+	}
+	if when, _ := read(); when {
+		t.Fatal("the trigger has its WHEN clause before 0038")
+	}
+	_, config := read()
+	done, err := st.ApplyMigrationList(ctx, ms, store.MigrateParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(done) != "[0038_outcome_links_own_events.sql]" {
+		t.Fatalf("applied %v", done)
+	}
+	if when, c := read(); !when || c != config {
+		t.Fatalf("after 0038: WHEN clause %v, the function's settings %q (before: %q)", when, c, config)
+	}
+	// On Citus every shard of events has the new trigger too.
+	if citus, err := st.IsCitus(ctx); err != nil {
+		t.Fatal(err)
+	} else if citus {
+		var shards, without int
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT success OR result <> 't')
+			FROM run_command_on_shards('events', $c$SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = '%s'::regclass
+			  AND pg_get_triggerdef(oid) LIKE '%%WHEN ((new.chain_seq IS NULL))%%')$c$)`).Scan(&shards, &without); err != nil {
+			t.Fatal(err)
+		}
+		if shards == 0 || without != 0 {
+			t.Fatalf("%d of %d shards of events lack the trigger's WHEN clause", without, shards)
+		}
+	}
+	for i := range 3 {
+		if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "after-0038", Kind: fmt.Sprintf("k%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, err := st.ChainHeadGet(ctx, "after-0038"); err != nil || h.Seq != 3 {
+		t.Fatalf("head after three events through the trigger: %+v, %v", h, err)
+	}
+}

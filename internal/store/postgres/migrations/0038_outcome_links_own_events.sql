@@ -30,10 +30,16 @@ CREATE AGGREGATE airlock_chain_fold(text, text) (SFUNC = airlock_chain_step, STY
 -- of NEW.chain_seq stays, for a trigger declared by an older migration), and so is its
 -- pinned search_path on a Citus coordinator: DROP and CREATE TRIGGER do not touch a
 -- function's settings. Citus propagates a trigger on a distributed table to its shards
--- only with citus.enable_unsafe_triggers on (as the placement sets it, citus.go), for this
--- transaction.
+-- only with citus.enable_unsafe_triggers on (as the placement sets it, citus.go), set here
+-- for this transaction, and it sends the trigger's DDL to the workers as the text of the
+-- command it came in: the migration is one multi-command string, which the workers refuse
+-- ("cannot insert multiple commands into a prepared statement";
+-- TestChainTriggerWhenAfterPlacement), so each command is EXECUTEd on its own.
 SELECT set_config('citus.enable_unsafe_triggers', 'on', true) FROM pg_extension WHERE extname = 'citus';
 
-DROP TRIGGER events_chain ON events;
-CREATE TRIGGER events_chain BEFORE INSERT ON events
-  FOR EACH ROW WHEN (NEW.chain_seq IS NULL) EXECUTE FUNCTION events_chain();
+DO $$
+BEGIN
+  EXECUTE 'DROP TRIGGER events_chain ON events';
+  EXECUTE 'CREATE TRIGGER events_chain BEFORE INSERT ON events
+    FOR EACH ROW WHEN (NEW.chain_seq IS NULL) EXECUTE FUNCTION events_chain()';
+END $$;
