@@ -36,6 +36,41 @@ func skipOnCitus(t *testing.T) {
 	}
 }
 
+// lockedResult is what EffectUpdateManyLocked returned.
+type lockedResult struct {
+	locked  []string
+	applied []bool
+	err     error
+}
+
+// lockedWaiting starts EffectUpdateManyLocked in a goroutine and returns once the
+// statement waits for a run's lock (no deadline asserted), with the channel its result
+// comes on; it fails the test if the statement ends without waiting.
+func lockedWaiting(t *testing.T, st *postgres.Store, ps []store.EffectUpdateParams, evs [][]store.EventInsertParams) <-chan lockedResult {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan lockedResult, 1)
+	go func() {
+		locked, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
+		done <- lockedResult{locked, applied, err}
+	}()
+	for {
+		var waiting bool
+		if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF r%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return done
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the statement did not wait for the run's lock: %+v", r)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // On Citus EffectUpdateManyLocked locks nothing, applies nothing and changes no row: the
 // dispatcher then records the group in its transaction.
 func TestEffectUpdateManyLockedDeclinesOnCitus(t *testing.T) {
@@ -112,33 +147,8 @@ func TestEffectUpdateManyLockedWaitsForTheRun(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM workflow_runs WHERE idempotency_key = 'race' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		locked  []string
-		applied []bool
-		err     error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ps, evs := completions("o1", race[0])
-		locked, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
-		done <- result{locked, applied, err}
-	}()
-	// Wait (no deadline asserted) until the statement waits for the run's lock.
-	for {
-		var waiting bool
-		if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF r%')`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("the statement did not wait for the run's lock: %+v", r)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	ps, evs := completions("o1", race[0])
+	done := lockedWaiting(t, st, ps, evs)
 	if _, err := tx.Exec(ctx, `UPDATE workflow_runs SET state = 'approved' WHERE idempotency_key = 'race'`); err != nil {
 		t.Fatal(err)
 	}
@@ -152,35 +162,6 @@ func TestEffectUpdateManyLockedWaitsForTheRun(t *testing.T) {
 	if e, _ := st.EffectGet(ctx, race[0].ID); e.State != store.EffectSending {
 		t.Errorf("the effect became %s", e.State)
 	}
-}
-
-// verifyChain recomputes every link of key's chain with store.ChainHash, checks the
-// head is the last of them, and returns the chain's events.
-func verifyChain(t *testing.T, st *postgres.Store, key string) []store.ChainEvent {
-	t.Helper()
-	ctx := context.Background()
-	evs, err := st.ChainEvents(ctx, key, 0, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, err := st.ChainHeadGet(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := ""
-	for i, e := range evs {
-		if e.Seq == nil || *e.Seq != int64(i+1) || e.Hash == nil {
-			t.Fatalf("%s: event %d (%s) is not link %d (seq %v, hash %v)", key, e.ID, e.Kind, i+1, deref(e.Seq), deref(e.Hash))
-		}
-		if want := store.ChainHash(prev, e); *e.Hash != want {
-			t.Fatalf("%s: event %d (%s, link %d) holds %s, store.ChainHash says %s", key, e.ID, e.Kind, i+1, *e.Hash, want)
-		}
-		prev = *e.Hash
-	}
-	if head.Seq != int64(len(evs)) || head.Head != prev {
-		t.Fatalf("%s: head %+v after %d links ending %s", key, head, len(evs), prev)
-	}
-	return evs
 }
 
 // The locked outcome statement links the events it writes itself (0038): for a run whose
@@ -277,31 +258,7 @@ func TestOutcomeLinksItsOwnEvents(t *testing.T) {
 	if _, err := tx.Exec(ctx, `INSERT INTO events (run_key, at, kind, detail) VALUES ('fold-a', now(), 'racer', '{"r": 1}')`); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		locked  []string
-		applied []bool
-		err     error
-	}
-	done := make(chan result, 1)
-	go func() {
-		locked, applied, err := st.EffectUpdateManyLocked(ctx, ps, evs)
-		done <- result{locked, applied, err}
-	}()
-	for {
-		var waiting bool
-		if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF r%')`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("the statement did not wait for the run's lock: %+v", r)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	done := lockedWaiting(t, st, ps, evs)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -373,11 +330,4 @@ func TestOutcomeLinksItsOwnEvents(t *testing.T) {
 			t.Errorf("%s: %d links after the second group, want %d", key, got, n)
 		}
 	}
-}
-
-func deref[T any](p *T) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }
