@@ -246,7 +246,7 @@ func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
 	}
 }
 
-// TestChainTriggerWhenAfterPlacement applies 0038 to a schema migrated, and on Citus
+// TestChainTriggerWhenAfterPlacement applies 0039 to a schema migrated, and on Citus
 // placed, without it — the upgrade of a running deployment, where events is already
 // distributed and a trigger on it reaches its shards only with citus.enable_unsafe_triggers
 // (which the migration sets for its transaction). The trigger is then declared WHEN
@@ -265,7 +265,7 @@ func TestChainTriggerWhenAfterPlacement(t *testing.T) {
 	}
 	var before []store.Migration
 	for _, m := range ms {
-		if m.Version < 38 {
+		if m.Version < 39 {
 			before = append(before, m)
 		}
 	}
@@ -281,18 +281,18 @@ func TestChainTriggerWhenAfterPlacement(t *testing.T) {
 		return when, config
 	}
 	if when, _ := read(); when {
-		t.Fatal("the trigger has its WHEN clause before 0038")
+		t.Fatal("the trigger has its WHEN clause before 0039")
 	}
 	_, config := read()
 	done, err := st.ApplyMigrationList(ctx, ms, store.MigrateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(done) != "[0038_outcome_links_own_events.sql]" {
+	if fmt.Sprint(done) != "[0039_outcome_links_own_events.sql]" {
 		t.Fatalf("applied %v", done)
 	}
 	if when, c := read(); !when || c != config {
-		t.Fatalf("after 0038: WHEN clause %v, the function's settings %q (before: %q)", when, c, config)
+		t.Fatalf("after 0039: WHEN clause %v, the function's settings %q (before: %q)", when, c, config)
 	}
 	// On Citus every shard of events has the new trigger too.
 	if citus, err := st.IsCitus(ctx); err != nil {
@@ -309,11 +309,11 @@ func TestChainTriggerWhenAfterPlacement(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "after-0038", Kind: fmt.Sprintf("k%d", i)}); err != nil {
+		if _, err := st.EventInsert(ctx, store.EventInsertParams{RunKey: "after-0039", Kind: fmt.Sprintf("k%d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if h, err := st.ChainHeadGet(ctx, "after-0038"); err != nil || h.Seq != 3 {
+	if h, err := st.ChainHeadGet(ctx, "after-0039"); err != nil || h.Seq != 3 {
 		t.Fatalf("head after three events through the trigger: %+v, %v", h, err)
 	}
 }

@@ -610,7 +610,7 @@ func (q queries) EffectUpdateMany(ctx context.Context, ps []store.EffectUpdatePa
 // runs of the updates that are not approved (FOR UPDATE re-reads a run that changes
 // meanwhile and drops it if it became approved), and only those runs' updates apply.
 // Holding the runs, it links their events itself, from the heads it locked, and moves
-// each run's head once (0038): the events_chain trigger does nothing for them.
+// each run's head once (0039): the events_chain trigger does nothing for them.
 //
 // On Citus it locks nothing and applies nothing (the caller then records the group in a
 // transaction that locks the runs one by one, RunLockKeys): the lock is a FOR UPDATE over
@@ -663,7 +663,7 @@ func effectUpdateManyStatement(lock bool) string {
 		)
 		SELECT i::int, NULL::text[] FROM u`
 	}
-	// With the locks, the statement links the events of the runs it locked itself (0038),
+	// With the locks, the statement links the events of the runs it locked itself (0039),
 	// as the claim links a run's first (claimRecordSQL), and the trigger does nothing for
 	// them. lk locks the runs in key order and keeps each one's head as FOR UPDATE returns
 	// it: the latest committed, after a wait for another writer of the run. No later part

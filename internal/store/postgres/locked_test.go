@@ -164,7 +164,7 @@ func TestEffectUpdateManyLockedWaitsForTheRun(t *testing.T) {
 	}
 }
 
-// The locked outcome statement links the events it writes itself (0038): for a run whose
+// The locked outcome statement links the events it writes itself (0039): for a run whose
 // head is in its row, each event's link continues the run's chain from the head the
 // statement locked, events of one run in one statement chain in id order (several
 // effects of the run in the group, several events per effect), and the run's head moves
