@@ -254,24 +254,7 @@ func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
 // search_path), and events written through the trigger still link.
 func TestChainTriggerWhenAfterPlacement(t *testing.T) {
 	ctx := context.Background()
-	st, err := postgres.OpenConfig(ctx, storetest.NewPostgresSchema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	ms, err := postgres.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var before []store.Migration
-	for _, m := range ms {
-		if m.Version < 39 {
-			before = append(before, m)
-		}
-	}
-	if _, err := st.ApplyMigrationList(ctx, before, store.MigrateParams{}); err != nil {
-		t.Fatal(err)
-	}
+	st, ms := migratedBefore(t, 39)
 	read := func() (when bool, config string) {
 		if err := st.Pool().QueryRow(ctx, `SELECT pg_get_triggerdef(t.oid) LIKE '%WHEN ((new.chain_seq IS NULL))%',
 			  coalesce((SELECT array_to_string(proconfig, ';') FROM pg_proc WHERE oid = t.tgfoid), '')
