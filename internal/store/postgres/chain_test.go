@@ -74,19 +74,7 @@ func deref[T any](p *T) any {
 // before 0024 continue after it and the Go verifier needs no version.
 func TestChainAcrossTheMigration(t *testing.T) {
 	ctx := context.Background()
-	st, err := postgres.OpenConfig(ctx, storetest.NewPostgresSchema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// One PostgreSQL's path: the test replaces the trigger's function by hand, which on a
-	// Citus coordinator drops the search_path the placement pinned (docs/scaling.md).
-	if citus, err := st.IsCitus(ctx); err != nil || citus {
-		t.Skipf("one PostgreSQL only (Citus: %v, %v)", citus, err)
-	}
+	st := migratedOnePostgres(t)
 	metas := []json.RawMessage{nil, json.RawMessage(`{"trace_id":"t","n":1.50}`), json.RawMessage(`[]`)}
 	details := []json.RawMessage{json.RawMessage(`{"b": "ü – 12", "a": {"y": 1, "x": [true, null, 1e3]}}`), nil,
 		json.RawMessage(`"a\"b\\c\n"`), json.RawMessage(`{"": ""}`)}
@@ -189,19 +177,7 @@ func TestChainAcrossTheMigration(t *testing.T) {
 // and restore.
 func TestChainMigrationKeepsTheCitusPin(t *testing.T) {
 	ctx := context.Background()
-	st, err := postgres.OpenConfig(ctx, storetest.NewPostgresSchema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// One PostgreSQL's path: the test replaces the trigger's function by hand, which on a
-	// Citus coordinator drops the search_path the placement pinned (docs/scaling.md).
-	if citus, err := st.IsCitus(ctx); err != nil || citus {
-		t.Skipf("one PostgreSQL only (Citus: %v, %v)", citus, err)
-	}
+	st := migratedOnePostgres(t)
 	config := func() string {
 		var c string
 		if err := st.Pool().QueryRow(ctx, `SELECT coalesce(array_to_string(proconfig, ';'), '')
